@@ -1,0 +1,174 @@
+// Package client is a small Go client for Airlock's control plane, used by
+// the broker CLI and importable by orchestrators.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Client talks to the control plane with a bearer token.
+type Client struct {
+	Addr  string // e.g. http://127.0.0.1:8701
+	Token string
+	HTTP  *http.Client
+}
+
+// New makes a client; addr may omit the scheme.
+func New(addr, token string) *Client {
+	if !strings.Contains(addr, "://") {
+		addr = "http://" + addr
+	}
+	return &Client{Addr: strings.TrimSuffix(addr, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// Problem is an RFC 9457 error answered by the broker.
+type Problem struct {
+	Type      string `json:"type"`
+	Title     string `json:"title"`
+	Status    int    `json:"status"`
+	Detail    string `json:"detail"`
+	Code      string `json:"code"`
+	RequestID string `json:"request_id"`
+	Field     string `json:"field"`
+}
+
+func (p *Problem) Error() string {
+	return fmt.Sprintf("%d %s: %s", p.Status, p.Code, p.Detail)
+}
+
+// Do sends a JSON request and decodes the answer into out (which may be a
+// *json.RawMessage, or nil). A problem answer is returned as *Problem.
+func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.Addr+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		p := &Problem{Status: resp.StatusCode}
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(data, p) != nil || p.Code == "" {
+			p.Code, p.Detail = "http_error", strings.TrimSpace(string(data))
+		}
+		return p
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	return json.NewDecoder(resp.Body).Decode(out)
+}
+
+// Stream sends a GET and copies the raw answer to w (audit exports).
+func (c *Client) Stream(ctx context.Context, path string, w io.Writer) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.Addr+path, nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	hc := *c.HTTP
+	hc.Timeout = 0
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 400 {
+		p := &Problem{Status: resp.StatusCode}
+		_ = json.NewDecoder(resp.Body).Decode(p)
+		return p
+	}
+	_, err = io.Copy(w, resp.Body)
+	return err
+}
+
+// RuleOfTwo is a session's standing.
+type RuleOfTwo struct {
+	UntrustedInput  bool   `json:"untrusted_input"`
+	SensitiveAccess bool   `json:"sensitive_access"`
+	ExternalAction  bool   `json:"external_action"`
+	Gated           bool   `json:"gated"`
+	Hint            string `json:"hint,omitempty"`
+}
+
+// Session is the part of a session answer most callers need; use Do with a
+// json.RawMessage for all of it.
+type Session struct {
+	ID                string    `json:"id"`
+	Token             string    `json:"token,omitempty"`
+	TaskID            string    `json:"task_id"`
+	Status            string    `json:"status"`
+	ExpiresAt         time.Time `json:"expires_at"`
+	RequiredIsolation string    `json:"required_isolation"`
+	RuleOfTwo         RuleOfTwo `json:"rule_of_two"`
+	Grants            []Grant   `json:"grants"`
+}
+
+// Grant is the part of a grant answer most callers need.
+type Grant struct {
+	ID        string    `json:"id"`
+	SessionID string    `json:"session_id"`
+	Upstream  string    `json:"upstream"`
+	Status    string    `json:"status"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Uses      int64     `json:"uses"`
+}
+
+// CreateSession posts a session request (the JSON shape of POST /v1/sessions).
+func (c *Client) CreateSession(ctx context.Context, req any) (*Session, error) {
+	var s Session
+	if err := c.Do(ctx, http.MethodPost, "/v1/sessions", req, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// KillSession ends a session at once.
+func (c *Client) KillSession(ctx context.Context, id string) (*Session, error) {
+	var s Session
+	if err := c.Do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// AddGrant attaches a grant (the JSON shape of one grant) to a session.
+func (c *Client) AddGrant(ctx context.Context, sessionID string, grant any) (*Grant, error) {
+	var g Grant
+	if err := c.Do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(sessionID)+"/grants", grant, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}
+
+// RevokeGrant revokes a grant at once.
+func (c *Client) RevokeGrant(ctx context.Context, id string) (*Grant, error) {
+	var g Grant
+	if err := c.Do(ctx, http.MethodDelete, "/v1/grants/"+url.PathEscape(id), nil, &g); err != nil {
+		return nil, err
+	}
+	return &g, nil
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"text/template"
+	"time"
+
+	"github.com/airlock-broker/airlock/client"
+	"github.com/airlock-broker/airlock/internal/config"
+	"github.com/airlock-broker/airlock/internal/demo"
+)
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// demoSession is the session `broker dev` creates for the quickstart.
+var demoSessionRequest = map[string]any{
+	"task_id": "quickstart", "ttl": "1h", "untrusted_input": false, "isolation": "container",
+	"labels": map[string]string{"created_by": "broker dev"},
+	"grants": []any{map[string]any{
+		"upstream": "demo", "max_uses": 100,
+		"rules": []any{
+			map[string]any{"method": "GET", "path": "/hello"},
+			map[string]any{"method": "GET", "path": "/whoami"},
+			map[string]any{"method": "GET", "path": "/payments"},
+			map[string]any{"method": "POST", "path": "/payments", "deny_unknown": true, "constraints": map[string]any{
+				"body.to":     map[string]any{"pin": "acme"},
+				"body.amount": map[string]any{"min": 1, "max": 100, "required": true},
+				"body.memo":   map[string]any{"max_length": 80},
+			}},
+		},
+		"budget": map[string]any{"body.amount": 250},
+	}},
+}
+
+var quickstart = template.Must(template.New("q").Parse(`
+Airlock dev broker. Data lives in {{.DataDir}} and is thrown away on exit.
+
+  sandbox plane  {{.Sandbox}}
+  control plane  {{.Control}}
+  admin token    {{.Admin}}
+  demo upstream  {{.Demo}}  (needs a demo key that only the broker holds)
+
+A session for task "quickstart" was created. Act as the sandbox (it holds only this token):
+
+  export AIRLOCK_SESSION={{.Session}}
+
+  # allowed: the broker injects the demo key
+  curl -s {{.Sandbox}}/v1/proxy/demo/hello -H "Authorization: Bearer $AIRLOCK_SESSION"
+
+  # the demo API echoes the Authorization it received; the broker scrubs the key
+  curl -s {{.Sandbox}}/v1/proxy/demo/whoami -H "Authorization: Bearer $AIRLOCK_SESSION"
+
+  # allowed: a payment within the cap; the recipient is pinned to "acme" and filled in
+  curl -s {{.Sandbox}}/v1/proxy/demo/payments -H "Authorization: Bearer $AIRLOCK_SESSION" \
+       -H 'Content-Type: application/json' -d '{"amount": 25}'
+
+  # denied (constraint_violated): the model chose another recipient
+  curl -s {{.Sandbox}}/v1/proxy/demo/payments -H "Authorization: Bearer $AIRLOCK_SESSION" \
+       -H 'Content-Type: application/json' -d '{"to": "mallory", "amount": 25}'
+
+  # denied (no_matching_grant): no rule allows DELETE
+  curl -s -X DELETE {{.Sandbox}}/v1/proxy/demo/payments -H "Authorization: Bearer $AIRLOCK_SESSION"
+
+Act as the operator or auditor:
+
+  export AIRLOCK_ADDR={{.Control}} AIRLOCK_TOKEN={{.Admin}}
+  broker session list
+  broker session kill {{.SessionID}}
+  broker audit export
+
+Ctrl-C stops the broker.
+`))
+
+func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	sandboxAddr := fs.String("sandbox-listen", config.DefaultSandboxListen, "sandbox plane address")
+	controlAddr := fs.String("control-listen", config.DefaultControlListen, "control plane address")
+	dataDir := fs.String("data-dir", "", "data directory (default: a new temporary directory, removed on exit)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dataDir == "" {
+		d, err := os.MkdirTemp("", "airlock-dev-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		*dataDir = d
+	}
+	demoKey := "demo-" + randomHex(16)
+	keyFile := filepath.Join(*dataDir, "demo.key")
+	if err := os.WriteFile(keyFile, []byte(demoKey+"\n"), 0o600); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	demoSrv := &http.Server{Handler: demo.Handler(demoKey), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = demoSrv.Serve(ln) }()
+	defer demoSrv.Close()
+
+	enforce := false
+	cfg := &config.Config{
+		SandboxListen: *sandboxAddr, ControlListen: *controlAddr, DataDir: *dataDir,
+		AdminToken: "dev-admin-" + randomHex(16), EnforceIsolation: &enforce,
+		Upstreams: []config.Upstream{{
+			Name: "demo", BaseURL: "http://" + ln.Addr().String(),
+			Credential: config.Credential{Source: "file", Path: keyFile},
+		}},
+	}
+	if err := cfg.Validate(getenv); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	readyc := make(chan Addrs, 1)
+	go func() { errc <- serve(ctx, cfg, getenv, io.Discard, stderr, func(a Addrs) { readyc <- a }) }()
+	var addrs Addrs
+	select {
+	case err := <-errc:
+		return err
+	case addrs = <-readyc:
+	}
+	c := client.New(addrs.Control, cfg.AdminToken)
+	sess, err := c.CreateSession(ctx, demoSessionRequest)
+	if err != nil {
+		cancel()
+		return errors.Join(fmt.Errorf("create the demo session: %w", err), <-errc)
+	}
+	if err := quickstart.Execute(stdout, map[string]string{
+		"DataDir": *dataDir, "Sandbox": addrs.Sandbox, "Control": addrs.Control, "Admin": cfg.AdminToken,
+		"Demo": "http://" + ln.Addr().String(), "Session": sess.Token, "SessionID": sess.ID,
+	}); err != nil {
+		cancel()
+		return errors.Join(err, <-errc)
+	}
+	return <-errc
+}

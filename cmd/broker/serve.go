@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/config"
+	"github.com/airlock-broker/airlock/internal/httpapi"
+	"github.com/airlock-broker/airlock/internal/store"
+)
+
+const usage = `usage: broker <command> [flags]
+
+Server:
+  serve --config FILE        run the broker
+  dev                        run a throwaway broker with a demo upstream (no config)
+
+Client (AIRLOCK_ADDR = control plane address, AIRLOCK_TOKEN = API token):
+  session create|list|get|kill
+  grant add|get|revoke
+  tokens create|list|revoke
+  killswitch status|engage|release
+  audit export|verify
+`
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errors.New("no command")
+	}
+	switch args[0] {
+	case "serve":
+		return cmdServe(ctx, args[1:], getenv, stdout, stderr)
+	case "dev":
+		return cmdDev(ctx, args[1:], getenv, stdout, stderr)
+	case "session", "grant", "tokens", "killswitch", "audit":
+		return cmdClient(ctx, args, getenv, stdin, stdout)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return fmt.Errorf("unknown command %q", args[0])
+}
+
+func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	path := fs.String("config", "airlock.yaml", "configuration file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := config.Load(*path, getenv)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, getenv, stdout, stderr, nil)
+}
+
+// Addrs are the bound addresses of the two planes.
+type Addrs struct{ Sandbox, Control string }
+
+// serve runs the broker until ctx ends. ready, if set, is called once both
+// listeners are bound.
+func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, stdout, stderr io.Writer, ready func(Addrs)) error {
+	log := newLogger(stderr, cfg.LogLevel)
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data_dir: %w", err)
+	}
+	ups, err := cfg.Build(getenv)
+	if err != nil {
+		return err
+	}
+	st, err := store.OpenBolt(filepath.Join(cfg.DataDir, "airlock.db"), cfg.Audit.Durability, log.With("component", "store"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	b, err := broker.New(ctx, broker.Options{
+		Store: st, Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
+		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, Now: time.Now, Log: log,
+	})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	api := httpapi.New(b, log.With("component", "http"))
+
+	lnS, err := net.Listen("tcp", cfg.SandboxListen)
+	if err != nil {
+		return fmt.Errorf("sandbox_listen: %w", err)
+	}
+	lnC, err := net.Listen("tcp", cfg.ControlListen)
+	if err != nil {
+		lnS.Close()
+		return fmt.Errorf("control_listen: %w", err)
+	}
+	addrs := Addrs{Sandbox: "http://" + lnS.Addr().String(), Control: "http://" + lnC.Addr().String()}
+	servers := []*http.Server{
+		{Handler: api.Handler(httpapi.SandboxPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
+		{Handler: api.Handler(httpapi.ControlPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
+	}
+	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
+	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", addrs.Sandbox, addrs.Control)
+	if ready != nil {
+		ready(addrs)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for i, ln := range []net.Listener{lnS, lnC} {
+		srv := servers[i]
+		g.Go(func() error {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+	g.Go(func() error {
+		<-gctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var errs []error
+		for _, srv := range servers {
+			errs = append(errs, srv.Shutdown(sctx))
+		}
+		return errors.Join(errs...)
+	})
+	err = g.Wait()
+	log.Info("broker stopped")
+	return err
+}
+
+func newLogger(w io.Writer, level string) *slog.Logger {
+	var l slog.Level
+	switch level {
+	case "debug":
+		l = slog.LevelDebug
+	case "warn":
+		l = slog.LevelWarn
+	case "error":
+		l = slog.LevelError
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
+}

@@ -1,0 +1,148 @@
+// Package audit records everything that crosses the broker's boundary as a
+// SHA-256 hash chain, written durably with group commit.
+package audit
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrUnavailable means a record could not be written durably; the action it
+// describes must not happen (fail closed).
+var ErrUnavailable = errors.New("audit log unavailable")
+
+// Event types.
+const (
+	TypeSessionCreated  = "session.created"
+	TypeSessionRevoked  = "session.revoked"
+	TypeGrantCreated    = "grant.created"
+	TypeGrantRevoked    = "grant.revoked"
+	TypeCallAllowed     = "call.allowed"
+	TypeCallDenied      = "call.denied"
+	TypeCallCompleted   = "call.completed"
+	TypeKillswitch      = "killswitch.engaged"
+	TypeKillswitchOff   = "killswitch.released"
+	TypeTokenCreated    = "token.created"
+	TypeTokenRevoked    = "token.revoked"
+	TypeBrokerStarted   = "broker.started"
+	TypeCredentialFetch = "credential.fetched"
+)
+
+// Actor is who caused an event.
+type Actor struct {
+	Kind string `json:"kind"` // sandbox, operator, reviewer, auditor, admin, system
+	ID   string `json:"id,omitempty"`
+}
+
+// Event is one audit record. Its JSON encoding (field order as declared) is
+// the stored and exported form, and what the hash covers: the hash is the
+// SHA-256 of the record's encoding with Hash empty, and PrevHash links it to
+// the record before. The format is documented in api/openapi.yaml (AuditEvent).
+type Event struct {
+	Seq       uint64    `json:"seq"`
+	Time      time.Time `json:"time"`
+	Type      string    `json:"type"`
+	Actor     Actor     `json:"actor"`
+	RequestID string    `json:"request_id,omitempty"`
+	SessionID string    `json:"session_id,omitempty"`
+	TaskID    string    `json:"task_id,omitempty"`
+	GrantID   string    `json:"grant_id,omitempty"`
+	ActionID  string    `json:"action_id,omitempty"`
+	Upstream  string    `json:"upstream,omitempty"`
+	Method    string    `json:"method,omitempty"`
+	Path      string    `json:"path,omitempty"`
+	Decision  string    `json:"decision,omitempty"` // allow | deny
+	Code      string    `json:"code,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	Status    int       `json:"status,omitempty"`
+	LatencyUS int64     `json:"latency_us,omitempty"`
+	BytesIn   int64     `json:"bytes_in,omitempty"`
+	BytesOut  int64     `json:"bytes_out,omitempty"`
+	PrevHash  string    `json:"prev_hash"`
+	Hash      string    `json:"hash,omitempty"`
+}
+
+// seal sets e.Hash from the rest of e and returns the stored encoding.
+func seal(e *Event) ([]byte, error) {
+	e.Hash = ""
+	body, err := json.Marshal(e)
+	if err != nil {
+		return nil, err
+	}
+	sum := sha256.Sum256(body)
+	e.Hash = hex.EncodeToString(sum[:])
+	return json.Marshal(e)
+}
+
+// Entry is one sealed record handed to a Sink.
+type Entry struct {
+	Seq  uint64
+	Data []byte
+	// Side is state the sink persists in the same transaction as the record
+	// (for example a grant's usage counters), or nil.
+	Side any
+}
+
+// Sink stores the chain.
+type Sink interface {
+	// CommitAudit writes entries (consecutive sequence numbers) atomically
+	// and durably, per the sink's durability mode.
+	CommitAudit(ctx context.Context, entries []Entry) error
+	// AuditHead returns the last sequence number and hash (0, "" when empty).
+	AuditHead(ctx context.Context) (uint64, string, error)
+	// ScanAudit calls fn with each stored record from sequence from on, in
+	// order. data is valid only during the call.
+	ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, data []byte) error) error
+}
+
+// Verifier checks a chain record by record.
+type Verifier struct {
+	prev  string
+	seq   uint64
+	count uint64
+}
+
+// VerifyError gives the first sequence number where the chain breaks.
+type VerifyError struct {
+	Seq    uint64
+	Reason string
+}
+
+func (e *VerifyError) Error() string {
+	return fmt.Sprintf("audit chain broken at seq %d: %s", e.Seq, e.Reason)
+}
+
+// Next checks the next record's encoding.
+func (v *Verifier) Next(data []byte) error {
+	var e Event
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&e); err != nil {
+		return &VerifyError{Seq: v.seq + 1, Reason: "record is not a valid event"}
+	}
+	if v.count > 0 && e.Seq != v.seq+1 {
+		return &VerifyError{Seq: v.seq + 1, Reason: fmt.Sprintf("expected seq %d, found %d", v.seq+1, e.Seq)}
+	}
+	if v.count > 0 && e.PrevHash != v.prev {
+		return &VerifyError{Seq: e.Seq, Reason: "prev_hash does not match the previous record"}
+	}
+	want := e.Hash
+	if _, err := seal(&e); err != nil || e.Hash != want {
+		return &VerifyError{Seq: e.Seq, Reason: "hash does not match the record"}
+	}
+	v.prev, v.seq = e.Hash, e.Seq
+	v.count++
+	return nil
+}
+
+// Count is the number of records verified so far.
+func (v *Verifier) Count() uint64 { return v.count }
+
+// Head is the last verified hash.
+func (v *Verifier) Head() string { return v.prev }

@@ -1,0 +1,208 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// maxBatch bounds one group commit.
+const maxBatch = 512
+
+// Writer appends events to the chain with group commit: callers that arrive
+// while a transaction is being written share the next one, so many
+// concurrent calls cost one fsync. The chain head only advances when a
+// transaction committed, so a failed write leaves no gap.
+type Writer struct {
+	sink Sink
+	now  func() time.Time
+	log  *slog.Logger
+
+	in      chan *pending
+	stop    chan struct{}
+	done    chan struct{}
+	closeMu sync.RWMutex
+	closed  bool
+
+	headMu sync.Mutex
+	seq    uint64
+	head   string
+}
+
+type pending struct {
+	ev   Event
+	side any
+	done chan error
+}
+
+// NewWriter starts a writer over sink, continuing its chain.
+func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.Logger) (*Writer, error) {
+	seq, head, err := sink.AuditHead(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read audit head: %w", err)
+	}
+	w := &Writer{
+		sink: sink, now: now, log: log,
+		in:   make(chan *pending, 4*maxBatch),
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+		seq:  seq, head: head,
+	}
+	go w.loop()
+	return w, nil
+}
+
+var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
+
+// Append writes ev durably and returns it sealed (Seq, Time, hashes set).
+// side, if not nil, is persisted by the sink in the same transaction.
+// Any failure is wrapped in ErrUnavailable.
+func (w *Writer) Append(ctx context.Context, ev Event, side any) (Event, error) {
+	if ev.Time.IsZero() {
+		ev.Time = w.now().UTC()
+	}
+	p := pendingPool.Get().(*pending)
+	p.ev, p.side = ev, side
+	w.closeMu.RLock()
+	if w.closed {
+		w.closeMu.RUnlock()
+		pendingPool.Put(p)
+		return ev, fmt.Errorf("%w: writer closed", ErrUnavailable)
+	}
+	select {
+	case w.in <- p:
+	case <-ctx.Done():
+		w.closeMu.RUnlock()
+		pendingPool.Put(p)
+		return ev, fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+	}
+	w.closeMu.RUnlock()
+	// Wait for the outcome even if ctx ends: the record may be committed.
+	err := <-p.done
+	out := p.ev
+	p.ev, p.side = Event{}, nil
+	pendingPool.Put(p)
+	if err != nil {
+		return out, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return out, nil
+}
+
+// AppendAsync writes ev without waiting; failures are logged. It is for
+// records that follow an already-durable decision (call completion).
+func (w *Writer) AppendAsync(ev Event) {
+	go func() {
+		if _, err := w.Append(context.Background(), ev, nil); err != nil {
+			w.log.Error("audit append failed", "type", ev.Type, "err", err)
+		}
+	}()
+}
+
+// Close stops accepting events and waits for queued ones to be written.
+func (w *Writer) Close() {
+	w.closeMu.Lock()
+	if w.closed {
+		w.closeMu.Unlock()
+		<-w.done
+		return
+	}
+	w.closed = true
+	close(w.stop)
+	w.closeMu.Unlock()
+	<-w.done
+}
+
+// Head returns the last committed sequence number and hash.
+func (w *Writer) Head() (uint64, string) {
+	return w.seqHead()
+}
+
+func (w *Writer) loop() {
+	defer close(w.done)
+	batch := make([]*pending, 0, maxBatch)
+	entries := make([]Entry, 0, maxBatch)
+	for {
+		batch = batch[:0]
+		select {
+		case p := <-w.in:
+			batch = append(batch, p)
+		case <-w.stop:
+			// Drain what was queued before Close.
+			for {
+				select {
+				case p := <-w.in:
+					batch = append(batch, p)
+					if len(batch) == maxBatch {
+						w.commit(batch, entries)
+						batch = batch[:0]
+					}
+				default:
+					if len(batch) > 0 {
+						w.commit(batch, entries)
+					}
+					return
+				}
+			}
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case p := <-w.in:
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		w.commit(batch, entries)
+	}
+}
+
+func (w *Writer) commit(batch []*pending, entries []Entry) {
+	entries = entries[:0]
+	seq, head := w.seqHead()
+	for _, p := range batch {
+		seq++
+		p.ev.Seq = seq
+		p.ev.PrevHash = head
+		data, err := seal(&p.ev)
+		if err != nil {
+			w.fail(batch, err)
+			return
+		}
+		head = p.ev.Hash
+		entries = append(entries, Entry{Seq: seq, Data: data, Side: p.side})
+	}
+	if err := w.sink.CommitAudit(context.Background(), entries); err != nil {
+		w.log.Error("audit commit failed", "records", len(batch), "err", err)
+		w.fail(batch, err)
+		return
+	}
+	w.setHead(seq, head)
+	for _, p := range batch {
+		p.done <- nil
+	}
+}
+
+func (w *Writer) fail(batch []*pending, err error) {
+	if err == nil {
+		err = errors.New("unknown")
+	}
+	for _, p := range batch {
+		p.done <- err
+	}
+}
+
+func (w *Writer) seqHead() (uint64, string) {
+	w.headMu.Lock()
+	defer w.headMu.Unlock()
+	return w.seq, w.head
+}
+
+func (w *Writer) setHead(seq uint64, head string) {
+	w.headMu.Lock()
+	defer w.headMu.Unlock()
+	w.seq, w.head = seq, head
+}

@@ -1,0 +1,314 @@
+// Package broker wires sessions, grants, upstreams, API tokens and the audit
+// chain into the broker's operations. It serves the hot path (token →
+// session → grants) from memory and writes every change through to the store.
+package broker
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// Errors of broker operations (besides those of session, grants, upstream, audit).
+var (
+	ErrKillswitch       = errors.New("global kill-switch engaged")
+	ErrNotFound         = errors.New("not found")
+	ErrForbidden        = errors.New("forbidden")
+	ErrConflict         = errors.New("conflict")
+	ErrUnknownUpstream  = errors.New("unknown upstream")
+	ErrApprovalRequired = errors.New("call requires human approval")
+)
+
+// Options configure a Broker.
+type Options struct {
+	Store            store.Store
+	Upstreams        map[string]*upstream.Upstream
+	AdminToken       string
+	MaxSessionTTL    time.Duration
+	DefaultTTL       time.Duration
+	EnforceIsolation bool
+	Now              func() time.Time
+	Log              *slog.Logger
+}
+
+// Broker is the broker's domain service.
+type Broker struct {
+	store     store.Store
+	audit     *audit.Writer
+	tokens    *session.Tokens
+	auth      *auth.Authenticator
+	upstreams map[string]*upstream.Upstream
+	now       func() time.Time
+	log       *slog.Logger
+	maxTTL    time.Duration
+	defTTL    time.Duration
+	enforce   bool
+	hmacKey   []byte
+
+	killswitch atomic.Bool
+
+	mu       sync.RWMutex
+	sessions map[string]*Live
+	byToken  map[string]*Live
+	grantIdx map[string]*grants.Live
+
+	stopJanitor chan struct{}
+	janitorDone chan struct{}
+}
+
+// Live is an active session in memory.
+type Live struct {
+	Session session.Session
+	bind    netip.Prefix
+	bound   bool
+	revoked atomic.Bool
+	killed  atomic.Int64 // unix nanoseconds of the kill, 0 if alive
+	ctx     context.Context
+	cancel  context.CancelFunc
+	grants  atomic.Pointer[[]*grants.Live]
+}
+
+// Context ends when the session is killed: in-flight calls derive from it.
+func (l *Live) Context() context.Context { return l.ctx }
+
+// Grants returns the session's grants (including revoked and expired ones).
+func (l *Live) Grants() []*grants.Live {
+	if p := l.grants.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+const (
+	metaSecret     = "installation_secret"
+	metaKillswitch = "killswitch"
+)
+
+// New loads state from the store and starts the audit writer.
+func New(ctx context.Context, o Options) (*Broker, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	secret, err := o.Store.Meta(ctx, metaSecret)
+	if errors.Is(err, store.ErrNotFound) {
+		secret = make([]byte, 32)
+		if _, err := rand.Read(secret); err != nil {
+			return nil, err
+		}
+		if err := o.Store.PutMeta(ctx, metaSecret, secret); err != nil {
+			return nil, fmt.Errorf("store installation secret: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("read installation secret: %w", err)
+	}
+	derive := func(label string) []byte {
+		m := hmac.New(sha256.New, secret)
+		m.Write([]byte(label))
+		return m.Sum(nil)
+	}
+	tokens, err := session.NewTokens(derive("session-jwt"), o.Now)
+	if err != nil {
+		return nil, err
+	}
+	apiTokens, err := o.Store.Tokens(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("load API tokens: %w", err)
+	}
+	w, err := audit.NewWriter(ctx, o.Store, o.Now, o.Log.With("component", "audit"))
+	if err != nil {
+		return nil, err
+	}
+	b := &Broker{
+		store: o.Store, audit: w, tokens: tokens,
+		auth:      auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
+		upstreams: o.Upstreams, now: o.Now, log: o.Log,
+		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
+		hmacKey:  derive("audit-hmac"),
+		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
+		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
+	}
+	if ks, err := o.Store.Meta(ctx, metaKillswitch); err == nil {
+		var st KillswitchState
+		if json.Unmarshal(ks, &st) == nil {
+			b.killswitch.Store(st.Engaged)
+		}
+	}
+	if err := b.load(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
+	go b.janitor()
+	return b, nil
+}
+
+// Close stops background work and flushes the audit log.
+func (b *Broker) Close() {
+	close(b.stopJanitor)
+	<-b.janitorDone
+	b.mu.Lock()
+	for _, l := range b.sessions {
+		l.cancel()
+	}
+	b.mu.Unlock()
+	b.audit.Close()
+}
+
+func (b *Broker) load(ctx context.Context) error {
+	now := b.now()
+	after := ""
+	for {
+		page, err := b.store.Sessions(ctx, after, 1000)
+		if err != nil {
+			return fmt.Errorf("load sessions: %w", err)
+		}
+		for _, s := range page {
+			if !s.RevokedAt.IsZero() || !now.Before(s.ExpiresAt) {
+				continue
+			}
+			recs, err := b.store.SessionGrants(ctx, s.ID)
+			if err != nil {
+				return fmt.Errorf("load grants of %s: %w", s.ID, err)
+			}
+			var live []*grants.Live
+			for _, r := range recs {
+				g, err := grants.Compile(r.Grant, r.Usage)
+				if err != nil {
+					return fmt.Errorf("compile grant %s: %w", r.Grant.ID, err)
+				}
+				if !r.Grant.RevokedAt.IsZero() {
+					g.Revoke()
+				}
+				live = append(live, g)
+			}
+			b.addLive(s, live)
+		}
+		if len(page) < 1000 {
+			return nil
+		}
+		after = page[len(page)-1].ID
+	}
+}
+
+func (b *Broker) addLive(s session.Session, gs []*grants.Live) *Live {
+	l := &Live{Session: s}
+	l.bind, l.bound = s.Bind()
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.grants.Store(&gs)
+	b.mu.Lock()
+	b.sessions[s.ID] = l
+	for _, g := range gs {
+		b.grantIdx[g.Grant.ID] = g
+	}
+	b.mu.Unlock()
+	return l
+}
+
+// janitor forgets expired sessions so memory stays bounded.
+func (b *Broker) janitor() {
+	defer close(b.janitorDone)
+	t := time.NewTicker(time.Minute)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stopJanitor:
+			return
+		case <-t.C:
+			b.forgetExpired()
+		}
+	}
+}
+
+func (b *Broker) forgetExpired() {
+	now := b.now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, l := range b.sessions {
+		if now.Before(l.Session.ExpiresAt) && !l.revoked.Load() {
+			continue
+		}
+		l.cancel()
+		delete(b.sessions, id)
+		for _, g := range l.Grants() {
+			delete(b.grantIdx, g.Grant.ID)
+		}
+	}
+	for tok, l := range b.byToken {
+		if _, ok := b.sessions[l.Session.ID]; !ok {
+			delete(b.byToken, tok)
+		}
+	}
+}
+
+// newID makes a time-ordered identifier: prefix, 48-bit milliseconds, 64 random bits.
+func newID(prefix string, now time.Time) string {
+	var b [14]byte
+	var ms [8]byte
+	binary.BigEndian.PutUint64(ms[:], uint64(now.UnixMilli()))
+	copy(b[:6], ms[2:])
+	_, _ = rand.Read(b[6:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// NewRequestID makes a request identifier.
+func NewRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "req_" + hex.EncodeToString(b[:])
+}
+
+// HMAC hides an identifier that could be abused (token and lease ids) in the
+// audit log, keyed per installation.
+func (b *Broker) HMAC(v string) string {
+	m := hmac.New(sha256.New, b.hmacKey)
+	m.Write([]byte(v))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// Authenticate resolves a control-plane bearer token.
+func (b *Broker) Authenticate(bearer string) (auth.Principal, error) {
+	return b.auth.Authenticate(bearer)
+}
+
+// Upstream returns a configured upstream.
+func (b *Broker) Upstream(name string) (*upstream.Upstream, bool) {
+	u, ok := b.upstreams[name]
+	return u, ok
+}
+
+// Audit is the chain writer.
+func (b *Broker) Audit() *audit.Writer { return b.audit }
+
+// Store is the underlying store.
+func (b *Broker) Store() store.Store { return b.store }
+
+// Ready reports whether the store is usable and credential sources answer.
+func (b *Broker) Ready(ctx context.Context) map[string]error {
+	out := map[string]error{"store": b.store.Ready(ctx)}
+	for name, u := range b.upstreams {
+		_, _, err := u.Credential(ctx)
+		out["credential:"+name] = err
+	}
+	return out
+}
+
+func actorOf(p auth.Principal) audit.Actor {
+	return audit.Actor{Kind: p.Role, ID: p.ID}
+}

@@ -1,0 +1,412 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store"
+)
+
+// SessionRequest is what an operator asks for.
+type SessionRequest struct {
+	TaskID         string
+	TTL            time.Duration
+	UntrustedInput *bool
+	Isolation      string
+	BindCIDR       string
+	Labels         map[string]string
+	Grants         []grants.Spec
+}
+
+// SessionView is a session with its grants and derived standing.
+type SessionView struct {
+	Session           session.Session
+	Grants            []GrantView
+	RuleOfTwo         session.RuleOfTwo
+	Required          session.Isolation
+	IsolationTooWeak  bool
+	Status            string // active, revoked or expired
+	Token             string // only on creation
+	EnforcedIsolation bool
+}
+
+// GrantView is a grant with its usage and state.
+type GrantView struct {
+	Grant  grants.Grant
+	Usage  grants.Usage
+	Status string // active, revoked or expired
+}
+
+// FieldError names the offending field of a request.
+type FieldError = grants.FieldError
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+func (b *Broker) upstreamKind(name string) (string, bool) {
+	u, ok := b.upstreams[name]
+	if !ok {
+		return "", false
+	}
+	return u.Kind, true
+}
+
+// ruleOfTwo derives A, B, C from a session and its usable grants.
+func (b *Broker) ruleOfTwo(s *session.Session, gs []*grants.Live) session.RuleOfTwo {
+	r := session.RuleOfTwo{UntrustedInput: s.UntrustedInput}
+	now := b.now()
+	for _, g := range gs {
+		if g.Revoked() || !now.Before(g.Grant.ExpiresAt) {
+			continue
+		}
+		if u, ok := b.upstreams[g.Grant.Upstream]; ok && u.Sensitive {
+			r.SensitiveAccess = true
+		}
+		if g.HasIrreversible() {
+			r.ExternalAction = true
+		}
+	}
+	return r
+}
+
+// CreateSession validates req, stores the session and its grants, and
+// returns its token (shown once).
+func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req SessionRequest) (SessionView, error) {
+	now := b.now().UTC()
+	ttl := req.TTL
+	switch {
+	case ttl == 0:
+		ttl = b.defTTL
+	case ttl < 0:
+		return SessionView{}, fieldErr("ttl", "must be positive")
+	case ttl > b.maxTTL:
+		return SessionView{}, fieldErr("ttl", "exceeds the server maximum of %s", b.maxTTL)
+	}
+	if req.TaskID == "" || len(req.TaskID) > 200 {
+		return SessionView{}, fieldErr("task_id", "is required (at most 200 characters)")
+	}
+	iso, ok := session.ParseIsolation(req.Isolation)
+	if !ok {
+		return SessionView{}, fieldErr("isolation", "must be process, container, gvisor or microvm")
+	}
+	if req.BindCIDR != "" {
+		pfx, err := netip.ParsePrefix(req.BindCIDR)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(req.BindCIDR)
+			if aerr != nil {
+				return SessionView{}, fieldErr("bind_cidr", "must be a CIDR prefix or an address")
+			}
+			pfx = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		req.BindCIDR = pfx.Masked().String()
+	}
+	if len(req.Labels) > 64 {
+		return SessionView{}, fieldErr("labels", "at most 64 labels")
+	}
+	untrusted := true
+	if req.UntrustedInput != nil {
+		untrusted = *req.UntrustedInput
+	}
+	s := session.Session{
+		ID: newID("ses_", now), TaskID: req.TaskID, TokenID: newID("jti_", now),
+		CreatedAt: now, ExpiresAt: now.Add(ttl), UntrustedInput: untrusted, Isolation: iso,
+		BindCIDR: req.BindCIDR, Labels: req.Labels, CreatedBy: p.ID,
+	}
+	var live []*grants.Live
+	var recs []grants.Grant
+	for i := range req.Grants {
+		g, err := b.newGrant(fmt.Sprintf("grants[%d]", i), &s, req.Grants[i], p, now)
+		if err != nil {
+			return SessionView{}, err
+		}
+		l, err := grants.Compile(g, grants.Usage{})
+		if err != nil {
+			return SessionView{}, fieldErr(fmt.Sprintf("grants[%d]", i), "%v", err)
+		}
+		recs = append(recs, g)
+		live = append(live, l)
+	}
+	r2 := b.ruleOfTwo(&s, live)
+	if b.enforce && iso < r2.RequiredIsolation() {
+		return SessionView{}, fmt.Errorf("%w: %s required, %q declared", session.ErrIsolationWeak, r2.RequiredIsolation(), iso)
+	}
+	token, err := b.tokens.Issue(&s)
+	if err != nil {
+		return SessionView{}, fmt.Errorf("issue token: %w", err)
+	}
+	if err := b.store.PutSession(ctx, &s); err != nil {
+		return SessionView{}, fmt.Errorf("store session: %w", err)
+	}
+	for i := range recs {
+		if err := b.store.PutGrant(ctx, &recs[i], grants.Usage{}); err != nil {
+			return SessionView{}, fmt.Errorf("store grant: %w", err)
+		}
+	}
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil {
+		return SessionView{}, err
+	}
+	l := b.addLive(s, live)
+	v := b.view(l)
+	v.Token = token
+	return v, nil
+}
+
+func (b *Broker) newGrant(field string, s *session.Session, spec grants.Spec, p auth.Principal, now time.Time) (grants.Grant, error) {
+	remaining := s.ExpiresAt.Sub(now)
+	if err := grants.Validate(field, &spec, b.upstreamKind, remaining); err != nil {
+		return grants.Grant{}, err
+	}
+	ttl := spec.TTL
+	if ttl == 0 {
+		ttl = remaining
+	}
+	return grants.Grant{
+		ID: newID("grt_", now), SessionID: s.ID, TaskID: s.TaskID, Spec: spec,
+		CreatedAt: now, ExpiresAt: now.Add(ttl), CreatedBy: p.ID,
+	}, nil
+}
+
+func (b *Broker) view(l *Live) SessionView {
+	gs := l.Grants()
+	r2 := b.ruleOfTwo(&l.Session, gs)
+	now := b.now()
+	v := SessionView{
+		Session: l.Session, RuleOfTwo: r2, Required: r2.RequiredIsolation(),
+		IsolationTooWeak: l.Session.Isolation < r2.RequiredIsolation(), EnforcedIsolation: b.enforce,
+		Status: status(l.revoked.Load() || !l.Session.RevokedAt.IsZero(), l.Session.ExpiresAt, now),
+	}
+	if k := l.killed.Load(); k != 0 && v.Session.RevokedAt.IsZero() {
+		v.Session.RevokedAt = time.Unix(0, k).UTC()
+	}
+	for _, g := range gs {
+		v.Grants = append(v.Grants, b.grantView(g, v.Status != "active"))
+	}
+	return v
+}
+
+func (b *Broker) grantView(g *grants.Live, sessionOver bool) GrantView {
+	return GrantView{Grant: g.Grant, Usage: g.Usage(),
+		Status: status(g.Revoked() || !g.Grant.RevokedAt.IsZero() || sessionOver, g.Grant.ExpiresAt, b.now())}
+}
+
+func status(revoked bool, expires, now time.Time) string {
+	switch {
+	case !now.Before(expires):
+		return "expired"
+	case revoked:
+		return "revoked"
+	}
+	return "active"
+}
+
+func (b *Broker) live(id string) (*Live, bool) {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	l, ok := b.sessions[id]
+	return l, ok
+}
+
+// Session returns a session's view, from memory when active, else from the store.
+func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
+	if l, ok := b.live(id); ok {
+		return b.view(l), nil
+	}
+	s, err := b.store.Session(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return SessionView{}, ErrNotFound
+	}
+	if err != nil {
+		return SessionView{}, err
+	}
+	return b.storedView(ctx, s)
+}
+
+func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView, error) {
+	recs, err := b.store.SessionGrants(ctx, s.ID)
+	if err != nil {
+		return SessionView{}, err
+	}
+	var gs []*grants.Live
+	for _, r := range recs {
+		g, err := grants.Compile(r.Grant, r.Usage)
+		if err != nil {
+			return SessionView{}, err
+		}
+		gs = append(gs, g)
+	}
+	l := &Live{Session: s}
+	l.revoked.Store(!s.RevokedAt.IsZero())
+	l.grants.Store(&gs)
+	return b.view(l), nil
+}
+
+// Sessions lists sessions in creation order after cursor `after`.
+func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]SessionView, string, error) {
+	ss, err := b.store.Sessions(ctx, after, limit+1)
+	if err != nil {
+		return nil, "", err
+	}
+	next := ""
+	if len(ss) > limit {
+		ss = ss[:limit]
+		next = ss[limit-1].ID
+	}
+	out := make([]SessionView, 0, len(ss))
+	for _, s := range ss {
+		if l, ok := b.live(s.ID); ok {
+			out = append(out, b.view(l))
+			continue
+		}
+		v, err := b.storedView(ctx, s)
+		if err != nil {
+			return nil, "", err
+		}
+		out = append(out, v)
+	}
+	return out, next, nil
+}
+
+// KillSession ends a session at once: its token stops working, its grants
+// are revoked, and its in-flight upstream calls are cancelled.
+func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (SessionView, error) {
+	l, ok := b.live(id)
+	if !ok {
+		v, err := b.Session(ctx, id)
+		if err != nil {
+			return SessionView{}, err
+		}
+		return v, nil // already over; killing is idempotent
+	}
+	if l.revoked.Swap(true) {
+		return b.view(l), nil
+	}
+	for _, g := range l.Grants() {
+		g.Revoke()
+	}
+	now := b.now().UTC()
+	l.killed.Store(now.UnixNano())
+	l.cancel()
+	s := l.Session
+	s.RevokedAt = now
+	var firstErr error
+	if err := b.store.PutSession(ctx, &s); err != nil {
+		firstErr = err
+	}
+	for _, g := range l.Grants() {
+		rec := g.Grant
+		if rec.RevokedAt.IsZero() {
+			rec.RevokedAt = now
+		}
+		if err := b.store.PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
+			firstErr = err
+		}
+	}
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionRevoked, Actor: actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	v := b.view(l)
+	if firstErr != nil {
+		// The session is dead in memory whatever happened; the store failure is reported.
+		return v, fmt.Errorf("session killed, but persisting it failed: %w", firstErr)
+	}
+	return v, nil
+}
+
+// AddGrant attaches a grant to an active session.
+func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID string, spec grants.Spec) (GrantView, error) {
+	l, ok := b.live(sessionID)
+	if !ok || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
+		if _, err := b.Session(ctx, sessionID); err != nil {
+			return GrantView{}, err
+		}
+		return GrantView{}, fmt.Errorf("%w: the session is no longer active", ErrConflict)
+	}
+	now := b.now().UTC()
+	g, err := b.newGrant("", &l.Session, spec, p, now)
+	if err != nil {
+		var fe *FieldError
+		if errors.As(err, &fe) && len(fe.Field) > 0 && fe.Field[0] == '.' {
+			fe.Field = fe.Field[1:]
+		}
+		return GrantView{}, err
+	}
+	gl, err := grants.Compile(g, grants.Usage{})
+	if err != nil {
+		return GrantView{}, err
+	}
+	next := append(append([]*grants.Live{}, l.Grants()...), gl)
+	r2 := b.ruleOfTwo(&l.Session, next)
+	if b.enforce && l.Session.Isolation < r2.RequiredIsolation() {
+		return GrantView{}, fmt.Errorf("%w: this grant raises the required isolation to %s", session.ErrIsolationWeak, r2.RequiredIsolation())
+	}
+	if err := b.store.PutGrant(ctx, &g, grants.Usage{}); err != nil {
+		return GrantView{}, fmt.Errorf("store grant: %w", err)
+	}
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
+		return GrantView{}, err
+	}
+	b.mu.Lock()
+	cur := l.Grants()
+	updated := append(append([]*grants.Live{}, cur...), gl)
+	l.grants.Store(&updated)
+	b.grantIdx[g.ID] = gl
+	b.mu.Unlock()
+	return b.grantView(gl, false), nil
+}
+
+// Grant returns one grant.
+func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
+	b.mu.RLock()
+	gl, ok := b.grantIdx[id]
+	b.mu.RUnlock()
+	if ok {
+		l, live := b.live(gl.Grant.SessionID)
+		return b.grantView(gl, !live || l.revoked.Load()), nil
+	}
+	r, err := b.store.Grant(ctx, id)
+	if errors.Is(err, store.ErrNotFound) {
+		return GrantView{}, ErrNotFound
+	}
+	if err != nil {
+		return GrantView{}, err
+	}
+	gl, err = grants.Compile(r.Grant, r.Usage)
+	if err != nil {
+		return GrantView{}, err
+	}
+	sess, err := b.store.Session(ctx, r.Grant.SessionID)
+	return b.grantView(gl, err != nil || !sess.RevokedAt.IsZero()), nil
+}
+
+// RevokeGrant makes a grant unusable at once.
+func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (GrantView, error) {
+	b.mu.RLock()
+	gl, ok := b.grantIdx[id]
+	b.mu.RUnlock()
+	if !ok {
+		return b.Grant(ctx, id)
+	}
+	if gl.Revoked() {
+		return b.grantView(gl, false), nil
+	}
+	gl.Revoke()
+	rec := gl.Grant
+	rec.RevokedAt = b.now().UTC()
+	if err := b.store.PutGrant(ctx, &rec, gl.Usage()); err != nil {
+		return GrantView{}, fmt.Errorf("grant revoked, but persisting it failed: %w", err)
+	}
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
+		return GrantView{}, err
+	}
+	v := b.grantView(gl, false)
+	v.Grant.RevokedAt = rec.RevokedAt
+	return v, nil
+}

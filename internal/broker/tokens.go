@@ -1,0 +1,62 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/store"
+)
+
+// CreateToken makes an API token for role; the token string is returned
+// once and only its digest is stored.
+func (b *Broker) CreateToken(ctx context.Context, p auth.Principal, role, name string, ttl time.Duration) (auth.Token, string, error) {
+	if !auth.ValidRole(role) {
+		return auth.Token{}, "", fieldErr("role", "must be admin, operator, reviewer or auditor")
+	}
+	if name == "" || len(name) > 100 {
+		return auth.Token{}, "", fieldErr("name", "is required (at most 100 characters)")
+	}
+	if ttl < 0 {
+		return auth.Token{}, "", fieldErr("ttl", "must be positive")
+	}
+	now := b.now().UTC()
+	t := auth.Token{ID: newID("tok_", now), Name: name, Role: role, CreatedAt: now, CreatedBy: p.ID}
+	if ttl > 0 {
+		t.ExpiresAt = now.Add(ttl)
+	}
+	secret, digest := auth.NewSecret(t.ID)
+	t.Digest = digest
+	if err := b.store.PutToken(ctx, t); err != nil {
+		return auth.Token{}, "", fmt.Errorf("store token: %w", err)
+	}
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenCreated, Actor: actorOf(p), Reason: "role " + role + " id " + b.HMAC(t.ID)}, nil); err != nil {
+		return auth.Token{}, "", err
+	}
+	b.auth.Put(t)
+	return t, secret, nil
+}
+
+// Tokens lists API tokens (never their secrets).
+func (b *Broker) Tokens() []auth.Token {
+	ts := b.auth.List()
+	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
+	return ts
+}
+
+// RevokeToken deletes an API token at once.
+func (b *Broker) RevokeToken(ctx context.Context, p auth.Principal, id string) error {
+	if err := b.store.DeleteToken(ctx, id); err != nil {
+		if errors.Is(err, store.ErrNotFound) {
+			return ErrNotFound
+		}
+		return err
+	}
+	b.auth.Delete(id)
+	_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenRevoked, Actor: actorOf(p), Reason: "id " + b.HMAC(id)}, nil)
+	return err
+}

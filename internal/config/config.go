@@ -1,0 +1,362 @@
+// Package config reads and validates the broker's YAML configuration.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// Config is the broker's configuration file.
+type Config struct {
+	SandboxListen    string        `yaml:"sandbox_listen"`
+	ControlListen    string        `yaml:"control_listen"`
+	DataDir          string        `yaml:"data_dir"`
+	AdminToken       string        `yaml:"admin_token"`
+	AdminTokenFile   string        `yaml:"admin_token_file"`
+	MaxSessionTTL    time.Duration `yaml:"max_session_ttl"`
+	DefaultTTL       time.Duration `yaml:"default_session_ttl"`
+	EnforceIsolation *bool         `yaml:"enforce_isolation"`
+	Audit            Audit         `yaml:"audit"`
+	Upstreams        []Upstream    `yaml:"upstreams"`
+	LogLevel         string        `yaml:"log_level"`
+}
+
+// Audit configures the audit log.
+type Audit struct {
+	Durability string `yaml:"durability"`
+}
+
+// Upstream configures one upstream.
+type Upstream struct {
+	Name           string        `yaml:"name"`
+	Type           string        `yaml:"type"`
+	BaseURL        string        `yaml:"base_url"`
+	Sensitive      *bool         `yaml:"sensitive"`
+	Timeout        time.Duration `yaml:"timeout"`
+	MaxBody        int64         `yaml:"max_body"`
+	ForwardHeaders []string      `yaml:"forward_headers"`
+	Credential     Credential    `yaml:"credential"`
+	Inject         Inject        `yaml:"inject"`
+	// aws upstreams (not yet supported)
+	Service  string `yaml:"service"`
+	Region   string `yaml:"region"`
+	Endpoint string `yaml:"endpoint"`
+}
+
+// Credential names a credential source.
+type Credential struct {
+	Source string `yaml:"source"`
+	Name   string `yaml:"name"`
+	Path   string `yaml:"path"`
+}
+
+// Inject says how the credential is injected.
+type Inject struct {
+	Header    string `yaml:"header"`
+	Format    string `yaml:"format"`
+	Query     string `yaml:"query"`
+	BasicUser string `yaml:"basic_user"`
+}
+
+// Defaults.
+const (
+	DefaultSandboxListen = "127.0.0.1:8700"
+	DefaultControlListen = "127.0.0.1:8701"
+	DefaultMaxSessionTTL = time.Hour
+	DefaultSessionTTL    = 15 * time.Minute
+	DefaultTimeout       = 30 * time.Second
+	DefaultMaxBody       = 1 << 20
+)
+
+// FieldError names the offending field.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+func fieldErr(field, format string, args ...any) error {
+	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Load reads path, expands ${VAR} in values through getenv, applies defaults
+// and validates.
+func Load(path string, getenv func(string) string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	return Parse(data, getenv)
+}
+
+// Parse is Load on bytes.
+func Parse(data []byte, getenv func(string) string) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := expand(&root, "", getenv); err != nil {
+		return nil, err
+	}
+	expanded, err := yaml.Marshal(&root)
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var c Config
+	dec := yaml.NewDecoder(bytes.NewReader(expanded))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil && !errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := c.Validate(getenv); err != nil {
+		return nil, err
+	}
+	return &c, nil
+}
+
+var envRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
+
+// expand replaces ${VAR} in scalar values (never in keys, never re-parsed as
+// YAML, so a variable cannot inject structure).
+func expand(n *yaml.Node, field string, getenv func(string) string) error {
+	switch n.Kind {
+	case yaml.DocumentNode, yaml.SequenceNode:
+		for i, c := range n.Content {
+			f := field
+			if n.Kind == yaml.SequenceNode {
+				f = fmt.Sprintf("%s[%d]", field, i)
+			}
+			if err := expand(c, f, getenv); err != nil {
+				return err
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			f := n.Content[i].Value
+			if field != "" {
+				f = field + "." + f
+			}
+			if err := expand(n.Content[i+1], f, getenv); err != nil {
+				return err
+			}
+		}
+	case yaml.ScalarNode:
+		var missing string
+		n.Value = envRef.ReplaceAllStringFunc(n.Value, func(m string) string {
+			name := m[2 : len(m)-1]
+			v := getenv(name)
+			if v == "" && missing == "" {
+				missing = name
+			}
+			return v
+		})
+		if missing != "" {
+			return fieldErr(field, "environment variable %s is not set", missing)
+		}
+	}
+	return nil
+}
+
+// Validate applies defaults and checks every field.
+func (c *Config) Validate(getenv func(string) string) error {
+	if c.SandboxListen == "" {
+		c.SandboxListen = DefaultSandboxListen
+	}
+	if c.ControlListen == "" {
+		c.ControlListen = DefaultControlListen
+	}
+	for _, f := range []struct{ name, v string }{{"sandbox_listen", c.SandboxListen}, {"control_listen", c.ControlListen}} {
+		if _, _, err := net.SplitHostPort(f.v); err != nil {
+			return fieldErr(f.name, "must be host:port")
+		}
+	}
+	if c.SandboxListen == c.ControlListen && !strings.HasSuffix(c.SandboxListen, ":0") {
+		return fieldErr("control_listen", "must differ from sandbox_listen: the two planes are separate listeners")
+	}
+	if c.DataDir == "" {
+		c.DataDir = "./data"
+	}
+	if c.AdminToken == "" && c.AdminTokenFile != "" {
+		data, err := os.ReadFile(c.AdminTokenFile)
+		if err != nil {
+			return fieldErr("admin_token_file", "cannot read the file")
+		}
+		c.AdminToken = strings.TrimRight(string(data), "\r\n")
+	}
+	if c.AdminToken == "" {
+		return fieldErr("admin_token", "is required (or admin_token_file)")
+	}
+	if len(c.AdminToken) < 16 {
+		return fieldErr("admin_token", "must be at least 16 characters")
+	}
+	if c.MaxSessionTTL == 0 {
+		c.MaxSessionTTL = DefaultMaxSessionTTL
+	}
+	if c.MaxSessionTTL < 0 {
+		return fieldErr("max_session_ttl", "must be positive")
+	}
+	if c.DefaultTTL == 0 {
+		c.DefaultTTL = min(DefaultSessionTTL, c.MaxSessionTTL)
+	}
+	if c.DefaultTTL < 0 || c.DefaultTTL > c.MaxSessionTTL {
+		return fieldErr("default_session_ttl", "must be positive and at most max_session_ttl")
+	}
+	if c.EnforceIsolation == nil {
+		t := true
+		c.EnforceIsolation = &t
+	}
+	switch c.Audit.Durability {
+	case "":
+		c.Audit.Durability = store.DurabilityFsync
+	case store.DurabilityFsync, store.DurabilityBuffered:
+	default:
+		return fieldErr("audit.durability", "must be fsync or buffered")
+	}
+	switch c.LogLevel {
+	case "", "debug", "info", "warn", "error":
+	default:
+		return fieldErr("log_level", "must be debug, info, warn or error")
+	}
+	seen := map[string]bool{}
+	for i := range c.Upstreams {
+		if err := c.Upstreams[i].validate(fmt.Sprintf("upstreams[%d]", i), seen); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+func (u *Upstream) validate(f string, seen map[string]bool) error {
+	if !nameRE.MatchString(u.Name) {
+		return fieldErr(f+".name", "must be 1-63 of a-z, 0-9, '-', '_'")
+	}
+	if seen[u.Name] {
+		return fieldErr(f+".name", "duplicate upstream name %q", u.Name)
+	}
+	seen[u.Name] = true
+	switch u.Type {
+	case "", "http":
+		u.Type = "http"
+	case "aws":
+		return fieldErr(f+".type", "aws upstreams are not supported by this version yet")
+	default:
+		return fieldErr(f+".type", "must be http or aws")
+	}
+	bu, err := url.Parse(u.BaseURL)
+	if err != nil || (bu.Scheme != "http" && bu.Scheme != "https") || bu.Host == "" || bu.RawQuery != "" || bu.Fragment != "" || bu.User != nil {
+		return fieldErr(f+".base_url", "must be an absolute http(s) URL without query, fragment or user info")
+	}
+	if u.Sensitive == nil {
+		t := true
+		u.Sensitive = &t
+	}
+	if u.Timeout == 0 {
+		u.Timeout = DefaultTimeout
+	}
+	if u.Timeout < 0 {
+		return fieldErr(f+".timeout", "must be positive")
+	}
+	if u.MaxBody == 0 {
+		u.MaxBody = DefaultMaxBody
+	}
+	if u.MaxBody < 0 {
+		return fieldErr(f+".max_body", "must be positive")
+	}
+	for j, h := range u.ForwardHeaders {
+		if grants.ForbiddenHeader(h) || strings.EqualFold(h, "Accept-Encoding") {
+			return fieldErr(fmt.Sprintf("%s.forward_headers[%d]", f, j), "%s may never be forwarded from a sandbox", h)
+		}
+	}
+	switch u.Credential.Source {
+	case "env":
+		if u.Credential.Name == "" {
+			return fieldErr(f+".credential.name", "is required for source env")
+		}
+	case "file":
+		if u.Credential.Path == "" {
+			return fieldErr(f+".credential.path", "is required for source file")
+		}
+	case "vault", "vault_aws", "aws":
+		return fieldErr(f+".credential.source", "%s is not supported by this version yet", u.Credential.Source)
+	case "":
+		return fieldErr(f+".credential.source", "is required (env or file)")
+	default:
+		return fieldErr(f+".credential.source", "must be env or file")
+	}
+	in := &u.Inject
+	n := 0
+	for _, set := range []bool{in.Header != "", in.Query != "", in.BasicUser != ""} {
+		if set {
+			n++
+		}
+	}
+	switch {
+	case n == 0:
+		in.Header, in.Format = "Authorization", "Bearer {secret}"
+	case n > 1:
+		return fieldErr(f+".inject", "set exactly one of header, query, basic_user")
+	case in.Header != "":
+		if in.Format == "" {
+			in.Format = "{secret}"
+		}
+		if !strings.Contains(in.Format, "{secret}") {
+			return fieldErr(f+".inject.format", "must contain {secret}")
+		}
+		if strings.ContainsAny(in.Header, " :\r\n") {
+			return fieldErr(f+".inject.header", "is not a valid header name")
+		}
+	case in.Format != "":
+		return fieldErr(f+".inject.format", "applies to header injection only")
+	}
+	return nil
+}
+
+// Build makes the runtime upstreams, resolving credential sources.
+func (c *Config) Build(getenv func(string) string) (map[string]*upstream.Upstream, error) {
+	out := make(map[string]*upstream.Upstream, len(c.Upstreams))
+	for i, u := range c.Upstreams {
+		f := fmt.Sprintf("upstreams[%d]", i)
+		bu, _ := url.Parse(u.BaseURL)
+		var src upstream.Source
+		switch u.Credential.Source {
+		case "env":
+			s, err := upstream.NewEnvSource(u.Credential.Name, getenv)
+			if err != nil {
+				return nil, fieldErr(f+".credential.name", "%v", err)
+			}
+			src = s
+		case "file":
+			src = upstream.NewFileSource(u.Credential.Path)
+		}
+		fwd := map[string]bool{}
+		for _, h := range append(append([]string{}, upstream.DefaultForwardHeaders...), u.ForwardHeaders...) {
+			fwd[http.CanonicalHeaderKey(h)] = true
+		}
+		up := &upstream.Upstream{
+			Name: u.Name, Kind: u.Type, BaseURL: bu, Sensitive: *u.Sensitive,
+			Timeout: u.Timeout, MaxBody: u.MaxBody, ForwardHeaders: fwd, Source: src,
+			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser},
+		}
+		up.SetTransport(upstream.NewTransport())
+		out[u.Name] = up
+	}
+	return out, nil
+}

@@ -1,0 +1,371 @@
+package grants
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// ErrBadRequest is returned (wrapped) when a sandbox request cannot be
+// canonicalized: it is refused before any rule is consulted.
+var ErrBadRequest = errors.New("bad request")
+
+func badRequest(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadRequest}, args...)...)
+}
+
+// CanonicalPath checks an escaped request path (as sent on the wire) and
+// returns its decoded segments. It rejects, rather than normalizes, anything
+// that could be read two ways: "." and ".." segments (also percent-encoded),
+// empty segments ("//"), encoded "/" "\" and NUL, raw backslashes, control
+// characters, invalid escapes and any escaping that is not the canonical one.
+// The path "/" yields no segments.
+func CanonicalPath(escaped string) ([]string, error) {
+	if escaped == "" || escaped[0] != '/' {
+		return nil, badRequest("path must start with /")
+	}
+	if escaped == "/" {
+		return nil, nil
+	}
+	rest := escaped[1:]
+	segs := make([]string, 0, strings.Count(rest, "/")+1)
+	for {
+		raw, tail, more := strings.Cut(rest, "/")
+		seg, err := canonicalSegment(raw)
+		if err != nil {
+			return nil, err
+		}
+		segs = append(segs, seg)
+		if !more {
+			break
+		}
+		rest = tail
+	}
+	return segs, nil
+}
+
+func canonicalSegment(raw string) (string, error) {
+	if raw == "" {
+		return "", badRequest("empty path segment")
+	}
+	lower := strings.ToLower(raw)
+	for _, bad := range []string{"%2f", "%5c", "%00"} {
+		if strings.Contains(lower, bad) {
+			return "", badRequest("encoded %q in path", bad)
+		}
+	}
+	if strings.ContainsRune(raw, '\\') {
+		return "", badRequest("backslash in path")
+	}
+	seg, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", badRequest("invalid escape in path")
+	}
+	if seg == "." || seg == ".." {
+		return "", badRequest("dot segment in path")
+	}
+	if !utf8.ValidString(seg) {
+		return "", badRequest("path is not valid UTF-8")
+	}
+	for i := 0; i < len(seg); i++ {
+		if seg[i] < 0x20 || seg[i] == 0x7f {
+			return "", badRequest("control character in path")
+		}
+	}
+	if EscapeSegment(seg) != upperEscapes(raw) {
+		return "", badRequest("path is not in canonical form")
+	}
+	return seg, nil
+}
+
+// upperEscapes upper-cases the hex digits of percent escapes, the one
+// difference from canonical form that RFC 3986 treats as equivalent.
+func upperEscapes(s string) string {
+	if !strings.Contains(s, "%") {
+		return s
+	}
+	b := []byte(s)
+	for i := 0; i+2 < len(b); i++ {
+		if b[i] == '%' {
+			b[i+1] = upperHex(b[i+1])
+			b[i+2] = upperHex(b[i+2])
+			i += 2
+		}
+	}
+	return string(b)
+}
+
+func upperHex(c byte) byte {
+	if c >= 'a' && c <= 'f' {
+		return c - 'a' + 'A'
+	}
+	return c
+}
+
+// EscapeSegment is the canonical escaping of one path segment: RFC 3986
+// pchar characters stay, everything else is percent-encoded in upper case.
+func EscapeSegment(s string) string {
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if !isPchar(s[i]) {
+			n++
+		}
+	}
+	if n == 0 {
+		return s
+	}
+	const hex = "0123456789ABCDEF"
+	b := make([]byte, 0, len(s)+2*n)
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if isPchar(c) {
+			b = append(b, c)
+			continue
+		}
+		b = append(b, '%', hex[c>>4], hex[c&15])
+	}
+	return string(b)
+}
+
+func isPchar(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	switch c {
+	case '-', '.', '_', '~', '!', '$', '&', '\'', '(', ')', '*', '+', ',', ';', '=', ':', '@':
+		return true
+	}
+	return false
+}
+
+// JoinPath is the canonical escaped form of decoded segments.
+func JoinPath(segs []string) string {
+	if len(segs) == 0 {
+		return "/"
+	}
+	var b strings.Builder
+	for _, s := range segs {
+		b.WriteByte('/')
+		b.WriteString(EscapeSegment(s))
+	}
+	return b.String()
+}
+
+// Param is one decoded query parameter, in the order it was sent.
+type Param struct {
+	Key, Value string
+}
+
+// ParseQuery decodes a raw query string strictly: invalid escapes, semicolon
+// separators, control characters and the "_method" override key are refused.
+// Order and repetitions are kept; rules decide whether a repeat is allowed.
+func ParseQuery(raw string) ([]Param, error) {
+	if raw == "" {
+		return nil, nil
+	}
+	if strings.ContainsRune(raw, ';') {
+		return nil, badRequest("semicolon in query")
+	}
+	params := make([]Param, 0, strings.Count(raw, "&")+1)
+	for part := range strings.SplitSeq(raw, "&") {
+		if part == "" {
+			continue
+		}
+		k, v, _ := strings.Cut(part, "=")
+		key, err := url.QueryUnescape(k)
+		if err != nil {
+			return nil, badRequest("invalid escape in query key")
+		}
+		val, err := url.QueryUnescape(v)
+		if err != nil {
+			return nil, badRequest("invalid escape in query value")
+		}
+		if key == "" {
+			return nil, badRequest("empty query key")
+		}
+		if !validText(key) || !validText(val) {
+			return nil, badRequest("query is not valid text")
+		}
+		if strings.EqualFold(key, "_method") {
+			return nil, badRequest("method override in query")
+		}
+		params = append(params, Param{Key: key, Value: val})
+	}
+	return params, nil
+}
+
+// EncodeQuery re-encodes checked parameters in their original order.
+func EncodeQuery(params []Param) string {
+	if len(params) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	for i, p := range params {
+		if i > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(url.QueryEscape(p.Key))
+		b.WriteByte('=')
+		b.WriteString(url.QueryEscape(p.Value))
+	}
+	return b.String()
+}
+
+func validText(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 && s[i] != '\t' || s[i] == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// ParseJSON decodes a JSON document strictly: one value, no trailing data,
+// valid UTF-8, no duplicate object keys (which two parsers could resolve
+// differently), numbers kept as json.Number, nesting bounded.
+func ParseJSON(data []byte) (any, error) {
+	if !utf8.Valid(data) {
+		return nil, badRequest("JSON body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := decodeValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badRequest("trailing data after JSON body")
+	}
+	return v, nil
+}
+
+const maxJSONDepth = 64
+
+func decodeValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, badRequest("JSON body nested too deeply")
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, badRequest("malformed JSON body")
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := map[string]any{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, badRequest("malformed JSON body")
+				}
+				key, ok := kt.(string)
+				if !ok {
+					return nil, badRequest("malformed JSON body")
+				}
+				if _, dup := obj[key]; dup {
+					return nil, badRequest("duplicate JSON key %q", truncate(key, 64))
+				}
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				obj[key] = v
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, badRequest("malformed JSON body")
+			}
+			return obj, nil
+		case '[':
+			arr := []any{}
+			for dec.More() {
+				v, err := decodeValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, badRequest("malformed JSON body")
+			}
+			return arr, nil
+		}
+		return nil, badRequest("malformed JSON body")
+	default:
+		return t, nil
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// parseDecimal parses a number written in JSON's number grammar. Hex, NaN,
+// Inf, underscores and out-of-range values, which strconv would accept or
+// round, are refused so that every reader sees the same value.
+func parseDecimal(s string) (float64, bool) {
+	if !isJSONNumber(s) {
+		return 0, false
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil {
+		return 0, false
+	}
+	return f, true
+}
+
+func isJSONNumber(s string) bool {
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		i++
+	}
+	if i >= len(s) {
+		return false
+	}
+	if s[i] == '0' {
+		i++
+	} else if s[i] >= '1' && s[i] <= '9' {
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+	} else {
+		return false
+	}
+	if i < len(s) && s[i] == '.' {
+		i++
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			i++
+		}
+		start := i
+		for i < len(s) && s[i] >= '0' && s[i] <= '9' {
+			i++
+		}
+		if i == start {
+			return false
+		}
+	}
+	return i == len(s)
+}

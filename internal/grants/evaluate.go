@@ -1,0 +1,539 @@
+package grants
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// Call is a canonical sandbox request, as produced by CanonicalPath,
+// ParseQuery and ParseJSON.
+type Call struct {
+	Method   string
+	Segments []string
+	Query    []Param
+	Header   http.Header // as sent by the sandbox; forbidden headers are never read
+	Body     any         // the parsed body when BodyJSON
+	BodyJSON bool
+	HasBody  bool
+}
+
+// Violation says which parameter broke which constraint. It never carries
+// the value itself.
+type Violation struct {
+	Param      string
+	Constraint string
+	Msg        string
+}
+
+func (v *Violation) Error() string {
+	return fmt.Sprintf("parameter %s violates %s: %s", v.Param, v.Constraint, v.Msg)
+}
+
+// Unwrap makes errors.Is(v, ErrConstraintViolated) true.
+func (v *Violation) Unwrap() error { return ErrConstraintViolated }
+
+// Decision is an allowed call: which grant and rule allowed it and what to
+// forward. It holds a reservation of the grant's uses and budget until
+// Release is called (when the call did not happen after all).
+type Decision struct {
+	Grant        *Live
+	Rule         int
+	Irreversible bool
+	Query        []Param     // checked query, pins filled in
+	Header       http.Header // headers named by the rule's constraints, checked or pinned
+	Body         any         // checked body, pins filled in (when BodyJSON)
+	BodyChanged  bool        // the body must be re-serialized
+	Pinned       []string    // parameters whose value the operator fixed
+	Filled       []string    // pinned parameters the broker filled in
+	amounts      []amount
+	released     bool
+}
+
+type amount struct {
+	key string
+	v   float64
+}
+
+type fill struct {
+	p param
+	v any
+}
+
+// Evaluate finds the first grant rule of upstream that allows the call and
+// reserves one use (and any budget) of its grant. Errors: ErrNoMatchingGrant,
+// a *Violation (ErrConstraintViolated), ErrGrantExpired, ErrGrantExhausted,
+// ErrBudgetExceeded. The most specific failure wins.
+func Evaluate(now time.Time, live []*Live, upstream string, c *Call) (*Decision, error) {
+	var firstErr error
+	rank := 0 // 1 expired, 2 violation, 3 exhausted/budget
+	note := func(r int, err error) {
+		if r > rank {
+			rank, firstErr = r, err
+		}
+	}
+	for _, g := range live {
+		if g.Grant.Upstream != upstream || g.Revoked() {
+			continue
+		}
+		expired := !now.Before(g.Grant.ExpiresAt)
+		for _, r := range g.rules {
+			if !r.matches(c) {
+				continue
+			}
+			if expired {
+				note(1, ErrGrantExpired)
+				break
+			}
+			d, err := r.evaluate(c)
+			if err != nil {
+				note(2, err)
+				continue
+			}
+			if err := d.amountsFor(g, c); err != nil {
+				note(2, err)
+				continue
+			}
+			if err := g.reserve(d.amounts); err != nil {
+				note(3, err)
+				continue
+			}
+			d.Grant = g
+			d.Rule = r.index
+			d.Irreversible = r.irreversible
+			return d, nil
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return nil, ErrNoMatchingGrant
+}
+
+func (r *compiledRule) matches(c *Call) bool {
+	if r.method != c.Method || len(r.tmpl) != len(c.Segments) {
+		return false
+	}
+	for i, s := range r.tmpl {
+		if s.param == "" && s.lit != c.Segments[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *compiledRule) pathValue(name string, c *Call) (string, bool) {
+	for i, s := range r.tmpl {
+		if s.param == name {
+			return c.Segments[i], true
+		}
+	}
+	return "", false
+}
+
+func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
+	d := &Decision{Query: c.Query, Body: c.Body}
+	if c.HasBody && !c.BodyJSON && (r.hasBody || r.denyUnknown) {
+		return nil, &Violation{Param: "body", Constraint: "type", Msg: "this rule only accepts a JSON body"}
+	}
+	var fills []fill
+	for i := range r.checks {
+		ch := &r.checks[i]
+		var (
+			v       any
+			present bool
+		)
+		switch ch.p.loc {
+		case locPath:
+			v, present = r.pathValue(ch.p.name, c)
+		case locQuery:
+			n := 0
+			for _, q := range c.Query {
+				if q.Key == ch.p.name {
+					v, present = q.Value, true
+					n++
+				}
+			}
+			if n > 1 {
+				return nil, &Violation{Param: ch.p.key, Constraint: "single", Msg: "a constrained query parameter may appear only once"}
+			}
+		case locHeader:
+			vals := c.Header.Values(ch.p.name)
+			if len(vals) > 1 {
+				return nil, &Violation{Param: ch.p.key, Constraint: "single", Msg: "a constrained header may appear only once"}
+			}
+			if len(vals) == 1 {
+				v, present = vals[0], true
+			}
+		case locBody:
+			v, present = lookup(c.Body, ch.p.body)
+		}
+		if !present {
+			switch {
+			case ch.c.Pin != nil:
+				fills = append(fills, fill{p: ch.p, v: ch.c.Pin})
+				d.Pinned = append(d.Pinned, ch.p.key)
+				d.Filled = append(d.Filled, ch.p.key)
+			case ch.c.Required:
+				return nil, &Violation{Param: ch.p.key, Constraint: "required", Msg: "is required"}
+			}
+			continue
+		}
+		if err := ch.check(v); err != nil {
+			return nil, err
+		}
+		if ch.c.Pin != nil {
+			d.Pinned = append(d.Pinned, ch.p.key)
+		}
+		if ch.p.loc == locHeader {
+			if d.Header == nil {
+				d.Header = http.Header{}
+			}
+			d.Header[ch.p.name] = []string{v.(string)}
+		}
+	}
+	if r.denyUnknown && c.BodyJSON {
+		if leaf, ok := unknownLeaf(c.Body, "", r.bodyNamed); ok {
+			return nil, &Violation{Param: "body." + leaf, Constraint: "deny_unknown", Msg: "field is not named by any constraint"}
+		}
+	}
+	for _, f := range fills {
+		if err := d.apply(f, c); err != nil {
+			return nil, err
+		}
+	}
+	return d, nil
+}
+
+func (d *Decision) apply(f fill, c *Call) error {
+	switch f.p.loc {
+	case locQuery:
+		q := make([]Param, len(d.Query), len(d.Query)+1)
+		copy(q, d.Query)
+		d.Query = append(q, Param{Key: f.p.name, Value: scalarText(f.v)})
+	case locHeader:
+		if d.Header == nil {
+			d.Header = http.Header{}
+		}
+		d.Header[f.p.name] = []string{scalarText(f.v)}
+	case locBody:
+		if c.HasBody && !c.BodyJSON {
+			return &Violation{Param: f.p.key, Constraint: "pin", Msg: "cannot be filled into a non-JSON body"}
+		}
+		if !d.BodyChanged {
+			d.Body = deepCopy(d.Body)
+			d.BodyChanged = true
+		}
+		if d.Body == nil {
+			d.Body = map[string]any{}
+		}
+		if !set(d.Body, f.p.body, pinValue(f.v)) {
+			return &Violation{Param: f.p.key, Constraint: "pin", Msg: "cannot be filled in: a parent is not an object"}
+		}
+	}
+	return nil
+}
+
+func (d *Decision) amountsFor(g *Live, c *Call) error {
+	if len(g.Grant.Budget) == 0 {
+		return nil
+	}
+	for key := range g.Grant.Budget {
+		p, _ := splitParam(key)
+		var (
+			v       any
+			present bool
+		)
+		switch p.loc {
+		case locQuery:
+			for _, q := range d.Query {
+				if q.Key == p.name {
+					if present {
+						return &Violation{Param: key, Constraint: "budget", Msg: "a budgeted parameter may appear only once"}
+					}
+					v, present = q.Value, true
+				}
+			}
+		case locBody:
+			v, present = lookup(d.Body, p.body)
+		}
+		if !present {
+			continue
+		}
+		f, ok := number(v)
+		if !ok || f < 0 {
+			return &Violation{Param: key, Constraint: "budget", Msg: "a budgeted parameter must be a non-negative number"}
+		}
+		d.amounts = append(d.amounts, amount{key: key, v: f})
+	}
+	return nil
+}
+
+func (l *Live) reserve(amounts []amount) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.Grant.MaxUses > 0 && l.usage.Uses >= l.Grant.MaxUses {
+		return ErrGrantExhausted
+	}
+	for _, a := range amounts {
+		if l.usage.Spent[a.key]+a.v > l.Grant.Budget[a.key] {
+			return fmt.Errorf("%w: %s", ErrBudgetExceeded, a.key)
+		}
+	}
+	l.usage.Uses++
+	for _, a := range amounts {
+		l.usage.Spent[a.key] += a.v
+	}
+	return nil
+}
+
+// Release gives back the reservation of a call that did not happen.
+// It is safe to call more than once.
+func (d *Decision) Release() {
+	if d == nil || d.released || d.Grant == nil {
+		return
+	}
+	d.released = true
+	l := d.Grant
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.usage.Uses--
+	for _, a := range d.amounts {
+		l.usage.Spent[a.key] -= a.v
+	}
+}
+
+func (ch *check) check(v any) error {
+	c := &ch.c
+	viol := func(name, msg string) error {
+		return &Violation{Param: ch.p.key, Constraint: name, Msg: msg}
+	}
+	text := ch.p.loc != locBody
+	if c.Pin != nil {
+		if text && v.(string) != ch.pinStr || !text && !equalJSON(v, c.Pin) {
+			return viol("pin", "differs from the value fixed by the grant")
+		}
+	}
+	if len(c.OneOf) > 0 {
+		ok := false
+		for i, o := range c.OneOf {
+			if text && v.(string) == ch.oneOfStr[i] || !text && equalJSON(v, o) {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return viol("one_of", "is not one of the allowed values")
+		}
+	}
+	if ch.re != nil {
+		s, ok := v.(string)
+		if !ok {
+			return viol("pattern", "must be a string")
+		}
+		if !ch.re.MatchString(s) {
+			return viol("pattern", "does not match the allowed pattern")
+		}
+	}
+	if c.Min != nil || c.Max != nil {
+		f, ok := number(v)
+		if !ok {
+			return viol("min/max", "must be a number")
+		}
+		if c.Min != nil && f < *c.Min {
+			return viol("min", fmt.Sprintf("is below the minimum %v", *c.Min))
+		}
+		if c.Max != nil && f > *c.Max {
+			return viol("max", fmt.Sprintf("is above the maximum %v", *c.Max))
+		}
+	}
+	if c.MaxLength != nil {
+		switch x := v.(type) {
+		case string:
+			if utf8.RuneCountInString(x) > *c.MaxLength {
+				return viol("max_length", fmt.Sprintf("is longer than %d", *c.MaxLength))
+			}
+		case []any:
+			if len(x) > *c.MaxLength {
+				return viol("max_length", fmt.Sprintf("has more than %d items", *c.MaxLength))
+			}
+		default:
+			return viol("max_length", "must be a string or an array")
+		}
+	}
+	return nil
+}
+
+// number reads a finite number from a JSON number or a decimal string.
+func number(v any) (float64, bool) {
+	var s string
+	switch x := v.(type) {
+	case json.Number:
+		s = string(x)
+	case string:
+		s = x
+	case float64:
+		return x, !math.IsNaN(x) && !math.IsInf(x, 0)
+	default:
+		return 0, false
+	}
+	f, ok := parseDecimal(s)
+	if !ok || math.IsInf(f, 0) {
+		return 0, false
+	}
+	return f, true
+}
+
+func equalJSON(a, b any) bool {
+	fa, aNum := numberOnly(a)
+	fb, bNum := numberOnly(b)
+	if aNum || bNum {
+		return aNum && bNum && fa == fb
+	}
+	switch x := a.(type) {
+	case string:
+		y, ok := b.(string)
+		return ok && x == y
+	case bool:
+		y, ok := b.(bool)
+		return ok && x == y
+	}
+	return false
+}
+
+func numberOnly(v any) (float64, bool) {
+	switch v.(type) {
+	case json.Number, float64:
+		return number(v)
+	}
+	return 0, false
+}
+
+func pinValue(v any) any {
+	if f, ok := v.(float64); ok {
+		return json.Number(strconv.FormatFloat(f, 'f', -1, 64))
+	}
+	return v
+}
+
+func lookup(doc any, path []string) (any, bool) {
+	cur := doc
+	for _, seg := range path {
+		switch x := cur.(type) {
+		case map[string]any:
+			v, ok := x[seg]
+			if !ok {
+				return nil, false
+			}
+			cur = v
+		case []any:
+			i, err := strconv.Atoi(seg)
+			if err != nil || i < 0 || i >= len(x) {
+				return nil, false
+			}
+			cur = x[i]
+		default:
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func set(doc any, path []string, v any) bool {
+	cur := doc
+	for i, seg := range path {
+		last := i == len(path)-1
+		switch x := cur.(type) {
+		case map[string]any:
+			if last {
+				x[seg] = v
+				return true
+			}
+			next, ok := x[seg]
+			if !ok {
+				next = map[string]any{}
+				x[seg] = next
+			}
+			cur = next
+		case []any:
+			idx, err := strconv.Atoi(seg)
+			if err != nil || idx < 0 || idx >= len(x) {
+				return false
+			}
+			if last {
+				x[idx] = v
+				return true
+			}
+			cur = x[idx]
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+func deepCopy(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		m := make(map[string]any, len(x))
+		for k, e := range x {
+			m[k] = deepCopy(e)
+		}
+		return m
+	case []any:
+		a := make([]any, len(x))
+		for i, e := range x {
+			a[i] = deepCopy(e)
+		}
+		return a
+	}
+	return v
+}
+
+// unknownLeaf finds a leaf of doc that no named path covers (a named path
+// covers itself and everything below it).
+func unknownLeaf(doc any, prefix string, named map[string]bool) (string, bool) {
+	if prefix != "" && named[prefix] {
+		return "", false
+	}
+	join := func(k string) string {
+		if prefix == "" {
+			return k
+		}
+		return prefix + "." + k
+	}
+	switch x := doc.(type) {
+	case map[string]any:
+		if len(x) == 0 && prefix != "" {
+			return prefix, true
+		}
+		for k, v := range x {
+			if strings.Contains(k, ".") {
+				return join(k), true
+			}
+			if leaf, ok := unknownLeaf(v, join(k), named); ok {
+				return leaf, true
+			}
+		}
+		return "", false
+	case []any:
+		if len(x) == 0 {
+			return prefix, prefix != ""
+		}
+		for i, v := range x {
+			if leaf, ok := unknownLeaf(v, join(strconv.Itoa(i)), named); ok {
+				return leaf, true
+			}
+		}
+		return "", false
+	}
+	if prefix == "" {
+		return "(document)", true
+	}
+	return prefix, true
+}

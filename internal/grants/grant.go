@@ -1,0 +1,510 @@
+// Package grants holds the grant model (a session's permission to call one
+// upstream under rules), its validation, request canonicalization and the
+// evaluation of a canonical request against rules and constraints.
+package grants
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Errors returned by Evaluate and Reserve. Each maps to one problem code.
+var (
+	ErrNoMatchingGrant    = errors.New("no grant rule allows this call")
+	ErrConstraintViolated = errors.New("constraint violated")
+	ErrGrantExpired       = errors.New("grant expired")
+	ErrGrantExhausted     = errors.New("grant exhausted")
+	ErrBudgetExceeded     = errors.New("budget exceeded")
+)
+
+// Approval modes of a grant.
+const (
+	ApprovalAuto   = "auto"
+	ApprovalAlways = "always"
+)
+
+// Spec is what an operator asks for: one upstream, a lifetime and rules.
+type Spec struct {
+	Upstream          string
+	TTL               time.Duration
+	MaxUses           int64
+	Approval          string
+	ApprovalsRequired int
+	Budget            map[string]float64
+	Rules             []Rule
+}
+
+// Rule allows one operation. For http upstreams Method and Path (a template
+// such as /repos/{owner}/{repo}/issues); for aws upstreams Action and Resource.
+type Rule struct {
+	Method       string
+	Path         string
+	Action       string
+	Resource     string
+	Irreversible *bool
+	DenyUnknown  bool
+	Constraints  map[string]Constraint
+}
+
+// IsIrreversible reports the rule's effective irreversibility: explicit, or
+// true for every method other than GET, HEAD and OPTIONS.
+func (r Rule) IsIrreversible() bool {
+	if r.Irreversible != nil {
+		return *r.Irreversible
+	}
+	switch strings.ToUpper(r.Method) {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return false
+	}
+	return true
+}
+
+// Constraint restricts one parameter. Pin fixes the value outside the model:
+// absent, the broker fills it in; different, the call is denied.
+type Constraint struct {
+	Pin       any
+	OneOf     []any
+	Pattern   string
+	Min       *float64
+	Max       *float64
+	MaxLength *int
+	Required  bool
+}
+
+// Grant is a Spec bound to a session, with its identity and lifetime.
+type Grant struct {
+	ID        string
+	SessionID string
+	TaskID    string
+	Spec
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	RevokedAt time.Time
+	CreatedBy string
+}
+
+// Usage is how much of a grant has been consumed.
+type Usage struct {
+	Uses  int64
+	Spent map[string]float64
+}
+
+// FieldError names the offending field of a malformed grant.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// UpstreamKind answers the type ("http" or "aws") of a configured upstream.
+type UpstreamKind func(name string) (kind string, ok bool)
+
+// forbiddenHeaders never reach an upstream from a sandbox, nor may a rule
+// constrain or pin them.
+var forbiddenHeaders = map[string]bool{
+	"Authorization": true, "Proxy-Authorization": true, "Cookie": true, "Host": true,
+	"X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true,
+	"Connection": true, "Transfer-Encoding": true, "Content-Length": true, "Te": true,
+	"Upgrade": true, "Forwarded": true,
+}
+
+// ForbiddenHeader reports whether a header may never be forwarded from a
+// sandbox: credentials, hop-by-hop, proxy, forwarding and method-override headers.
+func ForbiddenHeader(name string) bool {
+	c := http.CanonicalHeaderKey(name)
+	return forbiddenHeaders[c] || strings.HasPrefix(c, "Proxy-") || strings.HasPrefix(c, "X-Forwarded-")
+}
+
+// Validate checks a Spec at creation; the error is a *FieldError whose field
+// is prefixed with prefix (e.g. "grants[0]").
+func Validate(prefix string, s *Spec, kind UpstreamKind, maxTTL time.Duration) error {
+	fe := func(field, format string, args ...any) error {
+		return &FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
+	}
+	k, ok := kind(s.Upstream)
+	if s.Upstream == "" {
+		return fe(".upstream", "is required")
+	}
+	if !ok {
+		return fe(".upstream", "no upstream named %q is configured", truncate(s.Upstream, 64))
+	}
+	if s.TTL < 0 {
+		return fe(".ttl", "must be positive")
+	}
+	if s.TTL > maxTTL {
+		return fe(".ttl", "exceeds the session's ttl (%s)", maxTTL)
+	}
+	if s.MaxUses < 0 {
+		return fe(".max_uses", "must not be negative")
+	}
+	switch s.Approval {
+	case "":
+		s.Approval = ApprovalAuto
+	case ApprovalAuto, ApprovalAlways:
+	default:
+		return fe(".approval", "must be auto or always")
+	}
+	switch {
+	case s.ApprovalsRequired == 0:
+		s.ApprovalsRequired = 1
+	case s.ApprovalsRequired < 0 || s.ApprovalsRequired > 10:
+		return fe(".approvals_required", "must be between 1 and 10")
+	}
+	if len(s.Rules) == 0 {
+		return fe(".rules", "at least one rule is required")
+	}
+	for key, limit := range s.Budget {
+		if !strings.HasPrefix(key, "body.") && !strings.HasPrefix(key, "query.") {
+			return fe(".budget."+key, "a budget caps a body.* or query.* parameter")
+		}
+		if _, err := splitParam(key); err != nil {
+			return fe(".budget."+key, "%v", err)
+		}
+		if !(limit > 0) || math.IsInf(limit, 0) {
+			return fe(".budget."+key, "must be a positive number")
+		}
+	}
+	for i := range s.Rules {
+		if err := validateRule(fmt.Sprintf("%s.rules[%d]", prefix, i), &s.Rules[i], k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validateRule(prefix string, r *Rule, kind string) error {
+	fe := func(field, format string, args ...any) error {
+		return &FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
+	}
+	var params []string
+	switch kind {
+	case "aws":
+		if r.Action == "" || r.Resource == "" {
+			return fe("", "an aws rule needs action and resource")
+		}
+		if r.Method != "" || r.Path != "" {
+			return fe("", "an aws rule takes action and resource, not method and path")
+		}
+	default:
+		if r.Action != "" || r.Resource != "" {
+			return fe("", "an http rule takes method and path, not action and resource")
+		}
+		r.Method = strings.ToUpper(r.Method)
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPost,
+			http.MethodPut, http.MethodPatch, http.MethodDelete:
+		case "":
+			return fe(".method", "is required")
+		default:
+			return fe(".method", "%q is not an allowed method", truncate(r.Method, 16))
+		}
+		tmpl, err := parseTemplate(r.Path)
+		if err != nil {
+			return fe(".path", "%v", err)
+		}
+		for _, s := range tmpl {
+			if s.param != "" {
+				params = append(params, s.param)
+			}
+		}
+	}
+	for key, c := range r.Constraints {
+		field := ".constraints." + key
+		p, err := splitParam(key)
+		if err != nil {
+			return fe(field, "%v", err)
+		}
+		switch p.loc {
+		case locPath:
+			if !slices.Contains(params, p.name) {
+				return fe(field, "the path template has no parameter {%s}", p.name)
+			}
+		case locHeader:
+			if ForbiddenHeader(p.name) {
+				return fe(field, "header %s cannot be constrained", p.name)
+			}
+		}
+		if err := validateConstraint(p, c); err != nil {
+			return fe(field, "%v", err)
+		}
+	}
+	return nil
+}
+
+func validateConstraint(p param, c Constraint) error {
+	if c.Pin == nil && len(c.OneOf) == 0 && c.Pattern == "" && c.Min == nil && c.Max == nil && c.MaxLength == nil && !c.Required {
+		return errors.New("constraint sets nothing (pin, one_of, pattern, min, max, max_length, required)")
+	}
+	if c.Pin != nil {
+		if err := validScalar(p, c.Pin); err != nil {
+			return fmt.Errorf("pin: %v", err)
+		}
+	}
+	for _, v := range c.OneOf {
+		if err := validScalar(p, v); err != nil {
+			return fmt.Errorf("one_of: %v", err)
+		}
+	}
+	if c.Pattern != "" {
+		if _, err := regexp.Compile(c.Pattern); err != nil {
+			return errors.New("pattern is not a valid RE2 expression")
+		}
+	}
+	for _, b := range []*float64{c.Min, c.Max} {
+		if b != nil && (math.IsNaN(*b) || math.IsInf(*b, 0)) {
+			return errors.New("min and max must be finite numbers")
+		}
+	}
+	if c.Min != nil && c.Max != nil && *c.Min > *c.Max {
+		return errors.New("min is greater than max")
+	}
+	if c.MaxLength != nil && *c.MaxLength < 0 {
+		return errors.New("max_length must not be negative")
+	}
+	return nil
+}
+
+func validScalar(p param, v any) error {
+	switch x := v.(type) {
+	case string:
+		if p.loc == locHeader || p.loc == locQuery {
+			if !validText(x) {
+				return errors.New("value is not valid text")
+			}
+		}
+		return nil
+	case bool:
+		return nil
+	case float64:
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return errors.New("value must be finite")
+		}
+		return nil
+	case interface{ String() string }: // json.Number
+		if _, ok := parseDecimal(x.String()); !ok {
+			return errors.New("value is not a number")
+		}
+		return nil
+	}
+	return errors.New("value must be a string, number or boolean")
+}
+
+// Parameter locations.
+const (
+	locPath = iota + 1
+	locQuery
+	locHeader
+	locBody
+)
+
+type param struct {
+	loc  int
+	name string   // path/query/header name (header canonicalized)
+	body []string // body path segments
+	key  string   // the full key as written
+}
+
+func splitParam(key string) (param, error) {
+	loc, name, ok := strings.Cut(key, ".")
+	if !ok || name == "" {
+		return param{}, errors.New("parameter must be path.NAME, query.NAME, header.NAME or body.PATH")
+	}
+	switch loc {
+	case "path":
+		return param{loc: locPath, name: name, key: key}, nil
+	case "query":
+		return param{loc: locQuery, name: name, key: key}, nil
+	case "header":
+		return param{loc: locHeader, name: http.CanonicalHeaderKey(name), key: key}, nil
+	case "body":
+		segs := strings.Split(name, ".")
+		if slices.Contains(segs, "") {
+			return param{}, errors.New("body path has an empty segment")
+		}
+		return param{loc: locBody, body: segs, key: key}, nil
+	}
+	return param{}, errors.New("parameter must start with path., query., header. or body.")
+}
+
+type tmplSeg struct {
+	lit   string
+	param string
+}
+
+func parseTemplate(t string) ([]tmplSeg, error) {
+	if !strings.HasPrefix(t, "/") {
+		return nil, errors.New("must start with /")
+	}
+	if t == "/" {
+		return nil, nil
+	}
+	var out []tmplSeg
+	seen := map[string]bool{}
+	for s := range strings.SplitSeq(t[1:], "/") {
+		if strings.HasPrefix(s, "{") && strings.HasSuffix(s, "}") {
+			name := s[1 : len(s)-1]
+			if !validIdent(name) {
+				return nil, fmt.Errorf("invalid parameter name %q", truncate(name, 32))
+			}
+			if seen[name] {
+				return nil, fmt.Errorf("parameter {%s} appears twice", name)
+			}
+			seen[name] = true
+			out = append(out, tmplSeg{param: name})
+			continue
+		}
+		if strings.ContainsAny(s, "{}") {
+			return nil, errors.New("a parameter must be a whole segment")
+		}
+		segs, err := CanonicalPath("/" + s)
+		if err != nil || len(segs) != 1 {
+			return nil, fmt.Errorf("segment %q is not canonical", truncate(s, 32))
+		}
+		out = append(out, tmplSeg{lit: segs[0]})
+	}
+	return out, nil
+}
+
+func validIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, c := range s {
+		if c == '_' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || i > 0 && c >= '0' && c <= '9' {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// Live is a grant compiled for the hot path, with its usage counters.
+type Live struct {
+	Grant Grant
+	rules []*compiledRule
+
+	revoked atomic.Bool
+	mu      sync.Mutex
+	usage   Usage
+}
+
+type compiledRule struct {
+	index        int
+	method       string
+	tmpl         []tmplSeg
+	irreversible bool
+	denyUnknown  bool
+	checks       []check
+	bodyNamed    map[string]bool // dotted body paths named by a constraint
+	hasBody      bool
+}
+
+type check struct {
+	p        param
+	c        Constraint
+	re       *regexp.Regexp
+	pinStr   string // the pin as text, for path/query/header
+	oneOfStr []string
+}
+
+// Compile turns a validated grant into its hot-path form.
+func Compile(g Grant, u Usage) (*Live, error) {
+	l := &Live{Grant: g, usage: u}
+	if l.usage.Spent == nil {
+		l.usage.Spent = map[string]float64{}
+	}
+	for i, r := range g.Rules {
+		cr := &compiledRule{index: i, method: r.Method, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, bodyNamed: map[string]bool{}}
+		if r.Path != "" {
+			t, err := parseTemplate(r.Path)
+			if err != nil {
+				return nil, fmt.Errorf("rule %d: %w", i, err)
+			}
+			cr.tmpl = t
+		}
+		keys := make([]string, 0, len(r.Constraints))
+		for k := range r.Constraints {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			c := r.Constraints[k]
+			p, err := splitParam(k)
+			if err != nil {
+				return nil, fmt.Errorf("rule %d: %w", i, err)
+			}
+			ch := check{p: p, c: c}
+			if c.Pattern != "" {
+				ch.re, err = regexp.Compile(`^(?:` + c.Pattern + `)$`)
+				if err != nil {
+					return nil, fmt.Errorf("rule %d: %w", i, err)
+				}
+			}
+			if c.Pin != nil {
+				ch.pinStr = scalarText(c.Pin)
+			}
+			for _, v := range c.OneOf {
+				ch.oneOfStr = append(ch.oneOfStr, scalarText(v))
+			}
+			if p.loc == locBody {
+				cr.hasBody = true
+				cr.bodyNamed[strings.Join(p.body, ".")] = true
+			}
+			cr.checks = append(cr.checks, ch)
+		}
+		l.rules = append(l.rules, cr)
+	}
+	return l, nil
+}
+
+// Revoke marks the grant unusable at once.
+func (l *Live) Revoke() { l.revoked.Store(true) }
+
+// Revoked reports whether Revoke was called.
+func (l *Live) Revoked() bool { return l.revoked.Load() }
+
+// Usage returns a copy of the grant's consumption.
+func (l *Live) Usage() Usage {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	u := Usage{Uses: l.usage.Uses, Spent: make(map[string]float64, len(l.usage.Spent))}
+	for k, v := range l.usage.Spent {
+		u.Spent[k] = v
+	}
+	return u
+}
+
+// HasIrreversible reports whether any rule of the grant is irreversible.
+func (l *Live) HasIrreversible() bool {
+	for _, r := range l.rules {
+		if r.irreversible {
+			return true
+		}
+	}
+	return false
+}
+
+func scalarText(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	case interface{ String() string }:
+		return x.String()
+	}
+	return fmt.Sprint(v)
+}

@@ -1,0 +1,45 @@
+package httpapi
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the broker's Prometheus series.
+type metrics struct {
+	calls           *prometheus.CounterVec
+	overhead        *prometheus.HistogramVec
+	upstreamLatency *prometheus.HistogramVec
+	sessionsCreated prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_calls_total", Help: "Sandbox calls by upstream, decision (allow, deny, error) and problem code.",
+		}, []string{"upstream", "decision", "code"}),
+		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_broker_overhead_seconds", Help: "Time a sandbox call spends in the broker, upstream time excluded.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}, []string{"upstream"}),
+		upstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_upstream_seconds", Help: "Upstream call time, from sending to the last byte of the answer.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"upstream"}),
+		sessionsCreated: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_sessions_created_total", Help: "Sessions created.",
+		}),
+	}
+	reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.sessionsCreated)
+	return m
+}
+
+func (m *metrics) call(upstream, decision, code string, overhead time.Duration) {
+	m.calls.WithLabelValues(upstream, decision, code).Inc()
+	m.overhead.WithLabelValues(upstream).Observe(overhead.Seconds())
+}
+
+func (m *metrics) upstream(name string, d time.Duration) {
+	m.upstreamLatency.WithLabelValues(name).Observe(d.Seconds())
+}

@@ -1,0 +1,284 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// smallBody is the size under which an answer is scrubbed whole and sent
+// with a Content-Length; larger ones stream.
+const smallBody = 256 << 10
+
+// proxy is ANY /v1/proxy/{upstream}/{path...}: verify, canonicalize,
+// decide, record durably, inject, forward, scrub, record the outcome.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	reqID := broker.NewRequestID()
+	w.Header().Set("X-Airlock-Request-Id", reqID)
+	name := chi.URLParam(r, "upstream")
+	rec := broker.CallRecord{RequestID: reqID, Upstream: truncate(name, 64), Method: truncate(r.Method, 16)}
+
+	deny := func(l *broker.Live, err error) {
+		p := problemFor(err)
+		if derr := s.b.RecordDenied(r.Context(), l, rec, p.Code, err); derr != nil {
+			s.log.Error("audit of a denied call failed", "request_id", reqID, "err", derr)
+		}
+		s.metrics.call(rec.Upstream, "deny", p.Code, time.Since(start))
+		writeProblem(w, p, reqID)
+	}
+
+	tok, ok := bearer(r)
+	if !ok {
+		deny(nil, errMissingToken)
+		return
+	}
+	l, err := s.b.Check(tok, remoteAddr(r))
+	if err != nil {
+		deny(l, err)
+		return
+	}
+	u, ok := s.b.Upstream(name)
+	if !ok {
+		deny(l, broker.ErrUnknownUpstream)
+		return
+	}
+	call, err := readCall(w, r, name, u.MaxBody)
+	if err != nil {
+		deny(l, err)
+		return
+	}
+	rec.Path = grants.JoinPath(call.Segments)
+	rec.BytesIn = int64(len(call.raw))
+	d, err := s.b.Decide(l, name, &call.Call)
+	if err != nil {
+		deny(l, err)
+		return
+	}
+	out, err := outbound(r, u, call, d)
+	if err != nil {
+		d.Release()
+		deny(l, err)
+		return
+	}
+	// Fail closed: without the credential or the durable record, no call.
+	ctx, cancel := context.WithTimeout(r.Context(), u.Timeout)
+	defer cancel()
+	stop := context.AfterFunc(l.Context(), cancel)
+	defer stop()
+	sec, scrub, err := u.Credential(ctx)
+	if err != nil {
+		d.Release()
+		deny(l, err)
+		return
+	}
+	if err := s.b.RecordAllowed(r.Context(), l, d, rec); err != nil {
+		s.metrics.call(rec.Upstream, "deny", "audit_unavailable", time.Since(start))
+		s.fail(w, r, err, reqID)
+		return
+	}
+	upStart := time.Now()
+	resp, err := u.Do(ctx, out, sec)
+	if err != nil {
+		if l.Context().Err() != nil {
+			err = session.ErrRevoked
+		}
+		if r.Context().Err() != nil {
+			s.b.RecordCompleted(l, d, rec, 0, time.Since(start).Microseconds(), 0, "client_gone")
+			return
+		}
+		p := problemFor(err)
+		s.b.RecordCompleted(l, d, rec, 0, time.Since(start).Microseconds(), 0, p.Code)
+		s.metrics.call(rec.Upstream, "error", p.Code, time.Since(start))
+		writeProblem(w, p, reqID)
+		return
+	}
+	defer resp.Body.Close()
+	upstream.ResponseHeader(w.Header(), resp.Header, scrub)
+	w.Header().Set("X-Airlock-Request-Id", reqID)
+	n, werr := writeBody(w, r, resp, scrub)
+	upDur := time.Since(upStart)
+	s.metrics.upstream(rec.Upstream, upDur)
+	code := ""
+	if werr != nil {
+		code = "stream_interrupted"
+		if l.Context().Err() != nil {
+			code = "session_revoked"
+		}
+	}
+	s.b.RecordCompleted(l, d, rec, resp.StatusCode, time.Since(start).Microseconds(), n, code)
+	s.metrics.call(rec.Upstream, "allow", "", time.Since(start)-upDur)
+}
+
+// writeBody sends the scrubbed answer: whole with a Content-Length when
+// small and of known length, streamed (flushed as it arrives) otherwise.
+func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scrub *upstream.Scrubber) (int64, error) {
+	if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+		w.WriteHeader(resp.StatusCode)
+		return 0, nil
+	}
+	if resp.ContentLength >= 0 && resp.ContentLength <= smallBody {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength+1))
+		if err != nil {
+			w.Header().Set("Content-Type", "application/problem+json")
+			writeProblem(w, problemFor(upstream.ErrUpstream), w.Header().Get("X-Airlock-Request-Id"))
+			return 0, err
+		}
+		body = scrub.Bytes(body)
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(resp.StatusCode)
+		n, err := w.Write(body)
+		return int64(n), err
+	}
+	w.WriteHeader(resp.StatusCode)
+	rc := http.NewResponseController(w)
+	src := scrub.Reader(resp.Body)
+	buf := make([]byte, 32<<10)
+	var total int64
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return total, werr
+			}
+			total += int64(n)
+			_ = rc.Flush()
+		}
+		if errors.Is(err, io.EOF) {
+			return total, nil
+		}
+		if err != nil {
+			return total, err
+		}
+	}
+}
+
+type sandboxCall struct {
+	grants.Call
+	raw []byte
+}
+
+var allowedMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true, http.MethodPost: true,
+	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true,
+}
+
+// readCall canonicalizes the sandbox's request (DESIGN §4): path, query,
+// body (bounded before reading, JSON parsed strictly).
+func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64) (*sandboxCall, error) {
+	if !allowedMethods[r.Method] {
+		return nil, grants.ErrBadRequest
+	}
+	escaped := r.URL.EscapedPath()
+	prefix := "/v1/proxy/" + name
+	if !strings.HasPrefix(escaped, prefix) {
+		// The upstream name itself was escaped: not canonical.
+		return nil, errors.Join(grants.ErrBadRequest, errors.New("upstream name is not canonical"))
+	}
+	rest := escaped[len(prefix):]
+	if rest == "" {
+		rest = "/"
+	}
+	segs, err := grants.CanonicalPath(rest)
+	if err != nil {
+		return nil, err
+	}
+	query, err := grants.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, err
+	}
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		return nil, errors.Join(grants.ErrBadRequest, errors.New("encoded request bodies are not accepted"))
+	}
+	if r.ContentLength > maxBody {
+		return nil, errBodyTooLarge
+	}
+	c := &sandboxCall{Call: grants.Call{Method: r.Method, Segments: segs, Query: query, Header: r.Header}}
+	if r.Body != nil && r.Body != http.NoBody {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
+		if err != nil {
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) {
+				return nil, errBodyTooLarge
+			}
+			return nil, errors.Join(grants.ErrBadRequest, errors.New("could not read the request body"))
+		}
+		c.raw = body
+	}
+	if len(c.raw) > 0 {
+		c.HasBody = true
+		if isJSON(r.Header.Get("Content-Type")) {
+			v, err := grants.ParseJSON(c.raw)
+			if err != nil {
+				return nil, err
+			}
+			c.Body, c.BodyJSON = v, true
+		}
+	}
+	return c, nil
+}
+
+func isJSON(ct string) bool {
+	if ct == "" {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// outbound builds the request to send from what was checked: canonical
+// path, re-encoded query, allowlisted headers plus the rule's checked or
+// pinned ones, and the checked (or re-serialized) body.
+func outbound(r *http.Request, u *upstream.Upstream, c *sandboxCall, d *grants.Decision) (*upstream.Outbound, error) {
+	h := make(http.Header, len(u.ForwardHeaders)+len(d.Header))
+	for name := range u.ForwardHeaders {
+		if vs, ok := r.Header[name]; ok {
+			h[name] = vs
+		}
+	}
+	for name, vs := range d.Header {
+		h[name] = vs
+	}
+	query := d.Query
+	if u.Inject.Query != "" {
+		// The sandbox cannot supply (or shadow) the credential parameter.
+		kept := query[:0:0]
+		for _, p := range query {
+			if p.Key != u.Inject.Query {
+				kept = append(kept, p)
+			}
+		}
+		query = kept
+	}
+	out := &upstream.Outbound{Method: c.Method, Path: grants.JoinPath(c.Segments), Query: grants.EncodeQuery(query), Header: h}
+	switch {
+	case d.BodyChanged:
+		b, err := json.Marshal(d.Body)
+		if err != nil {
+			return nil, errors.Join(grants.ErrBadRequest, errors.New("could not encode the body"))
+		}
+		out.Body = b
+		if h.Get("Content-Type") == "" {
+			h.Set("Content-Type", "application/json")
+		}
+	case c.HasBody:
+		out.Body = c.raw
+	}
+	return out, nil
+}

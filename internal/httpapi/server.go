@@ -1,0 +1,203 @@
+// Package httpapi serves the broker's two planes over HTTP: the sandbox
+// plane (proxied calls) and the control plane (operators, reviewers,
+// auditors). Handlers return errors; one adapter maps them to problems.
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/broker"
+)
+
+// Server holds what the handlers need.
+type Server struct {
+	b       *broker.Broker
+	log     *slog.Logger
+	metrics *metrics
+	reg     *prometheus.Registry
+}
+
+// New makes a server over b.
+func New(b *broker.Broker, log *slog.Logger) *Server {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg}
+}
+
+// Plane names a listener.
+type Plane int
+
+// The two planes.
+const (
+	SandboxPlane Plane = iota
+	ControlPlane
+)
+
+// Handler returns the router of one plane.
+func (s *Server) Handler(p Plane) http.Handler {
+	r := chi.NewRouter()
+	r.Use(s.recoverer)
+	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error { return errNotFoundRoute }))
+	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error { return errMethod }))
+	s.routes(r, p)
+	return r
+}
+
+// routes mounts every route of both planes; api/openapi.yaml lists the same.
+func (s *Server) routes(r chi.Router, p Plane) {
+	r.Get("/healthz", s.handle(s.healthz))
+	if p == SandboxPlane {
+		r.HandleFunc("/v1/proxy/{upstream}", s.proxy)
+		r.HandleFunc("/v1/proxy/{upstream}/*", s.proxy)
+		return
+	}
+	r.Get("/readyz", s.handle(s.readyz))
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+
+	ops := []string{auth.RoleOperator}
+	r.Post("/v1/sessions", s.as(ops, s.createSession))
+	r.Get("/v1/sessions", s.as(ops, s.listSessions))
+	r.Get("/v1/sessions/{id}", s.as(ops, s.getSession))
+	r.Delete("/v1/sessions/{id}", s.as([]string{auth.RoleOperator, auth.RoleReviewer}, s.killSession))
+	r.Post("/v1/sessions/{id}/grants", s.as(ops, s.addGrant))
+	r.Get("/v1/grants/{id}", s.as(ops, s.getGrant))
+	r.Delete("/v1/grants/{id}", s.as(ops, s.revokeGrant))
+
+	ks := []string{auth.RoleOperator, auth.RoleReviewer}
+	r.Get("/v1/killswitch", s.as(ks, s.getKillswitch))
+	r.Post("/v1/killswitch", s.as(ks, s.engageKillswitch))
+	r.Delete("/v1/killswitch", s.as([]string{auth.RoleAdmin}, s.releaseKillswitch))
+
+	admin := []string{auth.RoleAdmin}
+	r.Post("/v1/tokens", s.as(admin, s.createToken))
+	r.Get("/v1/tokens", s.as(admin, s.listTokens))
+	r.Delete("/v1/tokens/{id}", s.as(admin, s.revokeToken))
+
+	auditors := []string{auth.RoleAuditor}
+	r.Get("/v1/audit", s.as(auditors, s.exportAudit))
+	r.Get("/v1/audit/verify", s.as(auditors, s.verifyAudit))
+}
+
+type ctxKey int
+
+const principalKey ctxKey = iota
+
+// handle adapts an error-returning handler: errors become problems, and an
+// unknown error is logged with its cause and answered "internal error".
+func (s *Server) handle(fn func(http.ResponseWriter, *http.Request) error) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := fn(w, r); err != nil {
+			s.fail(w, r, err, "")
+		}
+	}
+}
+
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, requestID string) {
+	p := problemFor(err)
+	if p.Status >= 500 {
+		s.log.Error("request failed", "method", r.Method, "route", routePattern(r), "code", p.Code, "request_id", requestID, "err", err)
+	}
+	writeProblem(w, p, requestID)
+}
+
+// as authenticates a control-plane bearer token and checks its role.
+func (s *Server) as(roles []string, fn func(http.ResponseWriter, *http.Request, auth.Principal) error) http.HandlerFunc {
+	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
+		tok, ok := bearer(r)
+		if !ok {
+			return errMissingToken
+		}
+		p, err := s.b.Authenticate(tok)
+		if err != nil {
+			return err
+		}
+		if !p.Allowed(roles...) {
+			return errForbiddenRole
+		}
+		ctx := context.WithValue(r.Context(), principalKey, p)
+		return fn(w, r.WithContext(ctx), p)
+	})
+}
+
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get("Authorization")
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || tok == "" {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
+}
+
+func remoteAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
+}
+
+func routePattern(r *http.Request) string {
+	if rc := chi.RouteContext(r.Context()); rc != nil {
+		return rc.RoutePattern()
+	}
+	return ""
+}
+
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				// Never print the panic value: it could hold request data.
+				s.log.Error("panic in handler", "method", r.Method, "route", routePattern(r))
+				writeProblem(w, Problem{Status: 500, Code: "internal", Title: "Internal error", Detail: "internal error"}, "")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	return nil
+}
+
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	checks := map[string]string{}
+	status := http.StatusOK
+	for name, err := range s.b.Ready(ctx) {
+		if err == nil {
+			checks[name] = "ok"
+			continue
+		}
+		status = http.StatusServiceUnavailable
+		switch {
+		case errors.Is(err, context.DeadlineExceeded):
+			checks[name] = "timeout"
+		default:
+			checks[name] = problemFor(err).Title
+		}
+	}
+	st := "ready"
+	if status != http.StatusOK {
+		st = "not_ready"
+	}
+	writeJSON(w, status, map[string]any{"status": st, "checks": checks})
+	return nil
+}

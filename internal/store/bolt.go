@@ -1,0 +1,384 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/session"
+)
+
+var (
+	bucketMeta          = []byte("meta")
+	bucketSessions      = []byte("sessions")
+	bucketGrants        = []byte("grants")
+	bucketUsage         = []byte("usage")
+	bucketSessionGrants = []byte("session_grants")
+	bucketTokens        = []byte("tokens")
+	bucketAudit         = []byte("audit")
+)
+
+// Durability modes of the audit log (DESIGN §7).
+const (
+	// DurabilityFsync: a record is on disk before the caller is answered.
+	DurabilityFsync = "fsync"
+	// DurabilityBuffered: a record is handed to the OS before the answer
+	// (it survives a broker crash) and fsync'd within SyncInterval (a power
+	// cut can lose that window).
+	DurabilityBuffered = "buffered"
+)
+
+// SyncInterval bounds the unsynced window in buffered mode.
+const SyncInterval = 10 * time.Millisecond
+
+// Bolt is the bbolt store.
+type Bolt struct {
+	db       *bolt.DB
+	buffered bool
+	log      *slog.Logger
+
+	dirty    atomic.Bool
+	stop     chan struct{}
+	stopped  sync.WaitGroup
+	closeErr error
+	once     sync.Once
+}
+
+// OpenBolt opens (creating) the database file at path.
+func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
+	switch durability {
+	case "", DurabilityFsync, DurabilityBuffered:
+	default:
+		return nil, fmt.Errorf("unknown audit durability %q", durability)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: durability == DurabilityBuffered})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit} {
+			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		db.Close()
+		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	s := &Bolt{db: db, buffered: durability == DurabilityBuffered, log: log, stop: make(chan struct{})}
+	if s.buffered {
+		s.stopped.Add(1)
+		go s.syncLoop()
+	}
+	return s, nil
+}
+
+// DB exposes the bbolt handle (tests run consistency checks on it).
+func (s *Bolt) DB() *bolt.DB { return s.db }
+
+func (s *Bolt) syncLoop() {
+	defer s.stopped.Done()
+	t := time.NewTicker(SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			if s.dirty.Swap(false) {
+				if err := s.db.Sync(); err != nil {
+					s.log.Error("bbolt sync failed", "err", err)
+				}
+			}
+		}
+	}
+}
+
+// update runs fn in a write transaction; in buffered mode the state writes
+// that are not audit (sessions, grants, tokens) are still synced before return.
+func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
+	if err := s.db.Update(fn); err != nil {
+		return err
+	}
+	if s.buffered {
+		return s.db.Sync()
+	}
+	return nil
+}
+
+func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return tx.Bucket(bucket).Put([]byte(key), data)
+}
+
+func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
+	data := tx.Bucket(bucket).Get([]byte(key))
+	if data == nil {
+		return ErrNotFound
+	}
+	return json.Unmarshal(data, v)
+}
+
+// CommitAudit implements audit.Sink.
+func (s *Bolt) CommitAudit(ctx context.Context, entries []audit.Entry) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAudit)
+		var key [8]byte
+		for _, e := range entries {
+			binary.BigEndian.PutUint64(key[:], e.Seq)
+			if err := b.Put(key[:], e.Data); err != nil {
+				return err
+			}
+			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
+				if err := put(tx, bucketUsage, u.GrantID, u.Usage); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err == nil && s.buffered {
+		s.dirty.Store(true)
+	}
+	return err
+}
+
+// AuditHead implements audit.Sink.
+func (s *Bolt) AuditHead(ctx context.Context) (uint64, string, error) {
+	var (
+		seq  uint64
+		hash string
+	)
+	err := s.db.View(func(tx *bolt.Tx) error {
+		k, v := tx.Bucket(bucketAudit).Cursor().Last()
+		if k == nil {
+			return nil
+		}
+		var e struct {
+			Seq  uint64 `json:"seq"`
+			Hash string `json:"hash"`
+		}
+		if err := json.Unmarshal(v, &e); err != nil {
+			return fmt.Errorf("decode last audit record: %w", err)
+		}
+		seq, hash = binary.BigEndian.Uint64(k), e.Hash
+		return nil
+	})
+	return seq, hash, err
+}
+
+// ScanAudit implements audit.Sink. It reads in chunks of short read
+// transactions so a long export does not pin the database.
+func (s *Bolt) ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, data []byte) error) error {
+	const chunk = 1024
+	next := from
+	buf := make([][]byte, 0, chunk)
+	seqs := make([]uint64, 0, chunk)
+	for {
+		buf, seqs = buf[:0], seqs[:0]
+		err := s.db.View(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketAudit).Cursor()
+			var key [8]byte
+			binary.BigEndian.PutUint64(key[:], next)
+			for k, v := c.Seek(key[:]); k != nil && len(buf) < chunk; k, v = c.Next() {
+				seqs = append(seqs, binary.BigEndian.Uint64(k))
+				buf = append(buf, bytes.Clone(v))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for i := range buf {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			if err := fn(seqs[i], buf[i]); err != nil {
+				return err
+			}
+		}
+		if len(buf) < chunk {
+			return nil
+		}
+		next = seqs[len(seqs)-1] + 1
+	}
+}
+
+// PutSession implements Store.
+func (s *Bolt) PutSession(ctx context.Context, sess *session.Session) error {
+	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketSessions, sess.ID, sess) })
+}
+
+// Session implements Store.
+func (s *Bolt) Session(ctx context.Context, id string) (session.Session, error) {
+	var out session.Session
+	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bucketSessions, id, &out) })
+	return out, err
+}
+
+// Sessions implements Store.
+func (s *Bolt) Sessions(ctx context.Context, after string, limit int) ([]session.Session, error) {
+	var out []session.Session
+	err := s.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bucketSessions).Cursor()
+		k, v := c.First()
+		if after != "" {
+			k, v = c.Seek([]byte(after))
+			if k != nil && string(k) == after {
+				k, v = c.Next()
+			}
+		}
+		for ; k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
+			var sess session.Session
+			if err := json.Unmarshal(v, &sess); err != nil {
+				return err
+			}
+			out = append(out, sess)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PutGrant implements Store.
+func (s *Bolt) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if err := put(tx, bucketGrants, g.ID, g); err != nil {
+			return err
+		}
+		if err := put(tx, bucketUsage, g.ID, u); err != nil {
+			return err
+		}
+		return tx.Bucket(bucketSessionGrants).Put([]byte(g.SessionID+"/"+g.ID), nil)
+	})
+}
+
+// Grant implements Store.
+func (s *Bolt) Grant(ctx context.Context, id string) (GrantRecord, error) {
+	var out GrantRecord
+	err := s.db.View(func(tx *bolt.Tx) error { return getGrant(tx, id, &out) })
+	return out, err
+}
+
+func getGrant(tx *bolt.Tx, id string, out *GrantRecord) error {
+	if err := get(tx, bucketGrants, id, &out.Grant); err != nil {
+		return err
+	}
+	if err := get(tx, bucketUsage, id, &out.Usage); err != nil && !errors.Is(err, ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// SessionGrants implements Store.
+func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error) {
+	var out []GrantRecord
+	err := s.db.View(func(tx *bolt.Tx) error {
+		prefix := []byte(sessionID + "/")
+		c := tx.Bucket(bucketSessionGrants).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			var r GrantRecord
+			if err := getGrant(tx, string(k[len(prefix):]), &r); err != nil {
+				return err
+			}
+			out = append(out, r)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PutToken implements Store.
+func (s *Bolt) PutToken(ctx context.Context, t auth.Token) error {
+	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketTokens, t.ID, t) })
+}
+
+// DeleteToken implements Store.
+func (s *Bolt) DeleteToken(ctx context.Context, id string) error {
+	return s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketTokens)
+		if b.Get([]byte(id)) == nil {
+			return ErrNotFound
+		}
+		return b.Delete([]byte(id))
+	})
+}
+
+// Tokens implements Store.
+func (s *Bolt) Tokens(ctx context.Context) ([]auth.Token, error) {
+	var out []auth.Token
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketTokens).ForEach(func(k, v []byte) error {
+			var t auth.Token
+			if err := json.Unmarshal(v, &t); err != nil {
+				return err
+			}
+			out = append(out, t)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Meta implements Store.
+func (s *Bolt) Meta(ctx context.Context, key string) ([]byte, error) {
+	var out []byte
+	err := s.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketMeta).Get([]byte(key))
+		if v == nil {
+			return ErrNotFound
+		}
+		out = bytes.Clone(v)
+		return nil
+	})
+	return out, err
+}
+
+// PutMeta implements Store.
+func (s *Bolt) PutMeta(ctx context.Context, key string, value []byte) error {
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(key), value) })
+}
+
+// Ready implements Store.
+func (s *Bolt) Ready(ctx context.Context) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		if tx.Bucket(bucketAudit) == nil {
+			return errors.New("audit bucket missing")
+		}
+		return nil
+	})
+}
+
+// Close syncs and closes the file.
+func (s *Bolt) Close() error {
+	s.once.Do(func() {
+		close(s.stop)
+		s.stopped.Wait()
+		if s.buffered {
+			if err := s.db.Sync(); err != nil {
+				s.closeErr = err
+			}
+		}
+		if err := s.db.Close(); err != nil && s.closeErr == nil {
+			s.closeErr = err
+		}
+	})
+	return s.closeErr
+}

@@ -1,0 +1,62 @@
+// Package store persists sessions, grants, API tokens, broker state and the
+// audit chain. Bolt is the embedded default (one bbolt file).
+package store
+
+import (
+	"context"
+	"errors"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/session"
+)
+
+// ErrNotFound is returned when a key does not exist.
+var ErrNotFound = errors.New("not found")
+
+// GrantRecord is a stored grant with its usage.
+type GrantRecord struct {
+	Grant grants.Grant
+	Usage grants.Usage
+}
+
+// UsageUpdate is the audit.Entry Side that persists a grant's usage in the
+// same transaction as the call's record.
+type UsageUpdate struct {
+	GrantID string
+	Usage   grants.Usage
+}
+
+// Store is everything the broker persists. Implementations must be safe for
+// concurrent use.
+type Store interface {
+	audit.Sink
+
+	// PutSession creates or replaces a session.
+	PutSession(ctx context.Context, s *session.Session) error
+	// Session returns one session or ErrNotFound.
+	Session(ctx context.Context, id string) (session.Session, error)
+	// Sessions lists sessions with ids after `after`, in id (creation) order, at most limit.
+	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
+
+	// PutGrant creates or replaces a grant (and its usage).
+	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
+	// Grant returns one grant or ErrNotFound.
+	Grant(ctx context.Context, id string) (GrantRecord, error)
+	// SessionGrants lists the grants of a session.
+	SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error)
+
+	// PutToken stores an API token; DeleteToken removes it (ErrNotFound); Tokens lists them.
+	PutToken(ctx context.Context, t auth.Token) error
+	DeleteToken(ctx context.Context, id string) error
+	Tokens(ctx context.Context) ([]auth.Token, error)
+
+	// Meta reads a small broker state value (ErrNotFound); PutMeta writes it durably.
+	Meta(ctx context.Context, key string) ([]byte, error)
+	PutMeta(ctx context.Context, key string, value []byte) error
+
+	// Ready reports whether the store can serve.
+	Ready(ctx context.Context) error
+	Close() error
+}

@@ -1,0 +1,188 @@
+// Package upstream holds the APIs the broker reaches: their credential
+// sources, how a credential is injected, the outbound call, and the
+// scrubbing of answers.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// Errors of an outbound call.
+var (
+	ErrUpstream = errors.New("upstream error")
+	ErrTimeout  = errors.New("upstream timeout")
+)
+
+// Injection says where the credential goes: a header with a format
+// ("Bearer {secret}"), a query parameter, or HTTP basic auth (the secret is
+// the password).
+type Injection struct {
+	Header    string
+	Format    string
+	Query     string
+	BasicUser string
+}
+
+// DefaultForwardHeaders pass from the sandbox to every upstream.
+var DefaultForwardHeaders = []string{"Accept", "Content-Type", "User-Agent", "Idempotency-Key"}
+
+// Upstream is a configured API.
+type Upstream struct {
+	Name           string
+	Kind           string // "http"
+	BaseURL        *url.URL
+	Sensitive      bool
+	Timeout        time.Duration
+	MaxBody        int64
+	ForwardHeaders map[string]bool // canonical names
+	Source         Source
+	Inject         Injection
+
+	transport http.RoundTripper
+	scrub     atomic.Pointer[scrubCache]
+}
+
+type scrubCache struct {
+	secret   string
+	scrubber *Scrubber
+}
+
+// NewTransport is the pooled HTTP transport of an upstream: no proxy from
+// the environment, keep-alive connections reused across calls.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// SetTransport replaces the transport (tests, shared pools).
+func (u *Upstream) SetTransport(rt http.RoundTripper) { u.transport = rt }
+
+// Outbound is a checked request, ready to send.
+type Outbound struct {
+	Method string
+	Path   string // canonical escaped path, appended to the base URL's path
+	Query  string // re-encoded checked query
+	Header http.Header
+	Body   []byte
+}
+
+// Credential fetches the secret and the scrubber for everything derived from it.
+func (u *Upstream) Credential(ctx context.Context) (Secret, *Scrubber, error) {
+	sec, err := u.Source.Fetch(ctx)
+	if err != nil {
+		return Secret{}, nil, err
+	}
+	if sec.IsZero() {
+		return Secret{}, nil, fmt.Errorf("%w: %s returned an empty secret", ErrCredentialUnavailable, u.Source.Describe())
+	}
+	if c := u.scrub.Load(); c != nil && c.secret == sec.Reveal() {
+		return sec, c.scrubber, nil
+	}
+	values := []string{sec.Reveal()}
+	if u.Inject.BasicUser != "" {
+		values = append(values, base64.StdEncoding.EncodeToString([]byte(u.Inject.BasicUser+":"+sec.Reveal())))
+	}
+	if u.Inject.Header != "" && u.Inject.Format != "" {
+		values = append(values, strings.ReplaceAll(u.Inject.Format, "{secret}", sec.Reveal()))
+	}
+	c := &scrubCache{secret: sec.Reveal(), scrubber: NewScrubber(values...)}
+	u.scrub.Store(c)
+	return sec, c.scrubber, nil
+}
+
+// Do sends out with the credential injected. The response is the raw
+// upstream response (the caller scrubs it with the returned Scrubber).
+// Redirects are never followed.
+func (u *Upstream) Do(ctx context.Context, out *Outbound, sec Secret) (*http.Response, error) {
+	query := out.Query
+	if u.Inject.Query != "" {
+		if query != "" {
+			query += "&"
+		}
+		query += url.QueryEscape(u.Inject.Query) + "=" + url.QueryEscape(sec.Reveal())
+	}
+	target := u.BaseURL.Scheme + "://" + u.BaseURL.Host + strings.TrimSuffix(u.BaseURL.EscapedPath(), "/") + out.Path
+	if query != "" {
+		target += "?" + query
+	}
+	var body io.Reader
+	if out.Body != nil {
+		body = bytes.NewReader(out.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, out.Method, target, body)
+	if err != nil {
+		return nil, fmt.Errorf("%w: build request", ErrUpstream)
+	}
+	req.Header = out.Header
+	switch {
+	case u.Inject.BasicUser != "":
+		req.SetBasicAuth(u.Inject.BasicUser, sec.Reveal())
+	case u.Inject.Header != "":
+		req.Header.Set(u.Inject.Header, strings.ReplaceAll(u.Inject.Format, "{secret}", sec.Reveal()))
+	}
+	resp, err := u.transport.RoundTrip(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, ErrTimeout
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return nil, ErrTimeout
+		}
+		return nil, ErrUpstream
+	}
+	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%w: unsupported content encoding", ErrUpstream)
+	}
+	return resp, nil
+}
+
+// hopHeaders are never passed back to the sandbox.
+var hopHeaders = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
+	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Set-Cookie": true,
+	"Content-Length": true, "Proxy-Connection": true,
+}
+
+// ResponseHeader copies an upstream's response headers for the sandbox:
+// hop-by-hop headers, those named in Connection, and Set-Cookie dropped,
+// every value scrubbed.
+func ResponseHeader(dst, src http.Header, s *Scrubber) {
+	named := map[string]bool{}
+	for _, v := range src.Values("Connection") {
+		for f := range strings.SplitSeq(v, ",") {
+			named[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
+		}
+	}
+	for k, vs := range src {
+		if hopHeaders[k] || named[k] {
+			continue
+		}
+		for _, v := range vs {
+			dst.Add(k, s.String(v))
+		}
+	}
+}
