@@ -170,10 +170,10 @@ func denialReason(err error) string {
 
 // KillswitchState is the global kill-switch.
 type KillswitchState struct {
-	Engaged   bool   `json:"engaged"`
-	Since     string `json:"since,omitempty"`
-	By        string `json:"by,omitempty"`
-	Reason    string `json:"reason,omitempty"`
+	Engaged bool   `json:"engaged"`
+	Since   string `json:"since,omitempty"`
+	By      string `json:"by,omitempty"`
+	Reason  string `json:"reason,omitempty"`
 }
 
 // Killswitch returns the global state.

@@ -266,6 +266,9 @@ func (d *Decision) amountsFor(g *Live, c *Call) error {
 			continue
 		}
 		f, ok := number(v)
+		if _, isString := v.(string); isString && p.loc == locBody {
+			ok = false
+		}
 		if !ok || f < 0 {
 			return &Violation{Param: key, Constraint: "budget", Msg: "a budgeted parameter must be a non-negative number"}
 		}
@@ -342,6 +345,9 @@ func (ch *check) check(v any) error {
 	}
 	if c.Min != nil || c.Max != nil {
 		f, ok := number(v)
+		if _, isString := v.(string); isString && !text {
+			ok = false // a JSON body must carry a number, not a string an upstream may read differently
+		}
 		if !ok {
 			return viol("min/max", "must be a number")
 		}

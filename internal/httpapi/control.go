@@ -201,9 +201,9 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, p auth.Prin
 
 // auditFilter selects records for export.
 type auditFilter struct {
-	since, until                     time.Time
+	since, until                    time.Time
 	sessionID, taskID, grantID, typ string
-	from                             uint64
+	from                            uint64
 }
 
 func parseAuditFilter(r *http.Request) (auditFilter, error) {

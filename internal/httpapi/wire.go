@@ -247,7 +247,7 @@ func toGrantJSON(v broker.GrantView) grantJSON {
 }
 
 type listJSON[T any] struct {
-	Items []T  `json:"items"`
+	Items []T    `json:"items"`
 	Next  string `json:"next,omitempty"`
 }
 
