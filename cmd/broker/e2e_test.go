@@ -195,7 +195,7 @@ func TestCanonicalizationAttacks(t *testing.T) {
 	b.raw("GET /v1/proxy/%61pi/public/x HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n").wantProblem(t, 404, "not_found")
 	b.do("GET", b.sandbox+"/v1/proxy/api/search?org=acme&org=evil", s.Token, nil).wantProblem(t, 403, "constraint_violated")
 	b.do("GET", b.sandbox+"/v1/proxy/api/search?org=evil", s.Token, nil).wantProblem(t, 403, "constraint_violated")
-	b.do("TRACE", b.sandbox+"/v1/proxy/api/public/x", s.Token, nil).wantProblem(t, 400, "bad_request")
+	b.do("TRACE", b.sandbox+"/v1/proxy/api/public/x", s.Token, nil).wantProblem(t, 405, "bad_request")
 	b.do("POST", b.sandbox+"/v1/proxy/api/public/x", s.Token, nil, "X-HTTP-Method-Override", "GET").wantProblem(t, 403, "no_matching_grant")
 	if n := len(up.requests()); n != 0 {
 		t.Fatalf("%d attacking requests reached the upstream", n)

@@ -171,17 +171,15 @@ type sandboxCall struct {
 	raw []byte
 }
 
-var allowedMethods = map[string]bool{
-	http.MethodGet: true, http.MethodHead: true, http.MethodOptions: true, http.MethodPost: true,
-	http.MethodPut: true, http.MethodPatch: true, http.MethodDelete: true,
+// proxyMethods are the methods a sandbox may use; others answer 405.
+var proxyMethods = []string{
+	http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPost,
+	http.MethodPut, http.MethodPatch, http.MethodDelete,
 }
 
 // readCall canonicalizes the sandbox's request (DESIGN §4): path, query,
 // body (bounded before reading, JSON parsed strictly).
 func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64) (*sandboxCall, error) {
-	if !allowedMethods[r.Method] {
-		return nil, grants.ErrBadRequest
-	}
 	escaped := r.URL.EscapedPath()
 	prefix := "/v1/proxy/" + name
 	if !strings.HasPrefix(escaped, prefix) {

@@ -59,8 +59,10 @@ func (s *Server) Handler(p Plane) http.Handler {
 func (s *Server) routes(r chi.Router, p Plane) {
 	r.Get("/healthz", s.handle(s.healthz))
 	if p == SandboxPlane {
-		r.HandleFunc("/v1/proxy/{upstream}", s.proxy)
-		r.HandleFunc("/v1/proxy/{upstream}/*", s.proxy)
+		for _, m := range proxyMethods {
+			r.MethodFunc(m, "/v1/proxy/{upstream}", s.proxy)
+			r.MethodFunc(m, "/v1/proxy/{upstream}/*", s.proxy)
+		}
 		return
 	}
 	r.Get("/readyz", s.handle(s.readyz))

@@ -1,0 +1,112 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func mustBroker(tb testing.TB, c *clock) *broker.Broker {
+	tb.Helper()
+	st, err := store.OpenBolt(filepath.Join(tb.TempDir(), "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	base, _ := url.Parse("http://127.0.0.1:1")
+	ups := map[string]*upstream.Upstream{"pay": {Name: "pay", Kind: "http", BaseURL: base, Sensitive: true}}
+	b, err := broker.New(context.Background(), broker.Options{Store: st, Upstreams: ups, AdminToken: "admin-admin-admin-admin",
+		MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, EnforceIsolation: true, Now: c.now,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { b.Close(); _ = st.Close() })
+	return b
+}
+
+var operator = auth.Principal{ID: "op", Role: auth.RoleOperator}
+
+func ptr[T any](v T) *T { return &v }
+
+func paymentGrant() grants.Spec {
+	return grants.Spec{Upstream: "pay", Rules: []grants.Rule{{Method: "POST", Path: "/accounts/{account}/payments", DenyUnknown: true,
+		Constraints: map[string]grants.Constraint{
+			"path.account":  {Pin: "acct-1"},
+			"body.to":       {Pin: "acme"},
+			"body.amount":   {Min: ptr(1.0), Max: ptr(100.0), Required: true},
+			"body.currency": {OneOf: []any{"EUR", "USD"}},
+		}}}}
+}
+
+func TestSessionExpiryAndIsolation(t *testing.T) {
+	c := &clock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	b := mustBroker(t, c)
+	ctx := context.Background()
+	// Untrusted input + a sensitive upstream needs a microVM.
+	_, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "container", Grants: []grants.Spec{paymentGrant()}})
+	if !errors.Is(err, session.ErrIsolationWeak) {
+		t.Fatalf("weak isolation: %v", err)
+	}
+	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", TTL: time.Minute, Isolation: "microvm", UntrustedInput: ptr(false)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Check(v.Token, netip.MustParseAddr("127.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	// A grant that raises the required tier past the declared one is refused too.
+	weak, _ := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "gvisor"})
+	if _, err := b.AddGrant(ctx, operator, weak.Session.ID, paymentGrant()); !errors.Is(err, session.ErrIsolationWeak) {
+		t.Fatalf("grant raising the tier: %v", err)
+	}
+	c.t = c.t.Add(time.Minute)
+	if _, err := b.Check(v.Token, netip.MustParseAddr("127.0.0.1")); !errors.Is(err, session.ErrExpired) {
+		t.Fatalf("after the TTL: %v", err)
+	}
+}
+
+// BenchmarkAuthorize is the hot-path authorization decision: token →
+// session (from memory) → grant rule → every constraint of a payment rule.
+func BenchmarkAuthorize(b *testing.B) {
+	c := &clock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
+	br := mustBroker(b, c)
+	v, err := br.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm",
+		UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	body, _ := grants.ParseJSON([]byte(`{"amount": 50, "to": "acme", "currency": "EUR"}`))
+	call := &grants.Call{Method: "POST", Segments: []string{"accounts", "acct-1", "payments"}, Header: http.Header{},
+		Body: body, BodyJSON: true, HasBody: true}
+	addr := netip.MustParseAddr("127.0.0.1")
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := br.Check(v.Token, addr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d, err := br.Decide(l, "pay", call)
+		if err != nil {
+			b.Fatal(err)
+		}
+		d.Release()
+	}
+}

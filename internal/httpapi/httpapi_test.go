@@ -1,0 +1,240 @@
+package httpapi_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/google/go-cmp/cmp"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/httpapi"
+	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+const admin = "admin-token-for-httpapi-tests"
+
+// faultyStore is the real bbolt store with audit writes that can be made to fail.
+type faultyStore struct {
+	*store.Bolt
+	failAudit atomic.Bool
+}
+
+func (f *faultyStore) CommitAudit(ctx context.Context, e []audit.Entry) error {
+	if f.failAudit.Load() {
+		return errors.New("injected: disk full")
+	}
+	return f.Bolt.CommitAudit(ctx, e)
+}
+
+type env struct {
+	st       *faultyStore
+	sandbox  *httptest.Server
+	control  *httptest.Server
+	hits     *atomic.Int64
+	logs     *bytes.Buffer
+	credFile string
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	dir := t.TempDir()
+	bolt, err := store.OpenBolt(filepath.Join(dir, "airlock.db"), store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{st: &faultyStore{Bolt: bolt}, hits: &atomic.Int64{}, logs: &bytes.Buffer{}, credFile: filepath.Join(dir, "key")}
+	if err := os.WriteFile(e.credFile, []byte("CANARY-file-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		e.hits.Add(1)
+		_, _ = io.WriteString(w, `{"ok": true}`)
+	}))
+	t.Cleanup(up.Close)
+	base, _ := url.Parse(up.URL)
+	u := &upstream.Upstream{Name: "api", Kind: "http", BaseURL: base, Sensitive: true, Timeout: 5 * time.Second, MaxBody: 1 << 20,
+		ForwardHeaders: map[string]bool{"Content-Type": true}, Source: upstream.NewFileSource(e.credFile),
+		Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}}
+	u.SetTransport(upstream.NewTransport())
+	log := slog.New(slog.NewJSONHandler(e.logs, nil))
+	b, err := broker.New(context.Background(), broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": u},
+		AdminToken: admin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Now: time.Now, Log: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	api := httpapi.New(b, log)
+	e.sandbox = httptest.NewServer(api.Handler(httpapi.SandboxPlane))
+	e.control = httptest.NewServer(api.Handler(httpapi.ControlPlane))
+	t.Cleanup(func() {
+		e.sandbox.Close()
+		e.control.Close()
+		b.Close()
+		_ = bolt.Close()
+		if bytes.Contains(e.logs.Bytes(), []byte("CANARY")) {
+			t.Error("the credential reached the logs")
+		}
+	})
+	return e
+}
+
+func (e *env) call(t *testing.T, method, u, token, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, u, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	if bytes.Contains(data, []byte("CANARY")) {
+		t.Fatalf("response carries the credential: %s", data)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(data, &m)
+	return resp.StatusCode, m
+}
+
+func (e *env) session(t *testing.T) string {
+	t.Helper()
+	status, s := e.call(t, "POST", e.control.URL+"/v1/sessions", admin,
+		`{"task_id": "t", "untrusted_input": false, "grants": [{"upstream": "api", "rules": [{"method": "GET", "path": "/x"}]}]}`)
+	if status != 201 {
+		t.Fatalf("create session: %d %v", status, s)
+	}
+	return s["token"].(string)
+}
+
+func TestAuditFailureFailsClosed(t *testing.T) {
+	e := newEnv(t)
+	tok := e.session(t)
+	if status, _ := e.call(t, "GET", e.sandbox.URL+"/v1/proxy/api/x", tok, ""); status != 200 {
+		t.Fatalf("healthy call: %d", status)
+	}
+	before := e.hits.Load()
+	e.st.failAudit.Store(true)
+	status, p := e.call(t, "GET", e.sandbox.URL+"/v1/proxy/api/x", tok, "")
+	if status != 503 || p["code"] != "audit_unavailable" {
+		t.Fatalf("with a failing audit log: %d %v", status, p)
+	}
+	if e.hits.Load() != before {
+		t.Fatal("the upstream was called although its audit record could not be written")
+	}
+	// Control-plane changes fail closed too.
+	if status, p := e.call(t, "POST", e.control.URL+"/v1/sessions", admin, `{"task_id": "t2", "untrusted_input": false}`); status != 503 || p["code"] != "audit_unavailable" {
+		t.Fatalf("session creation with a failing audit log: %d %v", status, p)
+	}
+	e.st.failAudit.Store(false)
+	if status, _ := e.call(t, "GET", e.sandbox.URL+"/v1/proxy/api/x", tok, ""); status != 200 {
+		t.Fatalf("after recovery: %d", status)
+	}
+}
+
+func TestCredentialUnavailableFailsClosed(t *testing.T) {
+	e := newEnv(t)
+	tok := e.session(t)
+	if err := os.Remove(e.credFile); err != nil {
+		t.Fatal(err)
+	}
+	status, p := e.call(t, "GET", e.sandbox.URL+"/v1/proxy/api/x", tok, "")
+	if status != 503 || p["code"] != "credential_unavailable" {
+		t.Fatalf("missing credential: %d %v", status, p)
+	}
+	if e.hits.Load() != 0 {
+		t.Fatal("the upstream was called without its credential")
+	}
+	if status, r := e.call(t, "GET", e.control.URL+"/readyz", "", ""); status != 503 || r["checks"].(map[string]any)["credential:api"] == "ok" {
+		t.Fatalf("readyz with a missing credential: %d %v", status, r)
+	}
+	// Rotation: a new file is picked up without a restart.
+	if err := os.WriteFile(e.credFile, []byte("CANARY-rotated\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := e.call(t, "GET", e.sandbox.URL+"/v1/proxy/api/x", tok, ""); status != 200 {
+		t.Fatalf("after the file came back: %d", status)
+	}
+}
+
+// TestRoutesMatchSpec walks both routers and compares them with api/openapi.yaml.
+func TestRoutesMatchSpec(t *testing.T) {
+	data, err := os.ReadFile("../../api/openapi.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var spec struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	if err := yaml.Unmarshal(data, &spec); err != nil {
+		t.Fatal(err)
+	}
+	methods := map[string]bool{"get": true, "put": true, "post": true, "delete": true, "options": true, "head": true, "patch": true, "trace": true}
+	want := map[string][]string{}
+	for path, item := range spec.Paths {
+		planes, _ := item["x-airlock-planes"].([]any)
+		if len(planes) == 0 {
+			t.Errorf("%s: no x-airlock-planes", path)
+		}
+		for m := range item {
+			if !methods[m] {
+				continue
+			}
+			for _, p := range planes {
+				want[p.(string)] = append(want[p.(string)], strings.ToUpper(m)+" "+path)
+			}
+		}
+	}
+	api := httpapi.New(mustBroker(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	wildcard := regexp.MustCompile(`/\*$`)
+	for plane, h := range map[string]http.Handler{"sandbox": api.Handler(httpapi.SandboxPlane), "control": api.Handler(httpapi.ControlPlane)} {
+		var got []string
+		err := chi.Walk(h.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+			got = append(got, method+" "+wildcard.ReplaceAllString(route, "/{path}"))
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(got)
+		sort.Strings(want[plane])
+		if diff := cmp.Diff(want[plane], got); diff != "" {
+			t.Errorf("%s plane: routes and api/openapi.yaml disagree (-spec +router):\n%s", plane, diff)
+		}
+	}
+}
+
+func mustBroker(t *testing.T) *broker.Broker {
+	t.Helper()
+	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "a.db"), store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := broker.New(context.Background(), broker.Options{Store: st, AdminToken: admin, MaxSessionTTL: time.Hour, DefaultTTL: time.Minute,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close(); _ = st.Close() })
+	return b
+}
