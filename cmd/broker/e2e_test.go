@@ -148,7 +148,7 @@ func TestPinsFilledAndBodyChecked(t *testing.T) {
 		t.Fatalf("third payment over budget: %d %s", r.status, r.body)
 	}
 	// Oversized body: refused before it is read (max_body 4096).
-	pay(`{"amount": 1, "pad": "` + strings.Repeat("x", 5000) + `"}`).wantProblem(t, 413, "bad_request")
+	pay(`{"amount": 1, "pad": "`+strings.Repeat("x", 5000)+`"}`).wantProblem(t, 413, "bad_request")
 
 	recs := parseAudit(t, b.auditExport())
 	var allowed, denied int
@@ -192,7 +192,7 @@ func TestCanonicalizationAttacks(t *testing.T) {
 		r.wantProblem(t, 400, "bad_request")
 	}
 	// An escaped upstream name names no upstream.
-	b.raw("GET /v1/proxy/%61pi/public/x HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n").wantProblem(t, 404, "not_found")
+	b.raw("GET /v1/proxy/%61pi/public/x HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer "+s.Token+"\r\nConnection: close\r\n\r\n").wantProblem(t, 404, "not_found")
 	b.do("GET", b.sandbox+"/v1/proxy/api/search?org=acme&org=evil", s.Token, nil).wantProblem(t, 403, "constraint_violated")
 	b.do("GET", b.sandbox+"/v1/proxy/api/search?org=evil", s.Token, nil).wantProblem(t, 403, "constraint_violated")
 	b.do("TRACE", b.sandbox+"/v1/proxy/api/public/x", s.Token, nil).wantProblem(t, 405, "bad_request")

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+// requireTool finds a command the test needs: with CI=true a missing one
+// fails the test, locally it skips with how to get it.
+func requireTool(t *testing.T, name, install string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s is required in CI: %s", name, install)
+		}
+		t.Skipf("%s not found; %s", name, install)
+	}
+	return p
+}
+
+// TestDevQuickstart runs `broker dev` and executes the quickstart it prints,
+// literally, with curl: what a new user copy-pastes must work.
+func TestDevQuickstart(t *testing.T) {
+	requireTool(t, "curl", "apt-get install -y curl")
+	bash := requireTool(t, "bash", "apt-get install -y bash")
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	logs := &syncBuffer{}
+	go func() {
+		done <- run(ctx, []string{"dev", "--sandbox-listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0"}, func(string) string { return "" }, nil, pw, logs)
+		pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("broker dev: %v", err)
+		}
+	})
+	var text strings.Builder
+	sc := bufio.NewScanner(pr)
+	deadline := time.AfterFunc(30*time.Second, func() { pw.CloseWithError(io.ErrUnexpectedEOF) })
+	for sc.Scan() {
+		text.WriteString(sc.Text() + "\n")
+		if strings.Contains(sc.Text(), "Ctrl-C stops the broker") {
+			break
+		}
+	}
+	deadline.Stop()
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	out := text.String()
+
+	dataDir := regexp.MustCompile(`Data lives in (\S+) and`).FindStringSubmatch(out)
+	export := regexp.MustCompile(`(?m)^\s*(export AIRLOCK_SESSION=\S+)$`).FindStringSubmatch(out)
+	if dataDir == nil || export == nil {
+		t.Fatalf("quickstart lacks the data dir or the session export:\n%s", out)
+	}
+	key, err := os.ReadFile(filepath.Join(strings.TrimSuffix(dataDir[1], "."), "demo.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	demoKey := strings.TrimSpace(string(key))
+
+	// Each curl command, with its continuation lines joined.
+	var cmds []string
+	lines := strings.Split(out, "\n")
+	for i := 0; i < len(lines); i++ {
+		l := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(l, "curl ") {
+			continue
+		}
+		for strings.HasSuffix(l, "\\") && i+1 < len(lines) {
+			i++
+			l = strings.TrimSuffix(l, "\\") + " " + strings.TrimSpace(lines[i])
+		}
+		cmds = append(cmds, l)
+	}
+	want := []string{`"message":"hello from the demo API`, `"authorization_received":"[REDACTED]"`, `"to":"acme"`, `"code":"constraint_violated"`, `"code":"no_matching_grant"`}
+	if len(cmds) != len(want) {
+		t.Fatalf("quickstart has %d curl commands, want %d:\n%s", len(cmds), len(want), out)
+	}
+	for i, c := range cmds {
+		got, err := exec.Command(bash, "-c", export[1]+"\n"+c).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, got)
+		}
+		if !strings.Contains(string(got), want[i]) {
+			t.Errorf("%s\n  answered %s\n  want it to contain %s", c, got, want[i])
+		}
+		if strings.Contains(string(got), demoKey) {
+			t.Fatalf("the demo key reached the sandbox: %s", got)
+		}
+	}
+	if strings.Contains(string(logs.Bytes()), demoKey) {
+		t.Fatal("the demo key reached the logs")
+	}
+}
