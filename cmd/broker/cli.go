@@ -64,17 +64,26 @@ func cmdClient(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		return printJSON(stdout, out)
 	}
+	var positional []string
 	arg := func() (string, error) {
-		if fs.NArg() != 1 {
+		if len(positional) != 1 {
 			return "", fmt.Errorf("usage: broker %s %s ID", group, sub)
 		}
-		return url.PathEscape(fs.Arg(0)), nil
+		return url.PathEscape(positional[0]), nil
 	}
+	// parse accepts flags before and after positional arguments.
 	parse := func() error {
-		if err := fs.Parse(rest); err != nil {
-			return fmt.Errorf("broker %s %s: %w", group, sub, err)
+		args := rest
+		for {
+			if err := fs.Parse(args); err != nil {
+				return fmt.Errorf("broker %s %s: %w", group, sub, err)
+			}
+			if fs.NArg() == 0 {
+				return nil
+			}
+			positional = append(positional, fs.Arg(0))
+			args = fs.Args()[1:]
 		}
-		return nil
 	}
 
 	switch group + " " + sub {
