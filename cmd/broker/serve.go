@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
@@ -88,9 +89,15 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 	defer st.Close()
+	var hook *approval.Webhook
+	if cfg.Approval.Webhook.URL != "" {
+		hook = &approval.Webhook{URL: cfg.Approval.Webhook.URL, Secret: []byte(cfg.Approval.Webhook.Secret),
+			Client: &http.Client{Timeout: 10 * time.Second}, Log: log.With("component", "webhook"), Now: time.Now}
+	}
 	b, err := broker.New(ctx, broker.Options{
 		Store: st, Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
-		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, Now: time.Now, Log: log,
+		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout,
+		Webhook: hook, Now: time.Now, Log: log,
 	})
 	if err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -29,12 +30,11 @@ import (
 
 // Errors of broker operations (besides those of session, grants, upstream, audit).
 var (
-	ErrKillswitch       = errors.New("global kill-switch engaged")
-	ErrNotFound         = errors.New("not found")
-	ErrForbidden        = errors.New("forbidden")
-	ErrConflict         = errors.New("conflict")
-	ErrUnknownUpstream  = errors.New("unknown upstream")
-	ErrApprovalRequired = errors.New("call requires human approval")
+	ErrKillswitch      = errors.New("global kill-switch engaged")
+	ErrNotFound        = errors.New("not found")
+	ErrForbidden       = errors.New("forbidden")
+	ErrConflict        = errors.New("conflict")
+	ErrUnknownUpstream = errors.New("unknown upstream")
 )
 
 // Options configure a Broker.
@@ -45,6 +45,8 @@ type Options struct {
 	MaxSessionTTL    time.Duration
 	DefaultTTL       time.Duration
 	EnforceIsolation bool
+	ApprovalTTL      time.Duration     // how long a pending action waits (default 15m)
+	Webhook          *approval.Webhook // announces pending actions and decisions, or nil
 	Now              func() time.Time
 	Log              *slog.Logger
 }
@@ -64,6 +66,12 @@ type Broker struct {
 	hmacKey   []byte
 
 	killswitch atomic.Bool
+
+	approvalTTL time.Duration
+	notifier    *approval.Notifier
+	webhook     *approval.Webhook
+	timersMu    sync.Mutex
+	timers      map[string]*time.Timer
 
 	mu       sync.RWMutex
 	sessions map[string]*Live
@@ -144,6 +152,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		hmacKey:  derive("audit-hmac"),
 		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
+		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook, timers: map[string]*time.Timer{},
+	}
+	if b.approvalTTL <= 0 {
+		b.approvalTTL = 15 * time.Minute
 	}
 	if ks, err := o.Store.Meta(ctx, metaKillswitch); err == nil {
 		var st KillswitchState
@@ -155,6 +167,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		w.Close()
 		return nil, err
 	}
+	if err := b.loadActions(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
 	go b.janitor()
 	return b, nil
 }
@@ -163,6 +179,12 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 func (b *Broker) Close() {
 	close(b.stopJanitor)
 	<-b.janitorDone
+	b.timersMu.Lock()
+	for id, t := range b.timers {
+		t.Stop()
+		delete(b.timers, id)
+	}
+	b.timersMu.Unlock()
 	b.mu.Lock()
 	for _, l := range b.sessions {
 		l.cancel()

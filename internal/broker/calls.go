@@ -68,22 +68,13 @@ func (b *Broker) Check(token string, remote netip.Addr) (*Live, error) {
 
 // Decide evaluates a canonical call of a verified session against its
 // grants. On success one use (and any budget) of the grant is reserved;
-// Release it if the call does not happen. A call that needs a human under
-// the Rule of Two (or approval: always) is refused with ErrApprovalRequired.
+// Release it if the call does not happen. Whether the call must wait for a
+// human is Gated's answer.
 func (b *Broker) Decide(l *Live, upstreamName string, call *grants.Call) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}
-	gs := l.Grants()
-	d, err := grants.Evaluate(b.now(), gs, upstreamName, call)
-	if err != nil {
-		return nil, err
-	}
-	if d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || b.ruleOfTwo(&l.Session, gs).Gated()) {
-		d.Release()
-		return nil, ErrApprovalRequired
-	}
-	return d, nil
+	return grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
 }
 
 // CallRecord describes a sandbox call for the audit log.
@@ -158,7 +149,7 @@ func denialReason(err error) string {
 	if err == nil {
 		return ""
 	}
-	for _, known := range []error{ErrKillswitch, ErrUnknownUpstream, ErrApprovalRequired, grants.ErrNoMatchingGrant,
+	for _, known := range []error{ErrKillswitch, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
 		grants.ErrGrantExpired, grants.ErrGrantExhausted, grants.ErrBudgetExceeded, session.ErrInvalidToken,
 		session.ErrExpired, session.ErrRevoked, session.ErrWrongSource} {
 		if errors.Is(err, known) {

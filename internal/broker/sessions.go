@@ -312,6 +312,8 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionRevoked, Actor: actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil && firstErr == nil {
 		firstErr = err
 	}
+	b.denySessionActions(ctx, p, s.ID)
+	b.notifier.Notify("")
 	v := b.view(l)
 	if firstErr != nil {
 		// The session is dead in memory whatever happened; the store failure is reported.

@@ -32,6 +32,8 @@ type Config struct {
 	DefaultTTL       time.Duration `yaml:"default_session_ttl"`
 	EnforceIsolation *bool         `yaml:"enforce_isolation"`
 	Audit            Audit         `yaml:"audit"`
+	Approval         Approval      `yaml:"approval"`
+	UI               UI            `yaml:"ui"`
 	Upstreams        []Upstream    `yaml:"upstreams"`
 	LogLevel         string        `yaml:"log_level"`
 }
@@ -39,6 +41,24 @@ type Config struct {
 // Audit configures the audit log.
 type Audit struct {
 	Durability string `yaml:"durability"`
+}
+
+// Approval configures the human gate.
+type Approval struct {
+	Timeout time.Duration `yaml:"timeout"` // how long a pending action waits (default 15m)
+	Webhook Webhook       `yaml:"webhook"`
+}
+
+// Webhook announces pending actions and decisions.
+type Webhook struct {
+	URL    string `yaml:"url"`
+	Secret string `yaml:"secret"` // HMAC-SHA256 key of X-Airlock-Signature
+}
+
+// UI configures the reviewers' web page.
+type UI struct {
+	SessionTTL time.Duration `yaml:"session_ttl"`    // reviewer login lifetime (default 8h)
+	Secure     *bool         `yaml:"secure_cookies"` // Secure cookie flag (default: on unless the control plane is loopback)
 }
 
 // Upstream configures one upstream.
@@ -227,6 +247,33 @@ func (c *Config) Validate(getenv func(string) string) error {
 	case store.DurabilityFsync, store.DurabilityBuffered:
 	default:
 		return fieldErr("audit.durability", "must be fsync or buffered")
+	}
+	if c.Approval.Timeout == 0 {
+		c.Approval.Timeout = 15 * time.Minute
+	}
+	if c.Approval.Timeout < 0 || c.Approval.Timeout > 24*time.Hour {
+		return fieldErr("approval.timeout", "must be between 1s and 24h")
+	}
+	if w := c.Approval.Webhook; w.URL != "" {
+		u, err := url.Parse(w.URL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fieldErr("approval.webhook.url", "must be an absolute http(s) URL")
+		}
+		if len(w.Secret) < 16 {
+			return fieldErr("approval.webhook.secret", "is required (at least 16 characters) to sign deliveries")
+		}
+	}
+	if c.UI.SessionTTL == 0 {
+		c.UI.SessionTTL = 8 * time.Hour
+	}
+	if c.UI.SessionTTL < 0 {
+		return fieldErr("ui.session_ttl", "must be positive")
+	}
+	if c.UI.Secure == nil {
+		host, _, _ := net.SplitHostPort(c.ControlListen)
+		ip := net.ParseIP(host)
+		secure := !(host == "localhost" || ip != nil && ip.IsLoopback())
+		c.UI.Secure = &secure
 	}
 	switch c.LogLevel {
 	case "", "debug", "info", "warn", "error":

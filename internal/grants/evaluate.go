@@ -302,13 +302,7 @@ func (d *Decision) Release() {
 		return
 	}
 	d.released = true
-	l := d.Grant
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.usage.Uses--
-	for _, a := range d.amounts {
-		l.usage.Spent[a.key] -= a.v
-	}
+	d.Grant.Refund(d.Amounts())
 }
 
 func (ch *check) check(v any) error {
@@ -542,4 +536,37 @@ func unknownLeaf(doc any, prefix string, named map[string]bool) (string, bool) {
 		return "(document)", true
 	}
 	return prefix, true
+}
+
+// Amounts returns the budgeted amounts the decision reserved, by parameter.
+func (d *Decision) Amounts() map[string]float64 {
+	if len(d.amounts) == 0 {
+		return nil
+	}
+	m := make(map[string]float64, len(d.amounts))
+	for _, a := range d.amounts {
+		m[a.key] = a.v
+	}
+	return m
+}
+
+// Reserve takes one use and amounts of the grant (for a call decided
+// earlier and executed now, such as an approved action). Release it with
+// Refund when the call does not happen.
+func (l *Live) Reserve(amounts map[string]float64) error {
+	as := make([]amount, 0, len(amounts))
+	for k, v := range amounts {
+		as = append(as, amount{key: k, v: v})
+	}
+	return l.reserve(as)
+}
+
+// Refund gives back what Reserve took.
+func (l *Live) Refund(amounts map[string]float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.usage.Uses--
+	for k, v := range amounts {
+		l.usage.Spent[k] -= v
+	}
 }

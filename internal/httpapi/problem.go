@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
@@ -59,7 +60,16 @@ var codes = []struct {
 	{grants.ErrGrantExpired, 403, "grant_expired", "Grant expired", true},
 	{grants.ErrGrantExhausted, 403, "grant_exhausted", "Grant exhausted", true},
 	{grants.ErrBudgetExceeded, 403, "budget_exceeded", "Budget exceeded", true},
-	{broker.ErrApprovalRequired, 403, "approval_required", "Human approval required", true},
+	{broker.ErrActionDenied, 403, "approval_denied", "Approval denied", true},
+	{broker.ErrActionExpired, 403, "approval_expired", "Approval expired", true},
+	{broker.ErrActionFailed, 502, "upstream_error", "Approved action failed", true},
+	{approval.ErrNotFound, 404, "not_found", "Not found", false},
+	{approval.ErrExpired, 409, "approval_expired", "Approval expired", true},
+	{approval.ErrDecided, 409, "conflict", "Already decided", true},
+	{approval.ErrAlreadyDecided, 409, "conflict", "Already decided", true},
+	{approval.ErrNotExecuted, 409, "conflict", "Not executed", true},
+	{approval.ErrSelfApproval, 403, "forbidden", "Forbidden", true},
+	{approval.ErrInvalidDecision, 400, "bad_request", "Bad request", true},
 	{session.ErrIsolationWeak, 400, "isolation_too_weak", "Isolation too weak", true},
 	{errBodyTooLarge, 413, "bad_request", "Request body too large", true},
 	{grants.ErrBadRequest, 400, "bad_request", "Bad request", true},

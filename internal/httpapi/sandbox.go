@@ -74,6 +74,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		deny(l, err)
 		return
 	}
+	if s.b.Gated(l, d) {
+		s.hold(w, r, l, d, out, rec, start)
+		return
+	}
 	// Fail closed: without the credential or the durable record, no call.
 	ctx, cancel := context.WithTimeout(r.Context(), u.Timeout)
 	defer cancel()

@@ -63,6 +63,8 @@ func (s *Server) routes(r chi.Router, p Plane) {
 			r.MethodFunc(m, "/v1/proxy/{upstream}", s.proxy)
 			r.MethodFunc(m, "/v1/proxy/{upstream}/*", s.proxy)
 		}
+		r.Get("/v1/actions/{id}", s.handle(s.getAction))
+		r.Get("/v1/actions/{id}/result", s.handle(s.getActionResult))
 		return
 	}
 	r.Get("/readyz", s.handle(s.readyz))
@@ -86,6 +88,12 @@ func (s *Server) routes(r chi.Router, p Plane) {
 	r.Post("/v1/tokens", s.as(admin, s.createToken))
 	r.Get("/v1/tokens", s.as(admin, s.listTokens))
 	r.Delete("/v1/tokens/{id}", s.as(admin, s.revokeToken))
+
+	reviewers := []string{auth.RoleReviewer}
+	r.Get("/v1/approvals", s.as(reviewers, s.listApprovals))
+	r.Get("/v1/approvals/{id}", s.as(reviewers, s.getApproval))
+	r.Post("/v1/approvals/{id}/approve", s.as(reviewers, s.decide("approve")))
+	r.Post("/v1/approvals/{id}/deny", s.as(reviewers, s.decide("deny")))
 
 	auditors := []string{auth.RoleAuditor}
 	r.Get("/v1/audit", s.as(auditors, s.exportAudit))

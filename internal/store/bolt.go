@@ -14,6 +14,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -28,6 +29,8 @@ var (
 	bucketSessionGrants = []byte("session_grants")
 	bucketTokens        = []byte("tokens")
 	bucketAudit         = []byte("audit")
+	bucketActions       = []byte("actions")
+	bucketPending       = []byte("actions_pending")
 )
 
 // Durability modes of the audit log (DESIGN §7).
@@ -68,7 +71,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit} {
+		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit, bucketActions, bucketPending} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -354,6 +357,81 @@ func (s *Bolt) Meta(ctx context.Context, key string) ([]byte, error) {
 // PutMeta implements Store.
 func (s *Bolt) PutMeta(ctx context.Context, key string, value []byte) error {
 	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(key), value) })
+}
+
+// PutAction implements approval.Store.
+func (s *Bolt) PutAction(ctx context.Context, a *approval.Action) error {
+	return s.update(func(tx *bolt.Tx) error { return putAction(tx, a) })
+}
+
+func putAction(tx *bolt.Tx, a *approval.Action) error {
+	if err := put(tx, bucketActions, a.ID, a); err != nil {
+		return err
+	}
+	if a.Status == approval.Pending {
+		return tx.Bucket(bucketPending).Put([]byte(a.ID), nil)
+	}
+	return tx.Bucket(bucketPending).Delete([]byte(a.ID))
+}
+
+// Action implements approval.Store.
+func (s *Bolt) Action(ctx context.Context, id string) (approval.Action, error) {
+	var a approval.Action
+	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bucketActions, id, &a) })
+	if errors.Is(err, ErrNotFound) {
+		return a, approval.ErrNotFound
+	}
+	return a, err
+}
+
+// Actions implements approval.Store: newest first.
+func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error) {
+	var out []approval.Action
+	err := s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketActions)
+		if status == approval.Pending {
+			c := tx.Bucket(bucketPending).Cursor()
+			for k, _ := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, _ = c.Prev() {
+				var a approval.Action
+				if err := json.Unmarshal(b.Get(k), &a); err != nil {
+					return err
+				}
+				out = append(out, a)
+			}
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
+			var a approval.Action
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			if status == "" || a.Status == status {
+				out = append(out, a)
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// UpdateAction implements approval.Store: fn sees and changes the stored
+// action inside one write transaction.
+func (s *Bolt) UpdateAction(ctx context.Context, id string, fn func(*approval.Action) error) (approval.Action, error) {
+	var a approval.Action
+	err := s.update(func(tx *bolt.Tx) error {
+		if err := get(tx, bucketActions, id, &a); err != nil {
+			if errors.Is(err, ErrNotFound) {
+				return approval.ErrNotFound
+			}
+			return err
+		}
+		if err := fn(&a); err != nil {
+			return err
+		}
+		return putAction(tx, &a)
+	})
+	return a, err
 }
 
 // Ready implements Store.

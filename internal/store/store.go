@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -32,6 +33,7 @@ type UsageUpdate struct {
 // concurrent use.
 type Store interface {
 	audit.Sink
+	approval.Store
 
 	// PutSession creates or replaces a session.
 	PutSession(ctx context.Context, s *session.Session) error

@@ -1,0 +1,205 @@
+// Package approval holds the human gate: pending actions stored exactly as
+// they will be sent, reviewers' decisions with quorum, the notification of
+// waiters and webhooks, and the reviewers' web page.
+package approval
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Errors of decisions.
+var (
+	ErrNotFound        = errors.New("action not found")
+	ErrDecided         = errors.New("action already decided")
+	ErrExpired         = errors.New("action expired")
+	ErrSelfApproval    = errors.New("a reviewer cannot approve a session they created")
+	ErrAlreadyDecided  = errors.New("this reviewer already decided on this action")
+	ErrNotExecuted     = errors.New("action not executed")
+	ErrDenied          = errors.New("action denied")
+	ErrInvalidDecision = errors.New("verdict must be approve or deny")
+)
+
+// Status of an action.
+type Status string
+
+// Statuses. pending → (denied | expired | executing → executed | failed).
+const (
+	Pending   Status = "pending"
+	Denied    Status = "denied"
+	Expired   Status = "expired"
+	Executing Status = "executing"
+	Executed  Status = "executed"
+	Failed    Status = "failed"
+)
+
+// Terminal reports whether no further change can happen.
+func (s Status) Terminal() bool {
+	return s == Denied || s == Expired || s == Executed || s == Failed
+}
+
+// Request is the exact outbound request, without the credential (the
+// broker injects it at execution).
+type Request struct {
+	Method string
+	Path   string // canonical escaped path below the upstream's base URL
+	Query  string // re-encoded checked query
+	Header http.Header
+	Body   []byte
+}
+
+// Decision is one reviewer's verdict.
+type Decision struct {
+	Reviewer string // principal id
+	Name     string
+	Verdict  string // approve | deny
+	Comment  string
+	At       time.Time
+}
+
+// Result is the executed call's answer, scrubbed.
+type Result struct {
+	Status     int
+	Header     http.Header
+	Body       []byte
+	Truncated  bool
+	Code       string // problem code when the execution failed
+	ExecutedAt time.Time
+	LatencyUS  int64
+}
+
+// Standing is the session's Rule-of-Two standing when the action was created.
+type Standing struct {
+	UntrustedInput, SensitiveAccess, ExternalAction bool
+}
+
+// Action is a gated call waiting for (or past) a human decision.
+type Action struct {
+	ID                string
+	SessionID         string
+	TaskID            string
+	GrantID           string
+	Upstream          string
+	RequestID         string
+	SessionCreatedBy  string
+	CreatedAt         time.Time
+	ExpiresAt         time.Time
+	Status            Status
+	Reason            string
+	Request           Request
+	Pinned            []string // parameters fixed by the operator's grant
+	Filled            []string // pinned parameters the broker filled in
+	Standing          Standing
+	ApprovalsRequired int
+	Amounts           map[string]float64 // budgeted amounts, reserved at execution
+	Decisions         []Decision
+	Result            *Result
+}
+
+// Approvals counts approving decisions.
+func (a *Action) Approvals() int {
+	n := 0
+	for _, d := range a.Decisions {
+		if d.Verdict == "approve" {
+			n++
+		}
+	}
+	return n
+}
+
+// Reviewer is who decides.
+type Reviewer struct {
+	ID   string
+	Name string
+}
+
+// Decide applies a reviewer's verdict to a, inside the store transaction
+// that holds a. It returns true when a reached its quorum and must now be
+// executed (its status is then Executing: exactly one caller gets true).
+func Decide(a *Action, r Reviewer, verdict, comment string, now time.Time) (bool, error) {
+	if verdict != "approve" && verdict != "deny" {
+		return false, ErrInvalidDecision
+	}
+	if a.Status != Pending {
+		return false, ErrDecided
+	}
+	if !now.Before(a.ExpiresAt) {
+		return false, ErrExpired
+	}
+	for _, d := range a.Decisions {
+		if d.Reviewer == r.ID {
+			return false, ErrAlreadyDecided
+		}
+	}
+	if verdict == "approve" && r.ID == a.SessionCreatedBy {
+		return false, ErrSelfApproval
+	}
+	a.Decisions = append(a.Decisions, Decision{Reviewer: r.ID, Name: r.Name, Verdict: verdict, Comment: comment, At: now})
+	if verdict == "deny" {
+		a.Status, a.Reason = Denied, "denied by "+r.Name
+		return false, nil
+	}
+	if a.Approvals() >= max(1, a.ApprovalsRequired) {
+		a.Status = Executing
+		return true, nil
+	}
+	return false, nil
+}
+
+// Store persists actions. UpdateAction runs fn on the stored action inside
+// one write transaction and stores the result unless fn fails, so state
+// transitions are checked where they are made.
+type Store interface {
+	PutAction(ctx context.Context, a *Action) error
+	Action(ctx context.Context, id string) (Action, error)
+	// Actions lists actions with the status ("" for all), newest first, at most limit.
+	Actions(ctx context.Context, status Status, limit int) ([]Action, error)
+	UpdateAction(ctx context.Context, id string, fn func(*Action) error) (Action, error)
+}
+
+// Notifier wakes waiters when an action changes, without polling.
+type Notifier struct {
+	mu    sync.Mutex
+	chans map[string]chan struct{}
+	all   chan struct{}
+}
+
+// NewNotifier makes a notifier.
+func NewNotifier() *Notifier {
+	return &Notifier{chans: map[string]chan struct{}{}, all: make(chan struct{})}
+}
+
+// Changed returns a channel closed at the next change of action id.
+func (n *Notifier) Changed(id string) <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	c, ok := n.chans[id]
+	if !ok {
+		c = make(chan struct{})
+		n.chans[id] = c
+	}
+	return c
+}
+
+// Any returns a channel closed at the next change of any action or session
+// (for live pages).
+func (n *Notifier) Any() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.all
+}
+
+// Notify wakes the waiters of id (and of any change); id "" wakes only the latter.
+func (n *Notifier) Notify(id string) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if c, ok := n.chans[id]; ok && id != "" {
+		close(c)
+		delete(n.chans, id)
+	}
+	close(n.all)
+	n.all = make(chan struct{})
+}

@@ -1,0 +1,395 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// Errors a sandbox sees about its gated calls.
+var (
+	ErrActionDenied  = errors.New("the reviewer denied this action")
+	ErrActionExpired = errors.New("the action expired before a decision")
+	ErrActionFailed  = errors.New("the approved action could not be executed")
+)
+
+// Audit event types of the human gate.
+const (
+	typeActionPending  = "action.pending"
+	typeActionApproved = "action.approved"
+	typeActionDenied   = "action.denied"
+	typeActionExpired  = "action.expired"
+	typeActionExecuted = "action.executed"
+	typeActionFailed   = "action.failed"
+)
+
+// maxResultBody bounds the stored answer of an executed action.
+const maxResultBody = 1 << 20
+
+// Gated reports whether an allowed decision must wait for a human: an
+// irreversible rule under Rule of Two (A∧B∧C) or a grant with approval: always.
+func (b *Broker) Gated(l *Live, d *grants.Decision) bool {
+	return d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || b.ruleOfTwo(&l.Session, l.Grants()).Gated())
+}
+
+// Hold turns a gated call into a pending action that stores the request
+// exactly as it will be sent. The decision's reservation is released: uses
+// and budget are taken when the action executes.
+func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord) (approval.Action, error) {
+	d.Release()
+	now := b.now().UTC()
+	r2 := b.ruleOfTwo(&l.Session, l.Grants())
+	a := approval.Action{
+		ID: newID("act_", now), SessionID: l.Session.ID, TaskID: l.Session.TaskID, GrantID: d.Grant.Grant.ID,
+		Upstream: rec.Upstream, RequestID: rec.RequestID, SessionCreatedBy: l.Session.CreatedBy,
+		CreatedAt: now, ExpiresAt: now.Add(b.approvalTTL), Status: approval.Pending,
+		Request: approval.Request{Method: out.Method, Path: out.Path, Query: out.Query, Header: out.Header.Clone(), Body: out.Body},
+		Pinned:  d.Pinned, Filled: d.Filled,
+		Standing:          approval.Standing{UntrustedInput: r2.UntrustedInput, SensitiveAccess: r2.SensitiveAccess, ExternalAction: r2.ExternalAction},
+		ApprovalsRequired: d.Grant.Grant.ApprovalsRequired, Amounts: d.Amounts(),
+	}
+	if err := b.store.PutAction(ctx, &a); err != nil {
+		return a, fmt.Errorf("store action: %w", err)
+	}
+	ev := b.callEvent(l, rec)
+	ev.Type, ev.ActionID, ev.GrantID, ev.Decision = typeActionPending, a.ID, a.GrantID, "hold"
+	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
+		_, _ = b.store.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
+			x.Status, x.Reason = approval.Failed, "audit unavailable"
+			return nil
+		})
+		return a, err
+	}
+	b.scheduleExpiry(a.ID, a.ExpiresAt)
+	b.announce(a, typeActionPending, "")
+	return a, nil
+}
+
+func (b *Broker) announce(a approval.Action, event, reviewer string) {
+	b.notifier.Notify(a.ID)
+	b.webhook.Send(approval.WebhookEvent{
+		Event: event, ActionID: a.ID, SessionID: a.SessionID, TaskID: a.TaskID, Upstream: a.Upstream,
+		Method: a.Request.Method, Path: a.Request.Path, Status: string(a.Status), ExpiresAt: a.ExpiresAt,
+		Reviewer: reviewer, At: b.now().UTC(),
+	})
+}
+
+func (b *Broker) scheduleExpiry(id string, at time.Time) {
+	d := at.Sub(b.now())
+	t := time.AfterFunc(max(d, 0), func() { b.expire(id) })
+	b.timersMu.Lock()
+	b.timers[id] = t
+	b.timersMu.Unlock()
+}
+
+func (b *Broker) stopExpiry(id string) {
+	b.timersMu.Lock()
+	defer b.timersMu.Unlock()
+	if t, ok := b.timers[id]; ok {
+		t.Stop()
+		delete(b.timers, id)
+	}
+}
+
+var errUnchanged = errors.New("unchanged")
+
+// expire moves a pending action past its expiry to expired; it can never run.
+func (b *Broker) expire(id string) {
+	b.stopExpiry(id)
+	a, err := b.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
+		if a.Status != approval.Pending {
+			return errUnchanged
+		}
+		a.Status, a.Reason = approval.Expired, "no decision before "+a.ExpiresAt.Format(time.RFC3339)
+		return nil
+	})
+	if err != nil {
+		if !errors.Is(err, errUnchanged) {
+			b.log.Error("expire action", "action_id", id, "err", err)
+		}
+		return
+	}
+	b.recordAction(a, typeActionExpired, audit.Actor{Kind: "system"}, "")
+	b.announce(a, typeActionExpired, "")
+}
+
+func (b *Broker) recordAction(a approval.Action, typ string, actor audit.Actor, reason string) {
+	ev := audit.Event{Type: typ, Actor: actor, SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
+		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: reason, RequestID: a.RequestID}
+	if a.Result != nil {
+		ev.Status, ev.Code, ev.LatencyUS, ev.BytesOut = a.Result.Status, a.Result.Code, a.Result.LatencyUS, int64(len(a.Result.Body))
+	}
+	if _, err := b.audit.Append(context.Background(), ev, nil); err != nil {
+		b.log.Error("audit of an action failed", "action_id", a.ID, "type", typ, "err", err)
+	}
+}
+
+// DecideAction records a reviewer's verdict. The final approval executes the
+// stored request exactly once, in the background; the answer does not wait
+// for the upstream.
+func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict, comment string) (approval.Action, error) {
+	if len(comment) > 1000 {
+		return approval.Action{}, fieldErr("comment", "at most 1000 characters")
+	}
+	if verdict == "approve" && b.killswitch.Load() {
+		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", ErrKillswitch)
+	}
+	var execute bool
+	a, err := b.store.UpdateAction(ctx, id, func(a *approval.Action) error {
+		var err error
+		execute, err = approval.Decide(a, approval.Reviewer{ID: p.ID, Name: p.Name}, verdict, comment, b.now().UTC())
+		return err
+	})
+	if errors.Is(err, approval.ErrExpired) {
+		b.expire(id)
+	}
+	if err != nil {
+		return a, err
+	}
+	typ := typeActionApproved
+	if verdict == "deny" {
+		typ = typeActionDenied
+		b.stopExpiry(id)
+	}
+	ev := audit.Event{Type: typ, Actor: actorOf(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
+		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
+	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
+		if execute {
+			b.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: b.now().UTC()}, approval.Failed, "audit unavailable")
+		}
+		return a, err
+	}
+	b.announce(a, typ, p.ID)
+	if execute {
+		b.stopExpiry(id)
+		go b.execute(a)
+	}
+	return a, nil
+}
+
+// execute sends an approved action's stored request once.
+func (b *Broker) execute(a approval.Action) {
+	start := b.now()
+	fail := func(code, reason string) {
+		b.finish(a.ID, &approval.Result{Code: code, ExecutedAt: b.now().UTC()}, approval.Failed, reason)
+	}
+	if b.killswitch.Load() {
+		fail("killswitch_engaged", "kill-switch engaged")
+		return
+	}
+	l, ok := b.live(a.SessionID)
+	if !ok || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
+		fail("session_revoked", "the session ended before execution")
+		return
+	}
+	var g *grants.Live
+	for _, x := range l.Grants() {
+		if x.Grant.ID == a.GrantID {
+			g = x
+		}
+	}
+	if g == nil || g.Revoked() || !b.now().Before(g.Grant.ExpiresAt) {
+		fail("grant_expired", "the grant ended before execution")
+		return
+	}
+	if err := g.Reserve(a.Amounts); err != nil {
+		code := "grant_exhausted"
+		if errors.Is(err, grants.ErrBudgetExceeded) {
+			code = "budget_exceeded"
+		}
+		fail(code, err.Error())
+		return
+	}
+	u := b.upstreams[a.Upstream]
+	ctx, cancel := context.WithTimeout(l.Context(), u.Timeout)
+	defer cancel()
+	sec, scrub, err := u.Credential(ctx)
+	if err != nil {
+		g.Refund(a.Amounts)
+		fail("credential_unavailable", "credential unavailable")
+		return
+	}
+	ev := audit.Event{Type: audit.TypeCallAllowed, Actor: audit.Actor{Kind: "sandbox", ID: a.SessionID}, RequestID: a.RequestID,
+		SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID, ActionID: a.ID, Upstream: a.Upstream,
+		Method: a.Request.Method, Path: a.Request.Path, Decision: "allow", BytesIn: int64(len(a.Request.Body))}
+	var side any
+	if g.Grant.MaxUses > 0 || len(g.Grant.Budget) > 0 {
+		side = &store.UsageUpdate{GrantID: g.Grant.ID, Usage: g.Usage()}
+	}
+	if _, err := b.audit.Append(ctx, ev, side); err != nil {
+		g.Refund(a.Amounts)
+		fail("audit_unavailable", "audit unavailable")
+		return
+	}
+	out := &upstream.Outbound{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header.Clone(), Body: a.Request.Body}
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
+	resp, err := u.Do(ctx, out, sec)
+	if err != nil {
+		code := "upstream_error"
+		switch {
+		case l.Context().Err() != nil:
+			code = "session_revoked"
+		case errors.Is(err, upstream.ErrTimeout):
+			code = "upstream_timeout"
+		}
+		fail(code, "the upstream call failed")
+		return
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(scrub.Reader(resp.Body), maxResultBody+1))
+	if err != nil {
+		fail("upstream_error", "reading the upstream's answer failed")
+		return
+	}
+	res := &approval.Result{Status: resp.StatusCode, Header: http.Header{}, ExecutedAt: b.now().UTC(), LatencyUS: b.now().Sub(start).Microseconds()}
+	upstream.ResponseHeader(res.Header, resp.Header, scrub)
+	if len(body) > maxResultBody {
+		body, res.Truncated = body[:maxResultBody], true
+	}
+	res.Body = body
+	b.finish(a.ID, res, approval.Executed, "")
+}
+
+// finish stores the outcome of an execution and wakes waiters.
+func (b *Broker) finish(id string, res *approval.Result, status approval.Status, reason string) {
+	a, err := b.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
+		if a.Status != approval.Executing {
+			return errUnchanged
+		}
+		a.Status, a.Result, a.Reason = status, res, reason
+		return nil
+	})
+	if err != nil {
+		b.log.Error("store action outcome", "action_id", id, "err", err)
+		return
+	}
+	typ := typeActionExecuted
+	if status == approval.Failed {
+		typ = typeActionFailed
+	}
+	b.recordAction(a, typ, audit.Actor{Kind: "system"}, reason)
+	b.announce(a, typ, "")
+}
+
+// denySessionActions denies the pending actions of a killed session.
+func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessionID string) {
+	pending, err := b.store.Actions(ctx, approval.Pending, 0)
+	if err != nil {
+		b.log.Error("list pending actions", "err", err)
+		return
+	}
+	for _, a := range pending {
+		if a.SessionID != sessionID {
+			continue
+		}
+		a, err := b.store.UpdateAction(ctx, a.ID, func(a *approval.Action) error {
+			if a.Status != approval.Pending {
+				return errUnchanged
+			}
+			a.Status, a.Reason = approval.Denied, "session killed"
+			return nil
+		})
+		if err != nil {
+			continue
+		}
+		b.stopExpiry(a.ID)
+		b.recordAction(a, typeActionDenied, actorOf(p), "session killed")
+		b.announce(a, typeActionDenied, p.ID)
+	}
+}
+
+// loadActions re-arms expiry of pending actions after a restart, and marks
+// actions that were executing as failed: their outcome is unknown and they
+// are never sent again.
+func (b *Broker) loadActions(ctx context.Context) error {
+	all, err := b.store.Actions(ctx, "", 0)
+	if err != nil {
+		return fmt.Errorf("load actions: %w", err)
+	}
+	for _, a := range all {
+		switch a.Status {
+		case approval.Pending:
+			b.scheduleExpiry(a.ID, a.ExpiresAt)
+		case approval.Executing:
+			b.finish(a.ID, &approval.Result{Code: "upstream_error", ExecutedAt: b.now().UTC()}, approval.Failed,
+				"the broker stopped while executing; the outcome is unknown and the request is not sent again")
+		}
+	}
+	return nil
+}
+
+// Action returns one action.
+func (b *Broker) Action(ctx context.Context, id string) (approval.Action, error) {
+	return b.store.Action(ctx, id)
+}
+
+// Actions lists actions by status, newest first.
+func (b *Broker) Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error) {
+	return b.store.Actions(ctx, status, limit)
+}
+
+// SessionAction returns an action of the sandbox's own session.
+func (b *Broker) SessionAction(ctx context.Context, l *Live, id string) (approval.Action, error) {
+	a, err := b.store.Action(ctx, id)
+	if err != nil {
+		return a, err
+	}
+	if a.SessionID != l.Session.ID {
+		return approval.Action{}, approval.ErrNotFound
+	}
+	return a, nil
+}
+
+// WaitAction waits up to d for the action to reach a terminal state, waking
+// on its change (no polling).
+func (b *Broker) WaitAction(ctx context.Context, id string, d time.Duration) (approval.Action, error) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for {
+		changed := b.notifier.Changed(id) // before the read: no lost wake-up
+		a, err := b.store.Action(ctx, id)
+		if err != nil || a.Status.Terminal() || d <= 0 {
+			return a, err
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return b.store.Action(ctx, id)
+		case <-ctx.Done():
+			return a, nil
+		}
+	}
+}
+
+// Changes returns a channel closed at the next change of any action or
+// session, for live pages.
+func (b *Broker) Changes() <-chan struct{} { return b.notifier.Any() }
+
+// ActionError maps a terminal, unsuccessful action to the sandbox's error.
+func ActionError(a approval.Action) error {
+	switch a.Status {
+	case approval.Denied:
+		return fmt.Errorf("%w: %s", ErrActionDenied, a.Reason)
+	case approval.Expired:
+		return ErrActionExpired
+	case approval.Failed:
+		code := ""
+		if a.Result != nil {
+			code = a.Result.Code
+		}
+		return fmt.Errorf("%w (%s)", ErrActionFailed, code)
+	}
+	return nil
+}

@@ -1,0 +1,254 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// maxWait bounds Prefer: wait=N.
+const maxWait = 60 * time.Second
+
+// preferWait reads "Prefer: wait=N" (RFC 7240), capped at 60 s.
+func preferWait(r *http.Request) (time.Duration, bool) {
+	for _, v := range r.Header.Values("Prefer") {
+		for p := range strings.SplitSeq(v, ",") {
+			k, val, ok := strings.Cut(strings.TrimSpace(p), "=")
+			if !ok || !strings.EqualFold(strings.TrimSpace(k), "wait") {
+				continue
+			}
+			n, err := strconv.Atoi(strings.Trim(strings.TrimSpace(val), `"`))
+			if err != nil || n < 0 {
+				return 0, false
+			}
+			return min(time.Duration(n)*time.Second, maxWait), true
+		}
+	}
+	return 0, false
+}
+
+type actionJSON struct {
+	ID                string      `json:"id"`
+	ActionID          string      `json:"action_id"`
+	SessionID         string      `json:"session_id"`
+	TaskID            string      `json:"task_id"`
+	GrantID           string      `json:"grant_id"`
+	Upstream          string      `json:"upstream"`
+	Status            string      `json:"status"`
+	Reason            string      `json:"reason,omitempty"`
+	CreatedAt         time.Time   `json:"created_at"`
+	ExpiresAt         time.Time   `json:"expires_at"`
+	Approvals         int         `json:"approvals"`
+	ApprovalsRequired int         `json:"approvals_required"`
+	ResultURL         string      `json:"result_url,omitempty"`
+	Request           *reqJSON    `json:"request,omitempty"`
+	Pinned            []string    `json:"pinned,omitempty"`
+	Filled            []string    `json:"filled,omitempty"`
+	RuleOfTwo         *standing   `json:"rule_of_two,omitempty"`
+	Decisions         []decision  `json:"decisions,omitempty"`
+	Result            *resultJSON `json:"result,omitempty"`
+}
+
+type reqJSON struct {
+	Method string      `json:"method"`
+	Path   string      `json:"path"`
+	Query  string      `json:"query,omitempty"`
+	Header http.Header `json:"headers,omitempty"`
+	Body   string      `json:"body,omitempty"`
+}
+
+type standing struct {
+	UntrustedInput  bool `json:"untrusted_input"`
+	SensitiveAccess bool `json:"sensitive_access"`
+	ExternalAction  bool `json:"external_action"`
+}
+
+type decision struct {
+	Reviewer string    `json:"reviewer"`
+	Name     string    `json:"name"`
+	Verdict  string    `json:"verdict"`
+	Comment  string    `json:"comment,omitempty"`
+	At       time.Time `json:"at"`
+}
+
+type resultJSON struct {
+	Status     int       `json:"status,omitempty"`
+	Code       string    `json:"code,omitempty"`
+	ExecutedAt time.Time `json:"executed_at"`
+	LatencyUS  int64     `json:"latency_us"`
+	Truncated  bool      `json:"truncated,omitempty"`
+}
+
+// toActionJSON is the sandbox's view; full adds what a reviewer sees.
+func toActionJSON(a approval.Action, full bool) actionJSON {
+	out := actionJSON{ID: a.ID, ActionID: a.ID, SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID, Upstream: a.Upstream,
+		Status: string(a.Status), Reason: a.Reason, CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, Approvals: a.Approvals(),
+		ApprovalsRequired: max(1, a.ApprovalsRequired)}
+	if a.Status == approval.Executed {
+		out.ResultURL = "/v1/actions/" + a.ID + "/result"
+	}
+	if a.Result != nil {
+		out.Result = &resultJSON{Status: a.Result.Status, Code: a.Result.Code, ExecutedAt: a.Result.ExecutedAt, LatencyUS: a.Result.LatencyUS, Truncated: a.Result.Truncated}
+	}
+	if !full {
+		return out
+	}
+	out.Request = &reqJSON{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header, Body: string(a.Request.Body)}
+	out.Pinned, out.Filled = a.Pinned, a.Filled
+	out.RuleOfTwo = &standing{a.Standing.UntrustedInput, a.Standing.SensitiveAccess, a.Standing.ExternalAction}
+	for _, d := range a.Decisions {
+		out.Decisions = append(out.Decisions, decision{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At})
+	}
+	return out
+}
+
+// hold answers a gated call: 202 with the pending action, or with
+// Prefer: wait=N the executed upstream answer if the decision comes in time.
+func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, out *upstream.Outbound, rec broker.CallRecord, start time.Time) {
+	a, err := s.b.Hold(r.Context(), l, d, out, rec)
+	if err != nil {
+		s.metrics.call(rec.Upstream, "deny", problemFor(err).Code, time.Since(start))
+		s.fail(w, r, err, rec.RequestID)
+		return
+	}
+	s.metrics.call(rec.Upstream, "hold", "", time.Since(start))
+	if wait, ok := preferWait(r); ok && wait > 0 {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		a, err = s.b.WaitAction(r.Context(), a.ID, wait)
+		if err != nil {
+			s.fail(w, r, err, rec.RequestID)
+			return
+		}
+	}
+	s.answerAction(w, r, a, rec.RequestID)
+}
+
+// answerAction writes the executed answer, the refusal, or 202 pending.
+func (s *Server) answerAction(w http.ResponseWriter, r *http.Request, a approval.Action, requestID string) {
+	switch a.Status {
+	case approval.Executed:
+		writeResult(w, a.Result)
+		return
+	case approval.Denied, approval.Expired, approval.Failed:
+		writeProblem(w, problemFor(broker.ActionError(a)), requestID)
+		return
+	}
+	w.Header().Set("Location", "/v1/actions/"+a.ID)
+	writeJSON(w, http.StatusAccepted, toActionJSON(a, false))
+}
+
+func writeResult(w http.ResponseWriter, res *approval.Result) {
+	for k, vs := range res.Header {
+		w.Header()[k] = vs
+	}
+	w.Header().Set("Content-Length", strconv.Itoa(len(res.Body)))
+	w.WriteHeader(res.Status)
+	_, _ = w.Write(res.Body)
+}
+
+// sandboxAction authenticates the sandbox and finds its own action.
+func (s *Server) sandboxAction(r *http.Request) (approval.Action, error) {
+	tok, ok := bearer(r)
+	if !ok {
+		return approval.Action{}, errMissingToken
+	}
+	l, err := s.b.Check(tok, remoteAddr(r))
+	if err != nil {
+		return approval.Action{}, err
+	}
+	return s.b.SessionAction(r.Context(), l, chi.URLParam(r, "id"))
+}
+
+// getAction is GET /v1/actions/{id} (sandbox): the status, long-polled with Prefer: wait=N.
+func (s *Server) getAction(w http.ResponseWriter, r *http.Request) error {
+	a, err := s.sandboxAction(r)
+	if err != nil {
+		return err
+	}
+	if wait, ok := preferWait(r); ok && wait > 0 && !a.Status.Terminal() {
+		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		if a, err = s.b.WaitAction(r.Context(), a.ID, wait); err != nil {
+			return err
+		}
+	}
+	writeJSON(w, http.StatusOK, toActionJSON(a, false))
+	return nil
+}
+
+// getActionResult is GET /v1/actions/{id}/result (sandbox): the executed upstream answer.
+func (s *Server) getActionResult(w http.ResponseWriter, r *http.Request) error {
+	a, err := s.sandboxAction(r)
+	if err != nil {
+		return err
+	}
+	if a.Status == approval.Executed {
+		writeResult(w, a.Result)
+		return nil
+	}
+	if err := broker.ActionError(a); err != nil {
+		return err
+	}
+	return approval.ErrNotExecuted
+}
+
+func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	status := approval.Status(r.URL.Query().Get("status"))
+	switch status {
+	case "", approval.Pending, approval.Denied, approval.Expired, approval.Executing, approval.Executed, approval.Failed:
+	default:
+		return errBadRequestJSON
+	}
+	limit, err := queryLimit(r)
+	if err != nil {
+		return err
+	}
+	as, err := s.b.Actions(r.Context(), status, limit)
+	if err != nil {
+		return err
+	}
+	out := listJSON[actionJSON]{Items: []actionJSON{}}
+	for _, a := range as {
+		out.Items = append(out.Items, toActionJSON(a, true))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	a, err := s.b.Action(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, toActionJSON(a, true))
+	return nil
+}
+
+type decisionRequest struct {
+	Comment string `json:"comment"`
+}
+
+func (s *Server) decide(verdict string) func(http.ResponseWriter, *http.Request, auth.Principal) error {
+	return func(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+		var req decisionRequest
+		if r.ContentLength != 0 {
+			if err := decodeJSON(r, &req); err != nil {
+				return err
+			}
+		}
+		a, err := s.b.DecideAction(r.Context(), p, chi.URLParam(r, "id"), verdict, req.Comment)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, toActionJSON(a, true))
+		return nil
+	}
+}
