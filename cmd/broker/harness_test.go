@@ -64,6 +64,7 @@ func (b *syncBuffer) Bytes() []byte {
 
 // recorded is what the upstream received.
 type recorded struct {
+	At       time.Time
 	Method   string
 	RawPath  string
 	RawQuery string
@@ -89,7 +90,7 @@ func newUpstream(t *testing.T) *upstreamServer {
 
 func (u *upstreamServer) serve(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	rec := recorded{Method: r.Method, RawPath: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
+	rec := recorded{At: time.Now(), Method: r.Method, RawPath: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body}
 	u.mu.Lock()
 	u.reqs = append(u.reqs, rec)
 	u.mu.Unlock()
@@ -202,7 +203,7 @@ upstreams:
 	logs := &syncBuffer{}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &brokerProc{t: t, logs: logs, dataDir: o.dataDir, cancel: cancel, done: make(chan error, 1), http: &http.Client{
-		Timeout: 20 * time.Second,
+		Timeout: 90 * time.Second,
 		// Never follow a redirect: tests look at it, and nothing leaves loopback.
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}}

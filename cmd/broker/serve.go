@@ -103,7 +103,10 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 	defer b.Close()
-	api := httpapi.New(b, log.With("component", "http"))
+	api, err := httpapi.New(b, log.With("component", "http"), httpapi.UIOptions{SessionTTL: cfg.UI.SessionTTL, SecureCookies: *cfg.UI.Secure})
+	if err != nil {
+		return err
+	}
 
 	lnS, err := net.Listen("tcp", cfg.SandboxListen)
 	if err != nil {

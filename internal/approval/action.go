@@ -100,7 +100,7 @@ type Action struct {
 }
 
 // Approvals counts approving decisions.
-func (a *Action) Approvals() int {
+func (a Action) Approvals() int {
 	n := 0
 	for _, d := range a.Decisions {
 		if d.Verdict == "approve" {

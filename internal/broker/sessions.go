@@ -412,3 +412,32 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	v.Grant.RevokedAt = rec.RevokedAt
 	return v, nil
 }
+
+// ActiveSessions lists the sessions in memory that are alive.
+func (b *Broker) ActiveSessions() []SessionView {
+	b.mu.RLock()
+	ls := make([]*Live, 0, len(b.sessions))
+	for _, l := range b.sessions {
+		ls = append(ls, l)
+	}
+	b.mu.RUnlock()
+	out := make([]SessionView, 0, len(ls))
+	for _, l := range ls {
+		if v := b.view(l); v.Status == "active" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// RecordLogin audits a reviewer's log-in to the web page.
+func (b *Broker) RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string) {
+	ev := audit.Event{Type: "ui.login", Actor: actorOf(p), Decision: "allow", Reason: "from " + remote}
+	if !ok {
+		ev.Decision, ev.Actor = "deny", audit.Actor{Kind: "unknown"}
+	}
+	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
+		b.log.Error("audit of a log-in failed", "err", err)
+	}
+	b.notifier.Notify("")
+}

@@ -81,7 +81,10 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	api := httpapi.New(b, log)
+	api, err := httpapi.New(b, log, httpapi.UIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.sandbox = httptest.NewServer(api.Handler(httpapi.SandboxPlane))
 	e.control = httptest.NewServer(api.Handler(httpapi.ControlPlane))
 	t.Cleanup(func() {
@@ -205,7 +208,10 @@ func TestRoutesMatchSpec(t *testing.T) {
 			}
 		}
 	}
-	api := httpapi.New(mustBroker(t), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	api, err := httpapi.New(mustBroker(t), slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.UIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	wildcard := regexp.MustCompile(`/\*$`)
 	for plane, h := range map[string]http.Handler{"sandbox": api.Handler(httpapi.SandboxPlane), "control": api.Handler(httpapi.ControlPlane)} {
 		var got []string

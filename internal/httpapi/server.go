@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 )
@@ -27,13 +28,21 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	reg     *prometheus.Registry
+	ui      *approval.UI
 }
 
 // New makes a server over b.
-func New(b *broker.Broker, log *slog.Logger) *Server {
+func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	return &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg}
+	if o.SessionTTL <= 0 {
+		o.SessionTTL = 8 * time.Hour
+	}
+	ui, err := approval.NewUI(uiBackend{b}, log, time.Now, o.SessionTTL, o.SecureCookies)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg, ui: ui}, nil
 }
 
 // Plane names a listener.
@@ -98,6 +107,23 @@ func (s *Server) routes(r chi.Router, p Plane) {
 	auditors := []string{auth.RoleAuditor}
 	r.Get("/v1/audit", s.as(auditors, s.exportAudit))
 	r.Get("/v1/audit/verify", s.as(auditors, s.verifyAudit))
+
+	// The reviewers' web page (cookie login, CSRF-protected forms).
+	r.Get("/ui", s.ui.Pending)
+	r.Get("/ui/login", s.ui.LoginForm)
+	r.Post("/ui/login", s.ui.Login)
+	r.Post("/ui/logout", s.ui.Logout)
+	r.Get("/ui/actions/{id}", s.ui.ActionPage)
+	r.Post("/ui/actions/{id}/approve", s.ui.Approve)
+	r.Post("/ui/actions/{id}/deny", s.ui.Deny)
+	r.Get("/ui/sessions", s.ui.Sessions)
+	r.Get("/ui/sessions/{id}", s.ui.SessionPage)
+	r.Post("/ui/sessions/{id}/kill", s.ui.Kill)
+	r.Get("/ui/killswitch", s.ui.KillswitchPage)
+	r.Post("/ui/killswitch", s.ui.EngageKillswitch)
+	r.Post("/ui/killswitch/release", s.ui.ReleaseKillswitch)
+	r.Get("/ui/events", s.ui.Events)
+	r.Get("/ui/static/*", s.ui.Static)
 }
 
 type ctxKey int

@@ -1,0 +1,551 @@
+package approval
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/airlock-broker/airlock/internal/auth"
+)
+
+//go:embed templates/*.html static/*
+var uiFiles embed.FS
+
+// SessionSummary is what the page shows of an active session.
+type SessionSummary struct {
+	ID, TaskID, Isolation, Required, CreatedBy string
+	CreatedAt, ExpiresAt                       time.Time
+	Standing                                   Standing
+	Gated                                      bool
+	Grants                                     int
+}
+
+// TrailEntry is one audit record shown on a session's page.
+type TrailEntry struct {
+	Seq                                 uint64
+	Time                                time.Time
+	Type, Actor, Method, Path, Code, ID string
+	Status                              int
+}
+
+// KillswitchView is the global kill-switch.
+type KillswitchView struct {
+	Engaged           bool
+	Since, By, Reason string
+}
+
+// Backend is what the page needs from the broker (declared here, where it
+// is consumed).
+type Backend interface {
+	Authenticate(token string) (auth.Principal, error)
+	Actions(ctx context.Context, status Status, limit int) ([]Action, error)
+	Action(ctx context.Context, id string) (Action, error)
+	DecideAction(ctx context.Context, p auth.Principal, id, verdict, comment string) (Action, error)
+	ActiveSessions(ctx context.Context) []SessionSummary
+	KillSession(ctx context.Context, p auth.Principal, id string) error
+	Killswitch(ctx context.Context) (KillswitchView, error)
+	SetKillswitch(ctx context.Context, p auth.Principal, engaged bool, reason string) error
+	SessionTrail(ctx context.Context, sessionID string, limit int) ([]TrailEntry, error)
+	Changes() <-chan struct{}
+	RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string)
+}
+
+// UI is the reviewers' web page: server-rendered, works without JavaScript,
+// live updates over server-sent events when it is on.
+type UI struct {
+	b          Backend
+	log        *slog.Logger
+	now        func() time.Time
+	sessionTTL time.Duration
+	secure     bool
+	pages      map[string]*template.Template
+	static     http.Handler
+
+	mu       sync.Mutex
+	sessions map[string]*uiSession
+}
+
+type uiSession struct {
+	p       auth.Principal
+	csrf    string
+	expires time.Time
+}
+
+const (
+	cookieName      = "airlock_ui"
+	loginCookieName = "airlock_login"
+)
+
+// NewUI makes the page. sessionTTL bounds a login; secure sets the cookies'
+// Secure flag (on whenever the control plane is served over TLS).
+func NewUI(b Backend, log *slog.Logger, now func() time.Time, sessionTTL time.Duration, secure bool) (*UI, error) {
+	u := &UI{b: b, log: log, now: now, sessionTTL: sessionTTL, secure: secure, sessions: map[string]*uiSession{}, pages: map[string]*template.Template{}}
+	funcs := template.FuncMap{
+		"ago":   func(t time.Time) string { return ago(now().Sub(t)) },
+		"until": func(t time.Time) string { return ago(t.Sub(now())) },
+		"ts":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"join":  strings.Join,
+	}
+	for _, page := range []string{"login", "pending", "action", "sessions", "session", "killswitch", "message"} {
+		t, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "templates/layout.html", "templates/"+page+".html")
+		if err != nil {
+			return nil, fmt.Errorf("template %s: %w", page, err)
+		}
+		u.pages[page] = t
+	}
+	sub, err := fs.Sub(uiFiles, "static")
+	if err != nil {
+		return nil, err
+	}
+	u.static = http.StripPrefix("/ui/static/", http.FileServerFS(sub))
+	return u, nil
+}
+
+func ago(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Minute:
+		return strconv.Itoa(int(d.Seconds())) + "s"
+	case d < time.Hour:
+		return strconv.Itoa(int(d.Minutes())) + "m"
+	}
+	return strconv.Itoa(int(d.Hours())) + "h" + strconv.Itoa(int(d.Minutes())%60) + "m"
+}
+
+func randomToken() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// headers are set on every page: strict CSP, no framing, no sniffing, no caching.
+func headers(w http.ResponseWriter) {
+	h := w.Header()
+	h.Set("Content-Security-Policy", "default-src 'none'; style-src 'self'; script-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("X-Content-Type-Options", "nosniff")
+	// same-origin, not no-referrer: under no-referrer a browser sends
+	// "Origin: null" on our own form posts, and the origin check needs the real one.
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Cache-Control", "no-store")
+}
+
+type pageData struct {
+	Title   string
+	User    *auth.Principal
+	CSRF    string
+	Live    bool // reload on changes
+	Notice  string
+	Error   string
+	Content any
+}
+
+func (u *UI) render(w http.ResponseWriter, status int, page string, d pageData) {
+	headers(w)
+	var buf bytes.Buffer
+	if err := u.pages[page].Execute(&buf, d); err != nil {
+		u.log.Error("render page", "page", page, "err", err)
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = buf.WriteTo(w)
+}
+
+func (u *UI) message(w http.ResponseWriter, status int, s *uiSession, title, msg string) {
+	d := pageData{Title: title, Error: msg}
+	if s != nil {
+		d.User, d.CSRF = &s.p, s.csrf
+	}
+	u.render(w, status, "message", d)
+}
+
+// session finds the reviewer's login from the cookie.
+func (u *UI) session(r *http.Request) *uiSession {
+	c, err := r.Cookie(cookieName)
+	if err != nil {
+		return nil
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	s, ok := u.sessions[c.Value]
+	if !ok {
+		return nil
+	}
+	if !u.now().Before(s.expires) {
+		delete(u.sessions, c.Value)
+		return nil
+	}
+	return s
+}
+
+// sameOrigin refuses cross-origin form posts: browsers send Origin on POST
+// ("null" when the origin is hidden, which is refused too). A request with
+// no Origin at all is not from a browser form; the CSRF token still applies.
+func sameOrigin(r *http.Request) bool {
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true
+	}
+	ou, err := url.Parse(o)
+	return err == nil && ou.Host == r.Host
+}
+
+// page wraps GET handlers that need a login.
+func (u *UI) page(fn func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		s := u.session(r)
+		if s == nil {
+			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+			return
+		}
+		fn(w, r, s)
+	}
+}
+
+// form wraps state-changing POST handlers: login, same origin, CSRF token.
+func (u *UI) form(fn func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		headers(w)
+		s := u.session(r)
+		if s == nil {
+			u.message(w, http.StatusForbidden, nil, "Not logged in", "Log in again to do this.")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+		if err := r.ParseForm(); err != nil || !sameOrigin(r) ||
+			subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
+			u.message(w, http.StatusForbidden, s, "Refused", "This form did not come from this page (CSRF check failed).")
+			return
+		}
+		fn(w, r, s)
+	}
+}
+
+// LoginForm is GET /ui/login.
+func (u *UI) LoginForm(w http.ResponseWriter, r *http.Request) {
+	tok := randomToken()
+	http.SetCookie(w, &http.Cookie{Name: loginCookieName, Value: tok, Path: "/ui", HttpOnly: true, Secure: u.secure, SameSite: http.SameSiteStrictMode, MaxAge: 600})
+	u.render(w, http.StatusOK, "login", pageData{Title: "Log in", CSRF: tok})
+}
+
+// Login is POST /ui/login: a reviewer (or admin) token becomes a cookie session.
+func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	c, err := r.Cookie(loginCookieName)
+	if err := r.ParseForm(); err != nil || c == nil || !sameOrigin(r) ||
+		subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.Value)) != 1 {
+		headers(w)
+		u.message(w, http.StatusForbidden, nil, "Refused", "This form did not come from this page (CSRF check failed).")
+		return
+	}
+	_ = err
+	p, err := u.b.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
+	if err != nil || !p.Allowed(auth.RoleReviewer) {
+		u.b.RecordLogin(r.Context(), p, false, r.RemoteAddr)
+		tok := randomToken()
+		http.SetCookie(w, &http.Cookie{Name: loginCookieName, Value: tok, Path: "/ui", HttpOnly: true, Secure: u.secure, SameSite: http.SameSiteStrictMode, MaxAge: 600})
+		u.render(w, http.StatusUnauthorized, "login", pageData{Title: "Log in", CSRF: tok, Error: "That token is not a valid reviewer token."})
+		return
+	}
+	sid := randomToken()
+	u.mu.Lock()
+	for id, s := range u.sessions { // forget expired logins
+		if !u.now().Before(s.expires) {
+			delete(u.sessions, id)
+		}
+	}
+	u.sessions[sid] = &uiSession{p: p, csrf: randomToken(), expires: u.now().Add(u.sessionTTL)}
+	u.mu.Unlock()
+	u.b.RecordLogin(r.Context(), p, true, r.RemoteAddr)
+	http.SetCookie(w, &http.Cookie{Name: loginCookieName, Value: "", Path: "/ui", MaxAge: -1})
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: sid, Path: "/ui", HttpOnly: true, Secure: u.secure,
+		SameSite: http.SameSiteStrictMode, MaxAge: int(u.sessionTTL.Seconds())})
+	http.Redirect(w, r, "/ui", http.StatusSeeOther)
+}
+
+// Logout is POST /ui/logout.
+func (u *UI) Logout(w http.ResponseWriter, r *http.Request) {
+	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		if c, err := r.Cookie(cookieName); err == nil {
+			u.mu.Lock()
+			delete(u.sessions, c.Value)
+			u.mu.Unlock()
+		}
+		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, Secure: u.secure, SameSite: http.SameSiteStrictMode})
+		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+	})(w, r)
+}
+
+// Pending is GET /ui: the pending actions, oldest first.
+func (u *UI) Pending(w http.ResponseWriter, r *http.Request) {
+	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		as, err := u.b.Actions(r.Context(), Pending, 500)
+		if err != nil {
+			u.message(w, http.StatusInternalServerError, s, "Error", "The pending actions could not be read.")
+			return
+		}
+		sort.Slice(as, func(i, j int) bool { return as[i].CreatedAt.Before(as[j].CreatedAt) })
+		ks, _ := u.b.Killswitch(r.Context())
+		u.render(w, http.StatusOK, "pending", pageData{Title: "Pending actions", User: &s.p, CSRF: s.csrf, Live: true,
+			Content: map[string]any{"Actions": as, "Killswitch": ks}})
+	})(w, r)
+}
+
+// Param is one parameter of a request as the page shows it.
+type Param struct {
+	Name, Value string
+	Pinned      bool
+	Filled      bool
+}
+
+func params(a Action) []Param {
+	pinned := map[string]bool{}
+	for _, p := range a.Pinned {
+		pinned[p] = true
+	}
+	filled := map[string]bool{}
+	for _, p := range a.Filled {
+		filled[p] = true
+	}
+	var out []Param
+	if q, err := url.ParseQuery(a.Request.Query); err == nil {
+		keys := make([]string, 0, len(q))
+		for k := range q {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			for _, v := range q[k] {
+				n := "query." + k
+				out = append(out, Param{Name: n, Value: v, Pinned: pinned[n], Filled: filled[n]})
+			}
+		}
+	}
+	var body any
+	if len(a.Request.Body) > 0 && json.Unmarshal(a.Request.Body, &body) == nil {
+		var walk func(prefix string, v any)
+		walk = func(prefix string, v any) {
+			switch x := v.(type) {
+			case map[string]any:
+				keys := make([]string, 0, len(x))
+				for k := range x {
+					keys = append(keys, k)
+				}
+				sort.Strings(keys)
+				for _, k := range keys {
+					walk(prefix+"."+k, x[k])
+				}
+			case []any:
+				for i, e := range x {
+					walk(prefix+"."+strconv.Itoa(i), e)
+				}
+			default:
+				b, _ := json.Marshal(x)
+				out = append(out, Param{Name: prefix, Value: string(b), Pinned: pinned[prefix], Filled: filled[prefix]})
+			}
+		}
+		walk("body", body)
+	}
+	for _, p := range a.Pinned { // pinned path and header values
+		if strings.HasPrefix(p, "path.") || strings.HasPrefix(p, "header.") {
+			out = append(out, Param{Name: p, Value: "(fixed by the grant)", Pinned: true, Filled: filled[p]})
+		}
+	}
+	return out
+}
+
+func prettyBody(b []byte) string {
+	var buf bytes.Buffer
+	if json.Indent(&buf, b, "", "  ") == nil {
+		return buf.String()
+	}
+	return string(b)
+}
+
+// ActionPage is GET /ui/actions/{id}: the exact request, pinned vs
+// model-chosen values, the Rule-of-Two standing, approve and deny.
+func (u *UI) ActionPage(w http.ResponseWriter, r *http.Request) {
+	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		a, err := u.b.Action(r.Context(), chi.URLParam(r, "id"))
+		if err != nil {
+			u.message(w, http.StatusNotFound, s, "Not found", "No such action.")
+			return
+		}
+		u.render(w, http.StatusOK, "action", pageData{Title: "Action " + a.ID, User: &s.p, CSRF: s.csrf,
+			Notice: r.URL.Query().Get("notice"),
+			Content: map[string]any{"A": a, "Params": params(a), "Body": prettyBody(a.Request.Body),
+				"Needed": max(1, a.ApprovalsRequired), "Own": a.SessionCreatedBy == s.p.ID}})
+	})(w, r)
+}
+
+// Approve is POST /ui/actions/{id}/approve.
+func (u *UI) Approve(w http.ResponseWriter, r *http.Request) { u.decide(w, r, "approve") }
+
+// Deny is POST /ui/actions/{id}/deny.
+func (u *UI) Deny(w http.ResponseWriter, r *http.Request) { u.decide(w, r, "deny") }
+
+func (u *UI) decide(w http.ResponseWriter, r *http.Request, verdict string) {
+	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		id := chi.URLParam(r, "id")
+		_, err := u.b.DecideAction(r.Context(), s.p, id, verdict, r.PostFormValue("comment"))
+		if err != nil {
+			u.message(w, http.StatusConflict, s, "Not done", decisionError(err))
+			return
+		}
+		notice := "Denied."
+		if verdict == "approve" {
+			notice = "Approved."
+		}
+		http.Redirect(w, r, "/ui/actions/"+url.PathEscape(id)+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
+	})(w, r)
+}
+
+func decisionError(err error) string {
+	for _, e := range []error{ErrDecided, ErrAlreadyDecided, ErrExpired, ErrSelfApproval, ErrNotFound, ErrInvalidDecision} {
+		if errors.Is(err, e) {
+			return e.Error() + "."
+		}
+	}
+	if strings.Contains(err.Error(), "kill-switch") {
+		return "The global kill-switch is engaged: no action can be approved."
+	}
+	return "The decision could not be recorded."
+}
+
+// Sessions is GET /ui/sessions: active sessions with a kill button.
+func (u *UI) Sessions(w http.ResponseWriter, r *http.Request) {
+	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		ss := u.b.ActiveSessions(r.Context())
+		u.render(w, http.StatusOK, "sessions", pageData{Title: "Active sessions", User: &s.p, CSRF: s.csrf, Live: true,
+			Notice: r.URL.Query().Get("notice"), Content: ss})
+	})(w, r)
+}
+
+// SessionPage is GET /ui/sessions/{id}: the recent audit trail of a session.
+func (u *UI) SessionPage(w http.ResponseWriter, r *http.Request) {
+	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		id := chi.URLParam(r, "id")
+		trail, err := u.b.SessionTrail(r.Context(), id, 100)
+		if err != nil {
+			u.message(w, http.StatusInternalServerError, s, "Error", "The audit trail could not be read.")
+			return
+		}
+		var sum *SessionSummary
+		for _, x := range u.b.ActiveSessions(r.Context()) {
+			if x.ID == id {
+				sum = &x
+			}
+		}
+		u.render(w, http.StatusOK, "session", pageData{Title: "Session " + id, User: &s.p, CSRF: s.csrf,
+			Content: map[string]any{"ID": id, "S": sum, "Trail": trail}})
+	})(w, r)
+}
+
+// Kill is POST /ui/sessions/{id}/kill.
+func (u *UI) Kill(w http.ResponseWriter, r *http.Request) {
+	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		id := chi.URLParam(r, "id")
+		if err := u.b.KillSession(r.Context(), s.p, id); err != nil {
+			u.message(w, http.StatusConflict, s, "Not done", "The session could not be killed.")
+			return
+		}
+		http.Redirect(w, r, "/ui/sessions?notice="+url.QueryEscape("Session "+id+" killed."), http.StatusSeeOther)
+	})(w, r)
+}
+
+// KillswitchPage is GET /ui/killswitch.
+func (u *UI) KillswitchPage(w http.ResponseWriter, r *http.Request) {
+	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		ks, err := u.b.Killswitch(r.Context())
+		if err != nil {
+			u.message(w, http.StatusInternalServerError, s, "Error", "The kill-switch state could not be read.")
+			return
+		}
+		u.render(w, http.StatusOK, "killswitch", pageData{Title: "Kill-switch", User: &s.p, CSRF: s.csrf,
+			Notice: r.URL.Query().Get("notice"), Content: map[string]any{"K": ks, "Admin": s.p.Role == auth.RoleAdmin}})
+	})(w, r)
+}
+
+// EngageKillswitch is POST /ui/killswitch; the form must carry the confirmation.
+func (u *UI) EngageKillswitch(w http.ResponseWriter, r *http.Request) {
+	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		if r.PostFormValue("confirm") != "yes" {
+			u.message(w, http.StatusBadRequest, s, "Not done", "Tick the confirmation to engage the kill-switch.")
+			return
+		}
+		if err := u.b.SetKillswitch(r.Context(), s.p, true, r.PostFormValue("reason")); err != nil {
+			u.message(w, http.StatusInternalServerError, s, "Not done", "The kill-switch could not be engaged.")
+			return
+		}
+		http.Redirect(w, r, "/ui/killswitch?notice="+url.QueryEscape("Kill-switch engaged: every sandbox call is refused."), http.StatusSeeOther)
+	})(w, r)
+}
+
+// ReleaseKillswitch is POST /ui/killswitch/release (admin only).
+func (u *UI) ReleaseKillswitch(w http.ResponseWriter, r *http.Request) {
+	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
+		if err := u.b.SetKillswitch(r.Context(), s.p, false, ""); err != nil {
+			u.message(w, http.StatusForbidden, s, "Not done", "Only an admin may release the kill-switch.")
+			return
+		}
+		http.Redirect(w, r, "/ui/killswitch?notice="+url.QueryEscape("Kill-switch released."), http.StatusSeeOther)
+	})(w, r)
+}
+
+// Events is GET /ui/events: server-sent events, one per change.
+func (u *UI) Events(w http.ResponseWriter, r *http.Request) {
+	if u.session(r) == nil {
+		http.Error(w, "not logged in", http.StatusUnauthorized)
+		return
+	}
+	headers(w)
+	w.Header().Set("Content-Type", "text/event-stream")
+	rc := http.NewResponseController(w)
+	w.WriteHeader(http.StatusOK)
+	_, _ = fmt.Fprint(w, ": connected\n\n")
+	_ = rc.Flush()
+	heartbeat := time.NewTicker(25 * time.Second)
+	defer heartbeat.Stop()
+	for {
+		changed := u.b.Changes()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-heartbeat.C:
+			_, _ = fmt.Fprint(w, ": keep-alive\n\n")
+		case <-changed:
+			_, _ = fmt.Fprint(w, "event: changed\ndata: {}\n\n")
+		}
+		if rc.Flush() != nil || u.session(r) == nil {
+			return
+		}
+	}
+}
+
+// Static is GET /ui/static/{file}.
+func (u *UI) Static(w http.ResponseWriter, r *http.Request) {
+	headers(w)
+	w.Header().Set("Cache-Control", "public, max-age=300")
+	u.static.ServeHTTP(w, r)
+}

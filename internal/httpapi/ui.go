@@ -1,0 +1,80 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"sort"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/broker"
+)
+
+// uiBackend adapts the broker to what the reviewers' page needs.
+type uiBackend struct{ *broker.Broker }
+
+var _ approval.Backend = uiBackend{}
+
+func (u uiBackend) ActiveSessions(ctx context.Context) []approval.SessionSummary {
+	var out []approval.SessionSummary
+	for _, v := range u.Broker.ActiveSessions() {
+		out = append(out, approval.SessionSummary{
+			ID: v.Session.ID, TaskID: v.Session.TaskID, Isolation: v.Session.Isolation.String(), Required: v.Required.String(),
+			CreatedBy: v.Session.CreatedBy, CreatedAt: v.Session.CreatedAt, ExpiresAt: v.Session.ExpiresAt,
+			Standing: approval.Standing{UntrustedInput: v.RuleOfTwo.UntrustedInput, SensitiveAccess: v.RuleOfTwo.SensitiveAccess, ExternalAction: v.RuleOfTwo.ExternalAction},
+			Gated:    v.RuleOfTwo.Gated(), Grants: len(v.Grants),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.After(out[j].CreatedAt) })
+	return out
+}
+
+func (u uiBackend) KillSession(ctx context.Context, p auth.Principal, id string) error {
+	_, err := u.Broker.KillSession(ctx, p, id)
+	return err
+}
+
+func (u uiBackend) Killswitch(ctx context.Context) (approval.KillswitchView, error) {
+	st, err := u.Broker.Killswitch(ctx)
+	return approval.KillswitchView{Engaged: st.Engaged, Since: st.Since, By: st.By, Reason: st.Reason}, err
+}
+
+func (u uiBackend) SetKillswitch(ctx context.Context, p auth.Principal, engaged bool, reason string) error {
+	_, err := u.Broker.SetKillswitch(ctx, p, engaged, reason)
+	return err
+}
+
+// SessionTrail scans the log for the session's last records (the scan is
+// linear in the log's size; an index by session is future work).
+func (u uiBackend) SessionTrail(ctx context.Context, sessionID string, limit int) ([]approval.TrailEntry, error) {
+	ring := make([]approval.TrailEntry, 0, limit)
+	err := u.Store().ScanAudit(ctx, 0, func(seq uint64, data []byte) error {
+		var e audit.Event
+		if json.Unmarshal(data, &e) != nil || e.SessionID != sessionID {
+			return nil
+		}
+		t := approval.TrailEntry{Seq: e.Seq, Time: e.Time, Type: e.Type, Actor: e.Actor.Kind, Method: e.Method, Path: e.Path, Code: e.Code, Status: e.Status, ID: e.ActionID}
+		if len(ring) == limit {
+			copy(ring, ring[1:])
+			ring = ring[:limit-1]
+		}
+		ring = append(ring, t)
+		return nil
+	})
+	for i, j := 0, len(ring)-1; i < j; i, j = i+1, j-1 {
+		ring[i], ring[j] = ring[j], ring[i]
+	}
+	return ring, err
+}
+
+func (u uiBackend) RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string) {
+	u.Broker.RecordLogin(ctx, p, ok, remote)
+}
+
+// UIOptions configure the reviewers' page.
+type UIOptions struct {
+	SessionTTL    time.Duration
+	SecureCookies bool
+}
