@@ -5,6 +5,7 @@ set -euo pipefail
 
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
+[ -x /usr/bin/chromium ] || need+=(chromium)      # the reviewers' page is tested in headless Chromium
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -15,4 +16,4 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2))"
+echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1))"

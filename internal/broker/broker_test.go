@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"path/filepath"
@@ -110,3 +111,64 @@ func BenchmarkAuthorize(b *testing.B) {
 		d.Release()
 	}
 }
+
+// BenchmarkApproveToUpstream measures a reviewer's approval (durable
+// decision and audit, fsync mode) to the moment the upstream receives the
+// stored request: the "approve click → upstream call" budget without the browser.
+func BenchmarkApproveToUpstream(b *testing.B) {
+	hit := make(chan struct{}, 1)
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hit <- struct{}{}
+	}))
+	defer up.Close()
+	st, err := store.OpenBolt(filepath.Join(b.TempDir(), "airlock.db"), store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	base, _ := url.Parse(up.URL)
+	u := &upstream.Upstream{Name: "pay", Kind: "http", BaseURL: base, Sensitive: true, Timeout: 5 * time.Second,
+		Source: staticSource{}, Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}}
+	u.SetTransport(upstream.NewTransport())
+	br, err := broker.New(context.Background(), broker.Options{Store: st, Upstreams: map[string]*upstream.Upstream{"pay": u},
+		AdminToken: "admin-admin-admin-admin", MaxSessionTTL: time.Hour, DefaultTTL: time.Hour, Now: time.Now,
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() { br.Close(); _ = st.Close() }()
+	v, err := br.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm",
+		Grants: []grants.Spec{{Upstream: "pay", Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := br.Check(v.Token, netip.MustParseAddr("127.0.0.1"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	reviewer := auth.Principal{ID: "rev", Name: "rev", Role: auth.RoleReviewer}
+	call := &grants.Call{Method: "POST", Segments: []string{"pay"}, Header: http.Header{}}
+	b.ResetTimer()
+	for b.Loop() {
+		b.StopTimer()
+		d, err := br.Decide(l, "pay", call)
+		if err != nil || !br.Gated(l, d) {
+			b.Fatalf("decide: %v", err)
+		}
+		a, err := br.Hold(context.Background(), l, d, &upstream.Outbound{Method: "POST", Path: "/pay", Header: http.Header{}}, broker.CallRecord{Upstream: "pay"})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		if _, err := br.DecideAction(context.Background(), reviewer, a.ID, "approve", ""); err != nil {
+			b.Fatal(err)
+		}
+		<-hit
+	}
+}
+
+type staticSource struct{}
+
+func (staticSource) Fetch(context.Context) (upstream.Secret, error) {
+	return upstream.NewSecret("bench-secret"), nil
+}
+func (staticSource) Describe() string { return "static" }
