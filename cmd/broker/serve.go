@@ -13,7 +13,9 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/broker"
@@ -94,16 +96,18 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		hook = &approval.Webhook{URL: cfg.Approval.Webhook.URL, Secret: []byte(cfg.Approval.Webhook.Secret),
 			Client: &http.Client{Timeout: 10 * time.Second}, Log: log.With("component", "webhook"), Now: time.Now}
 	}
+	reg := prometheus.NewRegistry()
 	b, err := broker.New(ctx, broker.Options{
 		Store: st, Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout,
-		Webhook: hook, Now: time.Now, Log: log,
+		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
+		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,
 	})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	api, err := httpapi.New(b, log.With("component", "http"), httpapi.UIOptions{SessionTTL: cfg.UI.SessionTTL, SecureCookies: *cfg.UI.Secure})
+	api, err := httpapi.New(b, log.With("component", "http"), httpapi.UIOptions{SessionTTL: cfg.UI.SessionTTL, SecureCookies: *cfg.UI.Secure, Registry: reg})
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,9 @@ type Event struct {
 	Hash      string    `json:"hash,omitempty"`
 }
 
-// seal sets e.Hash from the rest of e and returns the stored encoding.
+// seal sets e.Hash from the rest of e and returns the stored encoding. Hash
+// is the last field and omitted when empty, so the stored form is the hashed
+// form with `,"hash":"<hex>"` before its closing brace: one encoding, not two.
 func seal(e *Event) ([]byte, error) {
 	e.Hash = ""
 	body, err := json.Marshal(e)
@@ -77,7 +79,11 @@ func seal(e *Event) ([]byte, error) {
 	}
 	sum := sha256.Sum256(body)
 	e.Hash = hex.EncodeToString(sum[:])
-	return json.Marshal(e)
+	out := make([]byte, 0, len(body)+len(`,"hash":""`)+len(e.Hash))
+	out = append(out, body[:len(body)-1]...)
+	out = append(out, `,"hash":"`...)
+	out = append(out, e.Hash...)
+	return append(out, `"}`...), nil
 }
 
 // Entry is one sealed record handed to a Sink.

@@ -27,6 +27,8 @@ type Writer struct {
 	closeMu sync.RWMutex
 	closed  bool
 
+	onCommit func(records int, d time.Duration)
+
 	headMu sync.Mutex
 	seq    uint64
 	head   string
@@ -91,14 +93,26 @@ func (w *Writer) Append(ctx context.Context, ev Event, side any) (Event, error) 
 	return out, nil
 }
 
-// AppendAsync writes ev without waiting; failures are logged. It is for
-// records that follow an already-durable decision (call completion).
+// AppendAsync queues ev without waiting for it to be written; a failure is
+// logged. It is for records that follow an already-durable decision (a
+// call's completion), so it never blocks the caller's answer.
 func (w *Writer) AppendAsync(ev Event) {
-	go func() {
-		if _, err := w.Append(context.Background(), ev, nil); err != nil {
-			w.log.Error("audit append failed", "type", ev.Type, "err", err)
-		}
-	}()
+	if ev.Time.IsZero() {
+		ev.Time = w.now().UTC()
+	}
+	p := &pending{ev: ev}
+	w.closeMu.RLock()
+	defer w.closeMu.RUnlock()
+	if w.closed {
+		w.log.Error("audit append after close", "type", ev.Type)
+		return
+	}
+	select {
+	case w.in <- p:
+	default:
+		// The queue is full: wait rather than drop a record.
+		w.in <- p
+	}
 }
 
 // Close stops accepting events and waits for queued ones to be written.
@@ -175,14 +189,20 @@ func (w *Writer) commit(batch []*pending, entries []Entry) {
 		head = p.ev.Hash
 		entries = append(entries, Entry{Seq: seq, Data: data, Side: p.side})
 	}
+	start := time.Now()
 	if err := w.sink.CommitAudit(context.Background(), entries); err != nil {
 		w.log.Error("audit commit failed", "records", len(batch), "err", err)
 		w.fail(batch, err)
 		return
 	}
 	w.setHead(seq, head)
+	if w.onCommit != nil {
+		w.onCommit(len(batch), time.Since(start))
+	}
 	for _, p := range batch {
-		p.done <- nil
+		if p.done != nil {
+			p.done <- nil
+		}
 	}
 }
 
@@ -191,9 +211,17 @@ func (w *Writer) fail(batch []*pending, err error) {
 		err = errors.New("unknown")
 	}
 	for _, p := range batch {
-		p.done <- err
+		if p.done != nil {
+			p.done <- err
+		} else {
+			w.log.Error("audit record lost after a failed commit", "type", p.ev.Type, "err", err)
+		}
 	}
 }
+
+// OnCommit registers a function told the size and duration of every commit
+// (metrics). Set it before the first Append.
+func (w *Writer) OnCommit(fn func(records int, d time.Duration)) { w.onCommit = fn }
 
 func (w *Writer) seqHead() (uint64, string) {
 	w.headMu.Lock()

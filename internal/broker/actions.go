@@ -216,6 +216,7 @@ func (b *Broker) execute(a approval.Action) {
 	sec, scrub, err := u.Credential(ctx)
 	if err != nil {
 		g.Refund(a.Amounts)
+		b.CredentialFailed(a.Upstream)
 		fail("credential_unavailable", "credential unavailable")
 		return
 	}

@@ -19,6 +19,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
@@ -45,7 +48,10 @@ type Options struct {
 	MaxSessionTTL    time.Duration
 	DefaultTTL       time.Duration
 	EnforceIsolation bool
-	ApprovalTTL      time.Duration     // how long a pending action waits (default 15m)
+	ApprovalTTL      time.Duration // how long a pending action waits (default 15m)
+	RateLimit        rate.Limit    // sandbox calls per second per session (0: unlimited)
+	RateBurst        int           // burst of the per-session limit
+	Metrics          prometheus.Registerer
 	Webhook          *approval.Webhook // announces pending actions and decisions, or nil
 	Now              func() time.Time
 	Log              *slog.Logger
@@ -68,6 +74,9 @@ type Broker struct {
 	killswitch atomic.Bool
 
 	approvalTTL time.Duration
+	rateLimit   rate.Limit
+	rateBurst   int
+	metrics     *metrics
 	notifier    *approval.Notifier
 	webhook     *approval.Webhook
 	timersMu    sync.Mutex
@@ -88,7 +97,8 @@ type Live struct {
 	bind    netip.Prefix
 	bound   bool
 	revoked atomic.Bool
-	killed  atomic.Int64 // unix nanoseconds of the kill, 0 if alive
+	killed  atomic.Int64  // unix nanoseconds of the kill, 0 if alive
+	limiter *rate.Limiter // per-session call rate, nil when unlimited
 	ctx     context.Context
 	cancel  context.CancelFunc
 	grants  atomic.Pointer[[]*grants.Live]
@@ -153,7 +163,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
 		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook, timers: map[string]*time.Timer{},
+		rateLimit: o.RateLimit, rateBurst: max(o.RateBurst, 1),
 	}
+	b.metrics = newMetrics(o.Metrics, b)
+	w.OnCommit(func(n int, d time.Duration) {
+		b.metrics.auditCommit.Observe(d.Seconds())
+		b.metrics.auditRecords.Add(float64(n))
+	})
 	if b.approvalTTL <= 0 {
 		b.approvalTTL = 15 * time.Minute
 	}
@@ -231,6 +247,9 @@ func (b *Broker) load(ctx context.Context) error {
 
 func (b *Broker) addLive(s session.Session, gs []*grants.Live) *Live {
 	l := &Live{Session: s}
+	if b.rateLimit > 0 {
+		l.limiter = rate.NewLimiter(b.rateLimit, b.rateBurst)
+	}
 	l.bind, l.bound = s.Bind()
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.grants.Store(&gs)
@@ -265,6 +284,9 @@ func (b *Broker) forgetExpired() {
 	for id, l := range b.sessions {
 		if now.Before(l.Session.ExpiresAt) && !l.revoked.Load() {
 			continue
+		}
+		if !l.revoked.Load() {
+			b.sessionEnded(l, l.Session.ExpiresAt) // killed sessions were observed at the kill
 		}
 		l.cancel()
 		delete(b.sessions, id)

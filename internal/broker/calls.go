@@ -57,13 +57,24 @@ func (b *Broker) Verify(token string, remote netip.Addr) (*Live, error) {
 	return l, nil
 }
 
+// ErrRateLimited means the session called faster than its limit.
+var ErrRateLimited = errors.New("session call rate exceeded")
+
 // Check refuses every sandbox call while the global kill-switch is
-// engaged, then verifies the token and session (see Verify).
+// engaged, then verifies the token and session (see Verify), then the
+// session's call rate.
 func (b *Broker) Check(token string, remote netip.Addr) (*Live, error) {
 	if b.killswitch.Load() {
 		return nil, ErrKillswitch
 	}
-	return b.Verify(token, remote)
+	l, err := b.Verify(token, remote)
+	if err != nil {
+		return l, err
+	}
+	if l.limiter != nil && !l.limiter.Allow() {
+		return l, ErrRateLimited
+	}
+	return l, nil
 }
 
 // Decide evaluates a canonical call of a verified session against its
@@ -149,7 +160,7 @@ func denialReason(err error) string {
 	if err == nil {
 		return ""
 	}
-	for _, known := range []error{ErrKillswitch, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
+	for _, known := range []error{ErrKillswitch, ErrRateLimited, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
 		grants.ErrGrantExpired, grants.ErrGrantExhausted, grants.ErrBudgetExceeded, session.ErrInvalidToken,
 		session.ErrExpired, session.ErrRevoked, session.ErrWrongSource} {
 		if errors.Is(err, known) {

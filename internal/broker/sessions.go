@@ -142,13 +142,8 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if err != nil {
 		return SessionView{}, fmt.Errorf("issue token: %w", err)
 	}
-	if err := b.store.PutSession(ctx, &s); err != nil {
+	if err := b.store.CreateSession(ctx, &s, recs); err != nil {
 		return SessionView{}, fmt.Errorf("store session: %w", err)
-	}
-	for i := range recs {
-		if err := b.store.PutGrant(ctx, &recs[i], grants.Usage{}); err != nil {
-			return SessionView{}, fmt.Errorf("store grant: %w", err)
-		}
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil {
 		return SessionView{}, err
@@ -294,6 +289,7 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	now := b.now().UTC()
 	l.killed.Store(now.UnixNano())
 	l.cancel()
+	b.sessionEnded(l, now)
 	s := l.Session
 	s.RevokedAt = now
 	var firstErr error

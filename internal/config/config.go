@@ -33,6 +33,7 @@ type Config struct {
 	EnforceIsolation *bool         `yaml:"enforce_isolation"`
 	Audit            Audit         `yaml:"audit"`
 	Approval         Approval      `yaml:"approval"`
+	RateLimit        RateLimit     `yaml:"rate_limit"`
 	UI               UI            `yaml:"ui"`
 	Upstreams        []Upstream    `yaml:"upstreams"`
 	LogLevel         string        `yaml:"log_level"`
@@ -41,6 +42,12 @@ type Config struct {
 // Audit configures the audit log.
 type Audit struct {
 	Durability string `yaml:"durability"`
+}
+
+// RateLimit bounds each session's sandbox calls (0: unlimited).
+type RateLimit struct {
+	PerSession float64 `yaml:"per_session"` // calls per second
+	Burst      int     `yaml:"burst"`       // default: per_session rounded up
 }
 
 // Approval configures the human gate.
@@ -262,6 +269,12 @@ func (c *Config) Validate(getenv func(string) string) error {
 		if len(w.Secret) < 16 {
 			return fieldErr("approval.webhook.secret", "is required (at least 16 characters) to sign deliveries")
 		}
+	}
+	if c.RateLimit.PerSession < 0 || c.RateLimit.Burst < 0 {
+		return fieldErr("rate_limit", "per_session and burst must not be negative")
+	}
+	if c.RateLimit.PerSession > 0 && c.RateLimit.Burst == 0 {
+		c.RateLimit.Burst = int(c.RateLimit.PerSession + 0.999)
 	}
 	if c.UI.SessionTTL == 0 {
 		c.UI.SessionTTL = 8 * time.Hour

@@ -12,6 +12,13 @@ type metrics struct {
 	overhead        *prometheus.HistogramVec
 	upstreamLatency *prometheus.HistogramVec
 	sessionsCreated prometheus.Counter
+	limitHits       *prometheus.CounterVec
+}
+
+// limitKinds are the denial codes counted as cap or limit hits (the
+// "resource-cap hits" KPI).
+var limitKinds = map[string]string{
+	"constraint_violated": "constraint", "budget_exceeded": "budget", "grant_exhausted": "max_uses", "rate_limited": "rate",
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -30,13 +37,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sessionsCreated: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_sessions_created_total", Help: "Sessions created.",
 		}),
+		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_limit_hits_total", Help: "Calls refused by a cap or limit: constraint, budget, max_uses, rate.",
+		}, []string{"kind"}),
 	}
-	reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.sessionsCreated)
+	reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.sessionsCreated, m.limitHits)
 	return m
 }
 
 func (m *metrics) call(upstream, decision, code string, overhead time.Duration) {
 	m.calls.WithLabelValues(upstream, decision, code).Inc()
+	if kind, ok := limitKinds[code]; ok {
+		m.limitHits.WithLabelValues(kind).Inc()
+	}
 	m.overhead.WithLabelValues(upstream).Observe(overhead.Seconds())
 }
 

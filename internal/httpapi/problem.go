@@ -55,6 +55,7 @@ var codes = []struct {
 	{session.ErrExpired, 401, "session_expired", "Session expired", false},
 	{session.ErrRevoked, 401, "session_revoked", "Session revoked", false},
 	{broker.ErrKillswitch, 503, "killswitch_engaged", "Kill-switch engaged", true},
+	{broker.ErrRateLimited, 429, "rate_limited", "Rate limited", true},
 	{grants.ErrNoMatchingGrant, 403, "no_matching_grant", "No matching grant", true},
 	{grants.ErrConstraintViolated, 403, "constraint_violated", "Constraint violated", true},
 	{grants.ErrGrantExpired, 403, "grant_expired", "Grant expired", true},
@@ -119,6 +120,9 @@ func writeProblem(w http.ResponseWriter, p Problem, requestID string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
+	if p.Status == http.StatusTooManyRequests {
+		h.Set("Retry-After", "1")
+	}
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(p)
 }

@@ -37,6 +37,11 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		if derr := s.b.RecordDenied(r.Context(), l, rec, p.Code, err); derr != nil {
 			s.log.Error("audit of a denied call failed", "request_id", reqID, "err", derr)
 		}
+		sid := ""
+		if l != nil {
+			sid = l.Session.ID
+		}
+		s.log.Info("call denied", "request_id", reqID, "session_id", sid, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "code", p.Code)
 		s.metrics.call(rec.Upstream, "deny", p.Code, time.Since(start))
 		writeProblem(w, p, reqID)
 	}
@@ -86,6 +91,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	sec, scrub, err := u.Credential(ctx)
 	if err != nil {
 		d.Release()
+		s.b.CredentialFailed(name)
 		deny(l, err)
 		return
 	}
@@ -125,6 +131,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	s.b.RecordCompleted(l, d, rec, resp.StatusCode, time.Since(start).Microseconds(), n, code)
 	s.metrics.call(rec.Upstream, "allow", "", time.Since(start)-upDur)
+	s.log.Debug("call", "request_id", reqID, "session_id", l.Session.ID, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
 }
 
 // writeBody sends the scrubbed answer: whole with a Content-Length when

@@ -31,9 +31,13 @@ type Server struct {
 	ui      *approval.UI
 }
 
-// New makes a server over b.
+// New makes a server over b. Its metrics go to o.Registry (with the Go and
+// process collectors), or to a registry of its own.
 func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
-	reg := prometheus.NewRegistry()
+	reg := o.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
@@ -73,8 +75,9 @@ func (u uiBackend) RecordLogin(ctx context.Context, p auth.Principal, ok bool, r
 	u.Broker.RecordLogin(ctx, p, ok, remote)
 }
 
-// UIOptions configure the reviewers' page.
+// UIOptions configure the HTTP layer: the reviewers' page and metrics.
 type UIOptions struct {
 	SessionTTL    time.Duration
 	SecureCookies bool
+	Registry      *prometheus.Registry // shared with the broker's metrics; nil for a private one
 }

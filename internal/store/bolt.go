@@ -229,6 +229,21 @@ func (s *Bolt) PutSession(ctx context.Context, sess *session.Session) error {
 	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketSessions, sess.ID, sess) })
 }
 
+// CreateSession implements Store.
+func (s *Bolt) CreateSession(ctx context.Context, sess *session.Session, gs []grants.Grant) error {
+	return s.update(func(tx *bolt.Tx) error {
+		if err := put(tx, bucketSessions, sess.ID, sess); err != nil {
+			return err
+		}
+		for i := range gs {
+			if err := putGrant(tx, &gs[i], grants.Usage{}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
 // Session implements Store.
 func (s *Bolt) Session(ctx context.Context, id string) (session.Session, error) {
 	var out session.Session
@@ -262,15 +277,17 @@ func (s *Bolt) Sessions(ctx context.Context, after string, limit int) ([]session
 
 // PutGrant implements Store.
 func (s *Bolt) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error {
-	return s.update(func(tx *bolt.Tx) error {
-		if err := put(tx, bucketGrants, g.ID, g); err != nil {
-			return err
-		}
-		if err := put(tx, bucketUsage, g.ID, u); err != nil {
-			return err
-		}
-		return tx.Bucket(bucketSessionGrants).Put([]byte(g.SessionID+"/"+g.ID), nil)
-	})
+	return s.update(func(tx *bolt.Tx) error { return putGrant(tx, g, u) })
+}
+
+func putGrant(tx *bolt.Tx, g *grants.Grant, u grants.Usage) error {
+	if err := put(tx, bucketGrants, g.ID, g); err != nil {
+		return err
+	}
+	if err := put(tx, bucketUsage, g.ID, u); err != nil {
+		return err
+	}
+	return tx.Bucket(bucketSessionGrants).Put([]byte(g.SessionID+"/"+g.ID), nil)
 }
 
 // Grant implements Store.

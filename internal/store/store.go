@@ -37,6 +37,8 @@ type Store interface {
 
 	// PutSession creates or replaces a session.
 	PutSession(ctx context.Context, s *session.Session) error
+	// CreateSession stores a new session and its grants in one transaction.
+	CreateSession(ctx context.Context, s *session.Session, gs []grants.Grant) error
 	// Session returns one session or ErrNotFound.
 	Session(ctx context.Context, id string) (session.Session, error)
 	// Sessions lists sessions with ids after `after`, in id (creation) order, at most limit.

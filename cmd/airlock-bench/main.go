@@ -1,0 +1,496 @@
+// Command airlock-bench measures the broker side by side with a bare
+// reverse proxy on the same machine and the same upstream: closed-loop load
+// at several concurrencies, throughput and p50/p99 latency, and the ratios.
+// Everything listens on 127.0.0.1 and every run stops by itself.
+//
+//	go build -o bin/broker ./cmd/broker
+//	go run ./cmd/airlock-bench --broker bin/broker --duration 5s --out docs/performance.md
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		fmt.Fprintln(os.Stderr, "airlock-bench:", err)
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	broker       string
+	duration     time.Duration
+	concurrency  []int
+	out          string
+	durabilities []string
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("airlock-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.broker, "broker", "bin/broker", "the broker binary")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "load per measurement (bounded)")
+	conc := fs.String("concurrency", "1,16,64", "closed-loop callers")
+	dur := fs.String("durability", "fsync,buffered", "audit durability modes to measure")
+	fs.StringVar(&o.out, "out", "", "also write the report (markdown) to this file")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.duration > 2*time.Minute {
+		return errors.New("--duration is capped at 2m")
+	}
+	for _, c := range strings.Split(*conc, ",") {
+		var n int
+		if _, err := fmt.Sscan(c, &n); err != nil || n < 1 || n > 512 {
+			return fmt.Errorf("bad concurrency %q", c)
+		}
+		o.concurrency = append(o.concurrency, n)
+	}
+	o.durabilities = strings.Split(*dur, ",")
+
+	up, err := startUpstream()
+	if err != nil {
+		return err
+	}
+	defer up.Close()
+	bare, err := startBareProxy(up.URL())
+	if err != nil {
+		return err
+	}
+	defer bare.Close()
+
+	rep := &report{started: time.Now(), opts: o}
+	for _, d := range o.durabilities {
+		if err := measureMode(ctx, o, d, up, bare, rep, stderr); err != nil {
+			return err
+		}
+	}
+	text := rep.markdown()
+	fmt.Fprint(stdout, text)
+	if o.out != "" {
+		return os.WriteFile(o.out, []byte(text), 0o644)
+	}
+	return nil
+}
+
+// upstream is a tiny JSON API: the same for both proxies.
+type upstream struct {
+	srv  *http.Server
+	ln   net.Listener
+	hits chan time.Time
+	want atomic.Bool
+}
+
+func startUpstream() (*upstream, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	u := &upstream{ln: ln, hits: make(chan time.Time, 1)}
+	body := []byte(`{"items":[{"id":1,"name":"widget","price":12.5},{"id":2,"name":"gadget","price":7.25}],"next":null}`)
+	u.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u.want.Load() && r.URL.Path == "/approve-probe" {
+			select {
+			case u.hits <- time.Now():
+			default:
+			}
+		}
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write(body)
+	}), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = u.srv.Serve(ln) }()
+	return u, nil
+}
+
+func (u *upstream) URL() string { return "http://" + u.ln.Addr().String() }
+func (u *upstream) Close()      { _ = u.srv.Close() }
+
+// bareProxy is httputil.ReverseProxy injecting a header: the baseline.
+type bareProxy struct {
+	srv *http.Server
+	ln  net.Listener
+}
+
+func startBareProxy(target string) (*bareProxy, error) {
+	tu, _ := url.Parse(target)
+	rp := httputil.NewSingleHostReverseProxy(tu)
+	rp.Transport = &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
+	director := rp.Director
+	rp.Director = func(r *http.Request) {
+		director(r)
+		r.Header.Set("Authorization", "Bearer upstream-secret")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &bareProxy{ln: ln, srv: &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second}}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+func (p *bareProxy) URL() string { return "http://" + p.ln.Addr().String() }
+func (p *bareProxy) Close()      { _ = p.srv.Close() }
+
+// brokerProc is the real broker binary with a real config and durable audit.
+type brokerProc struct {
+	cmd              *exec.Cmd
+	sandbox, control string
+	admin            string
+	dir              string
+}
+
+func startBroker(ctx context.Context, bin, durability, upstreamURL string, stderr io.Writer) (*brokerProc, error) {
+	dir, err := os.MkdirTemp("", "airlock-bench-")
+	if err != nil {
+		return nil, err
+	}
+	admin := "bench-admin-" + randHex(8)
+	cfg := fmt.Sprintf(`sandbox_listen: 127.0.0.1:0
+control_listen: 127.0.0.1:0
+data_dir: %s
+admin_token: %s
+enforce_isolation: false
+log_level: warn
+audit: {durability: %s}
+upstreams:
+  - name: api
+    base_url: %s
+    sensitive: true
+    credential: {source: env, name: BENCH_UPSTREAM_KEY}
+`, filepath.Join(dir, "data"), admin, durability, upstreamURL)
+	path := filepath.Join(dir, "airlock.yaml")
+	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, bin, "serve", "--config", path)
+	cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=upstream-secret")
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", bin, err)
+	}
+	line := make([]byte, 0, 256)
+	buf := make([]byte, 1)
+	for {
+		if _, err := out.Read(buf); err != nil {
+			_ = cmd.Process.Kill()
+			return nil, fmt.Errorf("broker did not start: %w", err)
+		}
+		if buf[0] == '\n' {
+			break
+		}
+		line = append(line, buf[0])
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	b := &brokerProc{cmd: cmd, admin: admin, dir: dir}
+	if _, err := fmt.Sscanf(string(line), "airlock: sandbox plane %s control plane %s", &b.sandbox, &b.control); err != nil {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("unexpected start line %q", line)
+	}
+	b.sandbox = strings.TrimSuffix(b.sandbox, ",")
+	return b, nil
+}
+
+func (b *brokerProc) Close() {
+	_ = b.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = b.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = b.cmd.Process.Kill()
+		<-done
+	}
+	_ = os.RemoveAll(b.dir)
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second}, Timeout: 30 * time.Second}
+
+func post(url, token string, body any, out any) (int, error) {
+	data, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(data))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, err
+		}
+	}
+	if resp.StatusCode >= 300 {
+		return resp.StatusCode, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
+	}
+	return resp.StatusCode, nil
+}
+
+func sessionRequest(gated bool) map[string]any {
+	return map[string]any{
+		"task_id": "bench", "ttl": "1h", "untrusted_input": gated, "isolation": "microvm",
+		"grants": []any{map[string]any{"upstream": "api", "rules": []any{
+			map[string]any{"method": "GET", "path": "/items"},
+			map[string]any{"method": "POST", "path": "/orders", "deny_unknown": true, "irreversible": false, "constraints": map[string]any{
+				"body.sku": map[string]any{"pattern": "[A-Z]{3}-[0-9]{4}"}, "body.qty": map[string]any{"min": 1, "max": 10},
+				"body.to": map[string]any{"pin": "acme"}}},
+			map[string]any{"method": "POST", "path": "/approve-probe"},
+		}}},
+	}
+}
+
+// request describes one call a worker makes.
+type request struct {
+	method, url, token, body string
+	want                     int
+}
+
+// result is one measurement.
+type result struct {
+	Target      string
+	Variant     string
+	Durability  string
+	Concurrency int
+	Requests    int
+	Errors      int
+	RPS         float64
+	P50, P99    time.Duration
+}
+
+// load runs a closed loop: each of n callers sends the next request when the
+// previous answer is read, for d.
+func load(n int, d time.Duration, rq request) result {
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		errs int
+		wg   sync.WaitGroup
+	)
+	deadline := time.Now().Add(d)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 4096)
+			bad := 0
+			for time.Now().Before(deadline) {
+				var body io.Reader
+				if rq.body != "" {
+					body = strings.NewReader(rq.body)
+				}
+				req, _ := http.NewRequest(rq.method, rq.url, body)
+				if rq.token != "" {
+					req.Header.Set("Authorization", "Bearer "+rq.token)
+				}
+				if rq.body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				t := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				local = append(local, time.Since(t))
+				if err != nil || resp.StatusCode != rq.want {
+					bad++
+				}
+			}
+			mu.Lock()
+			lats = append(lats, local...)
+			errs += bad
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	slices.Sort(lats)
+	r := result{Concurrency: n, Requests: len(lats), Errors: errs, RPS: float64(len(lats)) / d.Seconds()}
+	if len(lats) > 0 {
+		r.P50 = lats[len(lats)/2]
+		r.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
+	}
+	return r
+}
+
+func measureMode(ctx context.Context, o options, durability string, up *upstream, bare *bareProxy, rep *report, stderr io.Writer) error {
+	b, err := startBroker(ctx, o.broker, durability, up.URL(), stderr)
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	var s struct{ Token string }
+	if _, err := post(b.control+"/v1/sessions", b.admin, sessionRequest(false), &s); err != nil {
+		return err
+	}
+	order := `{"sku":"ABC-1234","qty":3}`
+	variants := []struct {
+		name         string
+		broker, base request
+	}{
+		{"allowed GET", request{method: "GET", url: b.sandbox + "/v1/proxy/api/items", token: s.Token, want: 200},
+			request{method: "GET", url: bare.URL() + "/items", want: 200}},
+		{"allowed POST, JSON constraints", request{method: "POST", url: b.sandbox + "/v1/proxy/api/orders", token: s.Token, body: order, want: 200},
+			request{method: "POST", url: bare.URL() + "/orders", body: order, want: 200}},
+		{"denied (no matching grant)", request{method: "DELETE", url: b.sandbox + "/v1/proxy/api/items", token: s.Token, want: 403}, request{}},
+	}
+	for _, v := range variants {
+		for _, n := range o.concurrency {
+			fmt.Fprintf(stderr, "%s: %s x%d\n", durability, v.name, n)
+			if v.base.url != "" {
+				r := load(n, o.duration, v.base)
+				r.Target, r.Variant, r.Durability = "bare proxy", v.name, durability
+				rep.add(r)
+			}
+			r := load(n, o.duration, v.broker)
+			r.Target, r.Variant, r.Durability = "broker", v.name, durability
+			rep.add(r)
+		}
+	}
+	// Session creation (durable) at 16 callers.
+	fmt.Fprintf(stderr, "%s: session creation\n", durability)
+	body, _ := json.Marshal(sessionRequest(false))
+	r := load(16, o.duration, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201})
+	r.Target, r.Variant, r.Durability = "broker", "session creation", durability
+	rep.add(r)
+	// Also sequential, for the p50 of one creation.
+	r = load(1, o.duration/2, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201})
+	r.Target, r.Variant, r.Durability = "broker", "session creation", durability
+	rep.add(r)
+
+	lat, err := approveLatency(b, up, 30)
+	if err != nil {
+		return err
+	}
+	rep.approvals = append(rep.approvals, approval{durability: durability, lats: lat})
+	return nil
+}
+
+// approveLatency times reviewer approval → the upstream receiving the stored request.
+func approveLatency(b *brokerProc, up *upstream, n int) ([]time.Duration, error) {
+	var g struct{ Token string }
+	if _, err := post(b.control+"/v1/sessions", b.admin, sessionRequest(true), &g); err != nil {
+		return nil, err
+	}
+	var tok struct{ Token string }
+	if _, err := post(b.control+"/v1/tokens", b.admin, map[string]any{"role": "reviewer", "name": "bench"}, &tok); err != nil {
+		return nil, err
+	}
+	up.want.Store(true)
+	defer up.want.Store(false)
+	var out []time.Duration
+	for i := 0; i < n; i++ {
+		var a struct{ ID string }
+		if _, err := post(b.sandbox+"/v1/proxy/api/approve-probe", g.Token, map[string]any{}, &a); err != nil {
+			return nil, err
+		}
+		start := time.Now()
+		if _, err := post(b.control+"/v1/approvals/"+a.ID+"/approve", tok.Token, map[string]any{}, nil); err != nil {
+			return nil, err
+		}
+		select {
+		case at := <-up.hits:
+			out = append(out, at.Sub(start))
+		case <-time.After(10 * time.Second):
+			return nil, errors.New("approved action never reached the upstream")
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+type approval struct {
+	durability string
+	lats       []time.Duration
+}
+
+type report struct {
+	started   time.Time
+	opts      options
+	results   []result
+	approvals []approval
+}
+
+func (r *report) add(x result) { r.results = append(r.results, x) }
+
+func (r *report) find(target, variant, dur string, n int) (result, bool) {
+	for _, x := range r.results {
+		if x.Target == target && x.Variant == variant && x.Durability == dur && x.Concurrency == n {
+			return x, true
+		}
+	}
+	return result{}, false
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d.Microseconds())/1000) }
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Airlock performance\n\nMeasured %s on %d cores (%s/%s), %s per point, closed-loop callers on loopback.\n",
+		r.started.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, r.opts.duration)
+	b.WriteString("Regenerate with `make perf`. The load generator, the upstream, the bare proxy and the broker share the machine.\n\n")
+	b.WriteString("| durability | variant | callers | bare proxy req/s | broker req/s | ratio | bare p50 | broker p50 | bare p99 | broker p99 | errors |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, x := range r.results {
+		if x.Target != "broker" || x.Variant == "session creation" {
+			continue
+		}
+		base, ok := r.find("bare proxy", x.Variant, x.Durability, x.Concurrency)
+		ratio, bRPS, bP50, bP99 := "—", "—", "—", "—"
+		if ok {
+			ratio = fmt.Sprintf("%.2f", x.RPS/base.RPS)
+			bRPS, bP50, bP99 = fmt.Sprintf("%.0f", base.RPS), ms(base.P50), ms(base.P99)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %d |\n",
+			x.Durability, x.Variant, x.Concurrency, bRPS, x.RPS, ratio, bP50, ms(x.P50), bP99, ms(x.P99), x.Errors)
+	}
+	b.WriteString("\n| durability | session creation | callers | req/s | p50 | p99 | errors |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, x := range r.results {
+		if x.Variant == "session creation" {
+			fmt.Fprintf(&b, "| %s | durable | %d | %.0f | %s | %s | %d |\n", x.Durability, x.Concurrency, x.RPS, ms(x.P50), ms(x.P99), x.Errors)
+		}
+	}
+	b.WriteString("\n| durability | approve (API) → upstream receives the call | samples | p50 | p99 |\n| --- | --- | ---: | ---: | ---: |\n")
+	for _, a := range r.approvals {
+		if len(a.lats) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "| %s | reviewer POST approve → upstream | %d | %s | %s |\n", a.durability, len(a.lats), ms(a.lats[len(a.lats)/2]), ms(a.lats[min(len(a.lats)-1, len(a.lats)*99/100)]))
+	}
+	return b.String()
+}

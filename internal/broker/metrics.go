@@ -1,0 +1,82 @@
+package broker
+
+import (
+	"context"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-broker/airlock/internal/approval"
+)
+
+// metrics are the broker's own series (the HTTP layer has the per-call ones).
+type metrics struct {
+	sessionLifetime prometheus.Histogram
+	credFailures    *prometheus.CounterVec
+	auditCommit     prometheus.Histogram
+	auditRecords    prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
+	m := &metrics{
+		sessionLifetime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "airlock_session_lifetime_seconds",
+			Help:    "How long sessions lived, observed when they end (killed or expired). Rising lifetimes mean ephemerality is eroding.",
+			Buckets: []float64{10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400},
+		}),
+		credFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_credential_fetch_failures_total", Help: "Credential fetches that failed (the call failed closed).",
+		}, []string{"upstream"}),
+		auditCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "airlock_audit_commit_seconds", Help: "Duration of one audit group commit (write and fsync).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		auditRecords: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "airlock_audit_records_total", Help: "Audit records committed.",
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	reg.MustRegister(m.sessionLifetime, m.credFailures, m.auditCommit, m.auditRecords,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_active_sessions", Help: "Sessions alive in memory."},
+			func() float64 { return float64(len(b.ActiveSessions())) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_killswitch_engaged", Help: "1 while the global kill-switch is engaged."},
+			func() float64 {
+				if b.killswitch.Load() {
+					return 1
+				}
+				return 0
+			}),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_pending_approvals", Help: "Actions waiting for a reviewer."},
+			func() float64 { n, _ := b.pendingStats(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_oldest_pending_approval_seconds", Help: "Age of the oldest action waiting for a reviewer (0 when none)."},
+			func() float64 { _, age := b.pendingStats(); return age.Seconds() }),
+	)
+	return m
+}
+
+func (b *Broker) pendingStats() (int, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	as, err := b.store.Actions(ctx, approval.Pending, 0)
+	if err != nil || len(as) == 0 {
+		return 0, 0
+	}
+	oldest := as[0].CreatedAt
+	for _, a := range as {
+		if a.CreatedAt.Before(oldest) {
+			oldest = a.CreatedAt
+		}
+	}
+	return len(as), b.now().Sub(oldest)
+}
+
+// CredentialFailed counts a failed credential fetch.
+func (b *Broker) CredentialFailed(upstream string) {
+	b.metrics.credFailures.WithLabelValues(upstream).Inc()
+}
+
+func (b *Broker) sessionEnded(l *Live, at time.Time) {
+	b.metrics.sessionLifetime.Observe(at.Sub(l.Session.CreatedAt).Seconds())
+}
