@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: all build run test deps lint unit fuzz bench clean
+.PHONY: all build run test deps lint unit fuzz bench perf clean
 
 all: build
 
@@ -40,3 +40,8 @@ bench:
 
 clean:
 	rm -rf bin test-artifacts
+
+# The side-by-side load test (broker vs bare reverse proxy); rewrites docs/performance.md.
+perf: build
+	$(GO) run ./cmd/airlock-bench --broker bin/broker --duration 5s --out docs/performance.md.tmp
+	@{ cat docs/performance.md.tmp; echo; cat docs/performance-notes.md; } > docs/performance.md && rm docs/performance.md.tmp

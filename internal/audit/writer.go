@@ -21,7 +21,8 @@ type Writer struct {
 	now  func() time.Time
 	log  *slog.Logger
 
-	in      chan *pending
+	in      chan *pending // records whose caller waits
+	async   chan *pending // records nobody waits for: they ride along with the next commit
 	stop    chan struct{}
 	done    chan struct{}
 	closeMu sync.RWMutex
@@ -48,10 +49,11 @@ func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.L
 	}
 	w := &Writer{
 		sink: sink, now: now, log: log,
-		in:   make(chan *pending, 4*maxBatch),
-		stop: make(chan struct{}),
-		done: make(chan struct{}),
-		seq:  seq, head: head,
+		in:    make(chan *pending, 4*maxBatch),
+		async: make(chan *pending, 16*maxBatch),
+		stop:  make(chan struct{}),
+		done:  make(chan struct{}),
+		seq:   seq, head: head,
 	}
 	go w.loop()
 	return w, nil
@@ -107,12 +109,7 @@ func (w *Writer) AppendAsync(ev Event) {
 		w.log.Error("audit append after close", "type", ev.Type)
 		return
 	}
-	select {
-	case w.in <- p:
-	default:
-		// The queue is full: wait rather than drop a record.
-		w.in <- p
-	}
+	w.async <- p // blocks only when 8192 records wait: back-pressure, never a drop
 }
 
 // Close stops accepting events and waits for queued ones to be written.
@@ -134,44 +131,57 @@ func (w *Writer) Head() (uint64, string) {
 	return w.seqHead()
 }
 
+// asyncFlush bounds how long a record nobody waits for stays in memory
+// when no waited-for record comes along to carry it.
+const asyncFlush = 5 * time.Millisecond
+
 func (w *Writer) loop() {
 	defer close(w.done)
 	batch := make([]*pending, 0, maxBatch)
 	entries := make([]Entry, 0, maxBatch)
+	tick := time.NewTicker(asyncFlush)
+	defer tick.Stop()
 	for {
 		batch = batch[:0]
 		select {
 		case p := <-w.in:
 			batch = append(batch, p)
+		case <-tick.C:
 		case <-w.stop:
 			// Drain what was queued before Close.
 			for {
-				select {
-				case p := <-w.in:
-					batch = append(batch, p)
-					if len(batch) == maxBatch {
-						w.commit(batch, entries)
-						batch = batch[:0]
-					}
-				default:
-					if len(batch) > 0 {
-						w.commit(batch, entries)
-					}
+				batch = w.fill(batch)
+				if len(batch) == 0 {
 					return
 				}
+				w.commit(batch, entries)
+				batch = batch[:0]
 			}
 		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case p := <-w.in:
-				batch = append(batch, p)
-			default:
-				break fill
-			}
+		batch = w.fill(batch)
+		if len(batch) > 0 {
+			w.commit(batch, entries)
 		}
-		w.commit(batch, entries)
 	}
+}
+
+// fill adds queued records, waited-for ones first, up to maxBatch.
+func (w *Writer) fill(batch []*pending) []*pending {
+	for len(batch) < maxBatch {
+		select {
+		case p := <-w.in:
+			batch = append(batch, p)
+			continue
+		default:
+		}
+		select {
+		case p := <-w.async:
+			batch = append(batch, p)
+		default:
+			return batch
+		}
+	}
+	return batch
 }
 
 func (w *Writer) commit(batch []*pending, entries []Entry) {

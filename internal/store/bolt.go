@@ -66,7 +66,16 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 	default:
 		return nil, fmt.Errorf("unknown audit durability %q", durability)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, NoSync: durability == DurabilityBuffered})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{
+		Timeout: time.Second,
+		NoSync:  durability == DurabilityBuffered,
+		// The audit log is append-heavy: do not rewrite the freelist on every
+		// commit (it is rebuilt on open), and map enough up front that growth
+		// rarely remaps under the writer.
+		NoFreelistSync:  true,
+		FreelistType:    bolt.FreelistMapType,
+		InitialMmapSize: 256 << 20,
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
