@@ -49,7 +49,8 @@ func cmdClient(ctx context.Context, args []string, getenv func(string) string, s
 		addr = "http://127.0.0.1:8701"
 	}
 	token := getenv("AIRLOCK_TOKEN")
-	if token == "" {
+	offline := len(args) >= 3 && args[0] == "audit" && args[1] == "verify" && !strings.HasPrefix(args[2], "-")
+	if token == "" && !offline {
 		return errors.New("AIRLOCK_TOKEN is not set (an admin, operator, reviewer or auditor token)")
 	}
 	c := client.New(addr, token)
@@ -206,13 +207,41 @@ func cmdClient(ctx context.Context, args []string, getenv func(string) string, s
 		for _, name := range []string{"since", "until", "session_id", "task_id", "grant_id", "type", "format"} {
 			fs.String(strings.ReplaceAll(name, "_", "-"), "", "filter: "+name)
 		}
+		bundle := fs.String("bundle", "", "write a bundle for offline verification to this directory")
 		if err := parse(); err != nil {
 			return err
 		}
-		fs.Visit(func(f *flag.Flag) { q.Set(strings.ReplaceAll(f.Name, "-", "_"), f.Value.String()) })
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name != "bundle" {
+				q.Set(strings.ReplaceAll(f.Name, "-", "_"), f.Value.String())
+			}
+		})
+		if *bundle != "" {
+			return writeBundle(ctx, c, *bundle, stdout)
+		}
 		return c.Stream(ctx, "/v1/audit?"+q.Encode(), stdout)
 	case "audit verify":
+		key := fs.String("public-key", "", "base64 Ed25519 key (or a file holding it); with a bundle directory, verifies offline")
+		if err := parse(); err != nil {
+			return err
+		}
+		if len(positional) == 1 {
+			return verifyBundle(positional[0], *key, stdout)
+		}
 		return do(http.MethodGet, "/v1/audit/verify", nil)
+	case "audit checkpoints":
+		return do(http.MethodGet, "/v1/audit/checkpoints", nil)
+	case "audit public-key":
+		return do(http.MethodGet, "/v1/audit/public-key", nil)
+	case "audit prune":
+		before := fs.String("before", "", "remove records older than this RFC 3339 time")
+		if err := parse(); err != nil {
+			return err
+		}
+		if *before == "" {
+			return errors.New("audit prune needs --before TIME")
+		}
+		return do(http.MethodDelete, "/v1/audit?"+url.Values{"before": {*before}}.Encode(), nil)
 	}
 	return fmt.Errorf("unknown command: broker %s %s", group, sub)
 }

@@ -102,6 +102,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
 		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,
+		CheckpointEvery: cfg.Audit.CheckpointEvery, CheckpointEach: cfg.Audit.CheckpointInterval,
 	})
 	if err != nil {
 		return err

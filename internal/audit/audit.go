@@ -105,6 +105,12 @@ type Sink interface {
 	// ScanAudit calls fn with each stored record from sequence from on, in
 	// order. data is valid only during the call.
 	ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, data []byte) error) error
+	// PutCheckpoint stores a signed checkpoint; Checkpoints lists them by seq.
+	PutCheckpoint(ctx context.Context, c Checkpoint) error
+	Checkpoints(ctx context.Context) ([]Checkpoint, error)
+	// PruneAudit deletes the records up to anchor.Seq and stores anchor (a
+	// signed checkpoint of the last deleted record) in one transaction.
+	PruneAudit(ctx context.Context, anchor Checkpoint) (deleted uint64, err error)
 }
 
 // Verifier checks a chain record by record.

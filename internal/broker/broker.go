@@ -5,6 +5,7 @@ package broker
 
 import (
 	"context"
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
@@ -52,6 +53,8 @@ type Options struct {
 	RateLimit        rate.Limit    // sandbox calls per second per session (0: unlimited)
 	RateBurst        int           // burst of the per-session limit
 	Metrics          prometheus.Registerer
+	CheckpointEvery  uint64            // sign the chain head every N records (default 1000)
+	CheckpointEach   time.Duration     // and at least this often when it moved (default 1m)
 	Webhook          *approval.Webhook // announces pending actions and decisions, or nil
 	Now              func() time.Time
 	Log              *slog.Logger
@@ -77,10 +80,15 @@ type Broker struct {
 	rateLimit   rate.Limit
 	rateBurst   int
 	metrics     *metrics
-	notifier    *approval.Notifier
-	webhook     *approval.Webhook
-	timersMu    sync.Mutex
-	timers      map[string]*time.Timer
+
+	signKey        ed25519.PrivateKey
+	cp             *checkpointer
+	cpMu           sync.Mutex
+	lastCheckpoint uint64
+	notifier       *approval.Notifier
+	webhook        *approval.Webhook
+	timersMu       sync.Mutex
+	timers         map[string]*time.Timer
 
 	mu       sync.RWMutex
 	sessions map[string]*Live
@@ -166,9 +174,14 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		rateLimit: o.RateLimit, rateBurst: max(o.RateBurst, 1),
 	}
 	b.metrics = newMetrics(o.Metrics, b)
+	b.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
+	if cps, err := o.Store.Checkpoints(ctx); err == nil && len(cps) > 0 {
+		b.lastCheckpoint = cps[len(cps)-1].Seq
+	}
 	w.OnCommit(func(n int, d time.Duration) {
 		b.metrics.auditCommit.Observe(d.Seconds())
 		b.metrics.auditRecords.Add(float64(n))
+		b.committed(n)
 	})
 	if b.approvalTTL <= 0 {
 		b.approvalTTL = 15 * time.Minute
@@ -188,11 +201,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		return nil, err
 	}
 	go b.janitor()
+	b.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
 	return b, nil
 }
 
-// Close stops background work and flushes the audit log.
+// Close stops background work, flushes the audit log and signs its head.
 func (b *Broker) Close() {
+	b.stopCheckpointer()
 	close(b.stopJanitor)
 	<-b.janitorDone
 	b.timersMu.Lock()
@@ -207,6 +222,9 @@ func (b *Broker) Close() {
 	}
 	b.mu.Unlock()
 	b.audit.Close()
+	if _, err := b.Checkpoint(context.Background()); err != nil {
+		b.log.Error("final audit checkpoint failed", "err", err)
+	}
 }
 
 func (b *Broker) load(ctx context.Context) error {

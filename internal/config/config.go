@@ -41,7 +41,9 @@ type Config struct {
 
 // Audit configures the audit log.
 type Audit struct {
-	Durability string `yaml:"durability"`
+	Durability         string        `yaml:"durability"`
+	CheckpointEvery    uint64        `yaml:"checkpoint_every"`    // sign the chain head every N records (default 1000)
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"` // and at least this often (default 1m)
 }
 
 // RateLimit bounds each session's sandbox calls (0: unlimited).

@@ -1,16 +1,12 @@
 package httpapi
 
 import (
-	"bufio"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 
-	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 )
@@ -196,112 +192,5 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, p auth.Prin
 		return err
 	}
 	w.WriteHeader(http.StatusNoContent)
-	return nil
-}
-
-// auditFilter selects records for export.
-type auditFilter struct {
-	since, until                    time.Time
-	sessionID, taskID, grantID, typ string
-	from                            uint64
-}
-
-func parseAuditFilter(r *http.Request) (auditFilter, error) {
-	q := r.URL.Query()
-	f := auditFilter{sessionID: q.Get("session_id"), taskID: q.Get("task_id"), grantID: q.Get("grant_id"), typ: q.Get("type")}
-	for _, t := range []struct {
-		name string
-		dst  *time.Time
-	}{{"since", &f.since}, {"until", &f.until}} {
-		if v := q.Get(t.name); v != "" {
-			ts, err := time.Parse(time.RFC3339Nano, v)
-			if err != nil {
-				return f, fmt.Errorf("%w: %s must be an RFC 3339 time", errBadRequestJSON, t.name)
-			}
-			*t.dst = ts
-		}
-	}
-	if v := q.Get("from_seq"); v != "" {
-		n, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			return f, fmt.Errorf("%w: from_seq must be a sequence number", errBadRequestJSON)
-		}
-		f.from = n
-	}
-	switch q.Get("format") {
-	case "", "jsonl":
-	default:
-		return f, fmt.Errorf("%w: format must be jsonl", errBadRequestJSON)
-	}
-	return f, nil
-}
-
-// match reports whether a record passes the filter; it decodes only the
-// few fields it needs.
-func (f *auditFilter) match(data []byte) bool {
-	if f.since.IsZero() && f.until.IsZero() && f.sessionID == "" && f.taskID == "" && f.grantID == "" && f.typ == "" {
-		return true
-	}
-	var e struct {
-		Time      time.Time `json:"time"`
-		Type      string    `json:"type"`
-		SessionID string    `json:"session_id"`
-		TaskID    string    `json:"task_id"`
-		GrantID   string    `json:"grant_id"`
-	}
-	if json.Unmarshal(data, &e) != nil {
-		return false
-	}
-	return (f.since.IsZero() || !e.Time.Before(f.since)) && (f.until.IsZero() || e.Time.Before(f.until)) &&
-		(f.sessionID == "" || e.SessionID == f.sessionID) && (f.taskID == "" || e.TaskID == f.taskID) &&
-		(f.grantID == "" || e.GrantID == f.grantID) && (f.typ == "" || e.Type == f.typ)
-}
-
-// exportAudit streams matching records as JSON lines, in constant memory.
-func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	f, err := parseAuditFilter(r)
-	if err != nil {
-		return err
-	}
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	bw := bufio.NewWriterSize(w, 64<<10)
-	err = s.b.Store().ScanAudit(r.Context(), f.from, func(seq uint64, data []byte) error {
-		if !f.match(data) {
-			return nil
-		}
-		if _, err := bw.Write(data); err != nil {
-			return err
-		}
-		return bw.WriteByte('\n')
-	})
-	if err != nil {
-		// Headers are gone; the truncated stream (no final newline flush) is the signal.
-		s.log.Error("audit export interrupted", "err", err)
-		return nil
-	}
-	return bw.Flush()
-}
-
-type verifyJSON struct {
-	OK         bool   `json:"ok"`
-	Records    uint64 `json:"records"`
-	Head       string `json:"head,omitempty"`
-	BrokenAt   uint64 `json:"broken_at,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	VerifiedAt string `json:"verified_at"`
-}
-
-// verifyAudit walks the whole chain and reports the first break.
-func (s *Server) verifyAudit(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
-	var v audit.Verifier
-	err := s.b.Store().ScanAudit(r.Context(), 0, func(seq uint64, data []byte) error { return v.Next(data) })
-	out := verifyJSON{OK: err == nil, Records: v.Count(), Head: v.Head(), VerifiedAt: time.Now().UTC().Format(time.RFC3339)}
-	if ve, ok := err.(*audit.VerifyError); ok {
-		out.BrokenAt, out.Reason = ve.Seq, ve.Reason
-	} else if err != nil {
-		return err
-	}
-	writeJSON(w, http.StatusOK, out)
 	return nil
 }

@@ -110,7 +110,10 @@ func (s *Server) routes(r chi.Router, p Plane) {
 
 	auditors := []string{auth.RoleAuditor}
 	r.Get("/v1/audit", s.as(auditors, s.exportAudit))
+	r.Delete("/v1/audit", s.as(admin, s.pruneAudit))
 	r.Get("/v1/audit/verify", s.as(auditors, s.verifyAudit))
+	r.Get("/v1/audit/checkpoints", s.as(auditors, s.auditCheckpoints))
+	r.Get("/v1/audit/public-key", s.handle(s.auditPublicKey))
 
 	// The reviewers' web page (cookie login, CSRF-protected forms).
 	r.Get("/ui", s.ui.Pending)

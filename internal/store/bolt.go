@@ -31,6 +31,7 @@ var (
 	bucketAudit         = []byte("audit")
 	bucketActions       = []byte("actions")
 	bucketPending       = []byte("actions_pending")
+	bucketCheckpoints   = []byte("audit_checkpoints")
 )
 
 // Durability modes of the audit log (DESIGN §7).
@@ -80,7 +81,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit, bucketActions, bucketPending} {
+		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit, bucketActions, bucketPending, bucketCheckpoints} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -181,6 +182,14 @@ func (s *Bolt) AuditHead(ctx context.Context) (uint64, string, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		k, v := tx.Bucket(bucketAudit).Cursor().Last()
 		if k == nil {
+			// Everything was pruned: the chain continues from the last checkpoint.
+			if ck, cv := tx.Bucket(bucketCheckpoints).Cursor().Last(); ck != nil {
+				var c audit.Checkpoint
+				if err := json.Unmarshal(cv, &c); err != nil {
+					return err
+				}
+				seq, hash = c.Seq, c.Hash
+			}
 			return nil
 		}
 		var e struct {
@@ -230,6 +239,70 @@ func (s *Bolt) ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, d
 			return nil
 		}
 		next = seqs[len(seqs)-1] + 1
+	}
+}
+
+func seqKey(seq uint64) []byte {
+	var k [8]byte
+	binary.BigEndian.PutUint64(k[:], seq)
+	return k[:]
+}
+
+// PutCheckpoint implements audit.Sink.
+func (s *Bolt) PutCheckpoint(ctx context.Context, c audit.Checkpoint) error {
+	data, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketCheckpoints).Put(seqKey(c.Seq), data) })
+}
+
+// Checkpoints implements audit.Sink.
+func (s *Bolt) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
+	var out []audit.Checkpoint
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
+			var c audit.Checkpoint
+			if err := json.Unmarshal(v, &c); err != nil {
+				return err
+			}
+			out = append(out, c)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// PruneAudit implements audit.Sink: deletes in chunks of one transaction each,
+// the anchor first, so an interruption leaves a verifiable log.
+func (s *Bolt) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64, error) {
+	if err := s.PutCheckpoint(ctx, anchor); err != nil {
+		return 0, err
+	}
+	var deleted uint64
+	for {
+		n := 0
+		err := s.update(func(tx *bolt.Tx) error {
+			c := tx.Bucket(bucketAudit).Cursor()
+			for k, _ := c.First(); k != nil && binary.BigEndian.Uint64(k) <= anchor.Seq && n < 10000; k, _ = c.First() {
+				if err := c.Delete(); err != nil {
+					return err
+				}
+				n++
+			}
+			// Checkpoints before the anchor name records that are gone.
+			cc := tx.Bucket(bucketCheckpoints).Cursor()
+			for k, _ := cc.First(); k != nil && binary.BigEndian.Uint64(k) < anchor.Seq; k, _ = cc.First() {
+				if err := cc.Delete(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		deleted += uint64(n)
+		if err != nil || n < 10000 {
+			return deleted, err
+		}
 	}
 }
 
