@@ -3,7 +3,7 @@ GO      ?= go
 PKGS    ?= ./...
 TIMEOUT ?= 20m
 
-.PHONY: all build run test deps lint unit fuzz bench perf clean
+.PHONY: all build run test deps lint unit fuzz bench perf crash clean
 
 all: build
 
@@ -45,3 +45,7 @@ clean:
 perf: build
 	$(GO) run ./cmd/airlock-bench --broker bin/broker --duration 5s --out docs/performance.md.tmp
 	@{ cat docs/performance.md.tmp; echo; cat docs/performance-notes.md; } > docs/performance.md && rm docs/performance.md.tmp
+
+# The long crash trials (CI runs 3 as part of `make test`).
+crash:
+	$(GO) test -count=1 -run '^TestCrashTrials$$' -v ./cmd/broker -crash.trials=100

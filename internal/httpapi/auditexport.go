@@ -154,29 +154,93 @@ func csvSafe(s string) string {
 	return s
 }
 
-// ocsfEvent is an OCSF 1.1 API Activity (class 6003) event.
+// ocsfEvent is an OCSF 1.1 API Activity (class 6003) event (structs, not
+// maps: the encoder is on the export's hot loop).
 type ocsfEvent struct {
-	ClassUID     int            `json:"class_uid"`
-	ClassName    string         `json:"class_name"`
-	CategoryUID  int            `json:"category_uid"`
-	CategoryName string         `json:"category_name"`
-	ActivityID   int            `json:"activity_id"`
-	ActivityName string         `json:"activity_name"`
-	TypeUID      int            `json:"type_uid"`
-	Time         int64          `json:"time"`
-	SeverityID   int            `json:"severity_id"`
-	Severity     string         `json:"severity"`
-	StatusID     int            `json:"status_id"`
-	Status       string         `json:"status"`
-	StatusCode   string         `json:"status_code,omitempty"`
-	StatusDetail string         `json:"status_detail,omitempty"`
-	Message      string         `json:"message"`
-	Metadata     map[string]any `json:"metadata"`
-	Actor        map[string]any `json:"actor"`
-	API          map[string]any `json:"api"`
-	HTTPRequest  map[string]any `json:"http_request,omitempty"`
-	HTTPResponse map[string]any `json:"http_response,omitempty"`
-	Unmapped     map[string]any `json:"unmapped"`
+	ClassUID     int           `json:"class_uid"`
+	ClassName    string        `json:"class_name"`
+	CategoryUID  int           `json:"category_uid"`
+	CategoryName string        `json:"category_name"`
+	ActivityID   int           `json:"activity_id"`
+	ActivityName string        `json:"activity_name"`
+	TypeUID      int           `json:"type_uid"`
+	Time         int64         `json:"time"`
+	SeverityID   int           `json:"severity_id"`
+	Severity     string        `json:"severity"`
+	StatusID     int           `json:"status_id"`
+	Status       string        `json:"status"`
+	StatusCode   string        `json:"status_code,omitempty"`
+	StatusDetail string        `json:"status_detail,omitempty"`
+	Message      string        `json:"message"`
+	Metadata     ocsfMetadata  `json:"metadata"`
+	Actor        ocsfActor     `json:"actor"`
+	API          ocsfAPI       `json:"api"`
+	HTTPRequest  *ocsfRequest  `json:"http_request,omitempty"`
+	HTTPResponse *ocsfResponse `json:"http_response,omitempty"`
+	Unmapped     ocsfUnmapped  `json:"unmapped"`
+}
+
+type ocsfMetadata struct {
+	Version        string      `json:"version"`
+	UID            string      `json:"uid"`
+	LogName        string      `json:"log_name"`
+	CorrelationUID string      `json:"correlation_uid,omitempty"`
+	Product        ocsfProduct `json:"product"`
+}
+
+type ocsfProduct struct {
+	Name       string `json:"name"`
+	VendorName string `json:"vendor_name"`
+}
+
+type ocsfActor struct {
+	User    ocsfUser `json:"user"`
+	Session ocsfUID  `json:"session"`
+}
+
+type ocsfUser struct {
+	UID  string `json:"uid,omitempty"`
+	Type string `json:"type"`
+}
+
+type ocsfUID struct {
+	UID string `json:"uid,omitempty"`
+}
+
+type ocsfAPI struct {
+	Operation string      `json:"operation"`
+	Service   ocsfService `json:"service"`
+	Request   ocsfUID     `json:"request"`
+}
+
+type ocsfService struct {
+	Name string `json:"name,omitempty"`
+}
+
+type ocsfRequest struct {
+	HTTPMethod string  `json:"http_method"`
+	URL        ocsfURL `json:"url"`
+}
+
+type ocsfURL struct {
+	Path string `json:"path"`
+}
+
+type ocsfResponse struct {
+	Code int `json:"code"`
+}
+
+type ocsfUnmapped struct {
+	Seq       uint64 `json:"seq"`
+	TaskID    string `json:"task_id,omitempty"`
+	GrantID   string `json:"grant_id,omitempty"`
+	ActionID  string `json:"action_id,omitempty"`
+	Decision  string `json:"decision,omitempty"`
+	LatencyUS int64  `json:"latency_us,omitempty"`
+	BytesIn   int64  `json:"bytes_in,omitempty"`
+	BytesOut  int64  `json:"bytes_out,omitempty"`
+	PrevHash  string `json:"prev_hash"`
+	Hash      string `json:"hash"`
 }
 
 func toOCSF(e *audit.Event) ocsfEvent {
@@ -192,7 +256,7 @@ func toOCSF(e *audit.Event) ocsfEvent {
 		activity, name = 4, "Delete"
 	}
 	status, statusName := 1, "Success"
-	if e.Decision == "deny" || e.Code != "" && e.Code != "hold" {
+	if e.Decision == "deny" || e.Code != "" {
 		status, statusName = 2, "Failure"
 	}
 	o := ocsfEvent{
@@ -200,18 +264,18 @@ func toOCSF(e *audit.Event) ocsfEvent {
 		ActivityID: activity, ActivityName: name, TypeUID: 6003*100 + activity, Time: e.Time.UnixMilli(),
 		SeverityID: 1, Severity: "Informational", StatusID: status, Status: statusName, StatusCode: e.Code, StatusDetail: e.Reason,
 		Message: e.Type,
-		Metadata: map[string]any{"version": "1.1.0", "uid": strconv.FormatUint(e.Seq, 10), "log_name": "airlock-audit",
-			"correlation_uid": e.RequestID, "product": map[string]any{"name": "Airlock", "vendor_name": "Airlock"}},
-		Actor: map[string]any{"user": map[string]any{"uid": e.Actor.ID, "type": e.Actor.Kind}, "session": map[string]any{"uid": e.SessionID}},
-		API:   map[string]any{"operation": e.Type, "service": map[string]any{"name": e.Upstream}, "request": map[string]any{"uid": e.RequestID}},
-		Unmapped: map[string]any{"seq": e.Seq, "task_id": e.TaskID, "grant_id": e.GrantID, "action_id": e.ActionID,
-			"decision": e.Decision, "latency_us": e.LatencyUS, "bytes_in": e.BytesIn, "bytes_out": e.BytesOut, "prev_hash": e.PrevHash, "hash": e.Hash},
+		Metadata: ocsfMetadata{Version: "1.1.0", UID: strconv.FormatUint(e.Seq, 10), LogName: "airlock-audit",
+			CorrelationUID: e.RequestID, Product: ocsfProduct{Name: "Airlock", VendorName: "Airlock"}},
+		Actor: ocsfActor{User: ocsfUser{UID: e.Actor.ID, Type: e.Actor.Kind}, Session: ocsfUID{UID: e.SessionID}},
+		API:   ocsfAPI{Operation: e.Type, Service: ocsfService{Name: e.Upstream}, Request: ocsfUID{UID: e.RequestID}},
+		Unmapped: ocsfUnmapped{Seq: e.Seq, TaskID: e.TaskID, GrantID: e.GrantID, ActionID: e.ActionID, Decision: e.Decision,
+			LatencyUS: e.LatencyUS, BytesIn: e.BytesIn, BytesOut: e.BytesOut, PrevHash: e.PrevHash, Hash: e.Hash},
 	}
 	if e.Method != "" {
-		o.HTTPRequest = map[string]any{"http_method": e.Method, "url": map[string]any{"path": e.Path}}
+		o.HTTPRequest = &ocsfRequest{HTTPMethod: e.Method, URL: ocsfURL{Path: e.Path}}
 	}
 	if e.Status != 0 {
-		o.HTTPResponse = map[string]any{"code": e.Status}
+		o.HTTPResponse = &ocsfResponse{Code: e.Status}
 	}
 	return o
 }

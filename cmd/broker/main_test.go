@@ -1,0 +1,28 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"testing"
+)
+
+// TestMain lets a test start this package's broker as a separate process:
+// the test binary re-executes itself with AIRLOCK_TEST_SERVE set to a config
+// path, and then is `broker serve` (used by the crash trials, which must
+// SIGKILL a real process).
+func TestMain(m *testing.M) {
+	if cfg := os.Getenv("AIRLOCK_TEST_SERVE"); cfg != "" {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		err := run(ctx, []string{"serve", "--config", cfg}, os.Getenv, os.Stdin, os.Stdout, os.Stderr)
+		stop()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "broker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
