@@ -378,6 +378,23 @@ func TestRolesAndTokens(t *testing.T) {
 	}
 	b.do("GET", b.control+"/v1/audit", aud, nil).wantProblem(t, 401, "invalid_token")
 	b.do("POST", b.control+"/v1/tokens", adminToken, map[string]any{"role": "root", "name": "x"}).wantProblem(t, 400, "bad_request")
+	// Token ids are HMAC'd in the audit log: it names the operator's token by its audit_id only.
+	export := b.auditExport()
+	if bytes.Contains(export, []byte("tok_")) {
+		t.Fatal("the audit log carries a raw API token id")
+	}
+	var toks struct {
+		Items []struct {
+			Name    string `json:"name"`
+			AuditID string `json:"audit_id"`
+		} `json:"items"`
+	}
+	_ = json.Unmarshal(b.do("GET", b.control+"/v1/tokens", adminToken, nil).body, &toks)
+	for _, tk := range toks.Items {
+		if tk.Name == "operator-1" && !bytes.Contains(export, []byte(tk.AuditID)) {
+			t.Fatalf("the operator's session creation is not attributed to %s", tk.AuditID)
+		}
+	}
 }
 
 func TestBadInputKeepsServing(t *testing.T) {

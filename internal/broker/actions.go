@@ -161,7 +161,7 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 		typ = typeActionDenied
 		b.stopExpiry(id)
 	}
-	ev := audit.Event{Type: typ, Actor: actorOf(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
+	ev := audit.Event{Type: typ, Actor: b.actorOf(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
@@ -306,7 +306,7 @@ func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessi
 			continue
 		}
 		b.stopExpiry(a.ID)
-		b.recordAction(a, typeActionDenied, actorOf(p), "session killed")
+		b.recordAction(a, typeActionDenied, b.actorOf(p), "session killed")
 		b.announce(a, typeActionDenied, p.ID)
 	}
 }

@@ -150,7 +150,7 @@ func (b *Broker) PruneAudit(ctx context.Context, p auth.Principal, before time.T
 	if err != nil {
 		return n, anchor, fmt.Errorf("prune: %w", err)
 	}
-	_, err = b.audit.Append(ctx, audit.Event{Type: "audit.pruned", Actor: actorOf(p),
+	_, err = b.audit.Append(ctx, audit.Event{Type: "audit.pruned", Actor: b.actorOf(p),
 		Reason: fmt.Sprintf("records up to seq %d removed; anchor %s", anchor.Seq, anchor.Hash)}, nil)
 	return n, anchor, err
 }

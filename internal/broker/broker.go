@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -371,6 +372,17 @@ func (b *Broker) Ready(ctx context.Context) map[string]error {
 	return out
 }
 
-func actorOf(p auth.Principal) audit.Actor {
-	return audit.Actor{Kind: p.Role, ID: p.ID}
+// actorOf is how the audit log names a control-plane identity: API token
+// ids are HMAC'd with the installation key (AuditID), the bootstrap admin
+// keeps its name.
+func (b *Broker) actorOf(p auth.Principal) audit.Actor {
+	return audit.Actor{Kind: p.Role, ID: b.AuditID(p.ID)}
+}
+
+// AuditID is the audit log's name for an API token id.
+func (b *Broker) AuditID(tokenID string) string {
+	if !strings.HasPrefix(tokenID, "tok_") {
+		return tokenID
+	}
+	return "tok:" + b.HMAC(tokenID)
 }

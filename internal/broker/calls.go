@@ -217,7 +217,7 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 	if !engaged {
 		typ = audit.TypeKillswitchOff
 	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: typ, Actor: actorOf(p), Reason: reason}, nil); err != nil {
+	if _, err := b.audit.Append(ctx, audit.Event{Type: typ, Actor: b.actorOf(p), Reason: reason}, nil); err != nil {
 		return KillswitchState{}, err
 	}
 	b.killswitch.Store(engaged)

@@ -145,7 +145,7 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if err := b.store.CreateSession(ctx, &s, recs); err != nil {
 		return SessionView{}, fmt.Errorf("store session: %w", err)
 	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil {
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil {
 		return SessionView{}, err
 	}
 	l := b.addLive(s, live)
@@ -305,7 +305,7 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 			firstErr = err
 		}
 	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionRevoked, Actor: actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil && firstErr == nil {
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionRevoked, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil && firstErr == nil {
 		firstErr = err
 	}
 	b.denySessionActions(ctx, p, s.ID)
@@ -348,7 +348,7 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 	if err := b.store.PutGrant(ctx, &g, grants.Usage{}); err != nil {
 		return GrantView{}, fmt.Errorf("store grant: %w", err)
 	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: b.actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
 		return GrantView{}, err
 	}
 	b.mu.Lock()
@@ -401,7 +401,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	if err := b.store.PutGrant(ctx, &rec, gl.Usage()); err != nil {
 		return GrantView{}, fmt.Errorf("grant revoked, but persisting it failed: %w", err)
 	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: b.actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
 		return GrantView{}, err
 	}
 	v := b.grantView(gl, false)
@@ -428,7 +428,7 @@ func (b *Broker) ActiveSessions() []SessionView {
 
 // RecordLogin audits a reviewer's log-in to the web page.
 func (b *Broker) RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string) {
-	ev := audit.Event{Type: "ui.login", Actor: actorOf(p), Decision: "allow", Reason: "from " + remote}
+	ev := audit.Event{Type: "ui.login", Actor: b.actorOf(p), Decision: "allow", Reason: "from " + remote}
 	if !ok {
 		ev.Decision, ev.Actor = "deny", audit.Actor{Kind: "unknown"}
 	}

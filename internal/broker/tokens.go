@@ -34,7 +34,7 @@ func (b *Broker) CreateToken(ctx context.Context, p auth.Principal, role, name s
 	if err := b.store.PutToken(ctx, t); err != nil {
 		return auth.Token{}, "", fmt.Errorf("store token: %w", err)
 	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenCreated, Actor: actorOf(p), Reason: "role " + role + " id " + b.HMAC(t.ID)}, nil); err != nil {
+	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenCreated, Actor: b.actorOf(p), Reason: "role " + role + ", token " + b.AuditID(t.ID)}, nil); err != nil {
 		return auth.Token{}, "", err
 	}
 	b.auth.Put(t)
@@ -57,6 +57,6 @@ func (b *Broker) RevokeToken(ctx context.Context, p auth.Principal, id string) e
 		return err
 	}
 	b.auth.Delete(id)
-	_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenRevoked, Actor: actorOf(p), Reason: "id " + b.HMAC(id)}, nil)
+	_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenRevoked, Actor: b.actorOf(p), Reason: "token " + b.AuditID(id)}, nil)
 	return err
 }

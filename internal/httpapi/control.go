@@ -159,10 +159,12 @@ type tokenJSON struct {
 	CreatedAt time.Time  `json:"created_at"`
 	ExpiresAt *time.Time `json:"expires_at,omitempty"`
 	CreatedBy string     `json:"created_by"`
+	AuditID   string     `json:"audit_id"` // how the audit log names this token
 }
 
-func toTokenJSON(t auth.Token, secret string) tokenJSON {
-	return tokenJSON{ID: t.ID, Token: secret, Role: t.Role, Name: t.Name, CreatedAt: t.CreatedAt, ExpiresAt: timePtr(t.ExpiresAt), CreatedBy: t.CreatedBy}
+func (s *Server) toTokenJSON(t auth.Token, secret string) tokenJSON {
+	return tokenJSON{ID: t.ID, Token: secret, Role: t.Role, Name: t.Name, CreatedAt: t.CreatedAt, ExpiresAt: timePtr(t.ExpiresAt),
+		CreatedBy: t.CreatedBy, AuditID: s.b.AuditID(t.ID)}
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -174,14 +176,14 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusCreated, toTokenJSON(t, secret))
+	writeJSON(w, http.StatusCreated, s.toTokenJSON(t, secret))
 	return nil
 }
 
 func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
 	out := listJSON[tokenJSON]{Items: []tokenJSON{}}
 	for _, t := range s.b.Tokens() {
-		out.Items = append(out.Items, toTokenJSON(t, ""))
+		out.Items = append(out.Items, s.toTokenJSON(t, ""))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
