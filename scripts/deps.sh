@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Installs, idempotently, the system tools the tests need on a fresh Debian
-# machine. Nothing is installed when everything is already there.
+# Installs, idempotently, what the tests need on a fresh Debian machine:
+# curl and Chromium from Debian, and the Vault v1.14.0 dev server built from
+# tools/vaultdev into .tools/vaultdev (rebuilt only when its module changes).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
@@ -16,4 +18,14 @@ if [ ${#need[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
-echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1))"
+
+# The Vault dev server: a separate module, so Vault's dependencies stay out of
+# the product's. The first build takes minutes; later runs reuse the binary.
+stamp=$(cat tools/vaultdev/go.mod tools/vaultdev/go.sum tools/vaultdev/main.go | sha256sum | cut -d' ' -f1)
+if [ ! -x .tools/vaultdev ] || [ "$(cat .tools/vaultdev.stamp 2>/dev/null)" != "$stamp" ]; then
+  echo "deps: building the Vault dev server (tools/vaultdev; minutes the first time)"
+  mkdir -p .tools
+  (cd tools/vaultdev && go build -o ../../.tools/vaultdev .)
+  echo "$stamp" > .tools/vaultdev.stamp
+fi
+echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), vaultdev $(du -h .tools/vaultdev | cut -f1))"

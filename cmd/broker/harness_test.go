@@ -162,6 +162,7 @@ type harnessOpts struct {
 	dataDir   string
 	upstream  string
 	timeout   string
+	env       map[string]string // extra environment for ${VAR} in extraYAML
 }
 
 func startBroker(t *testing.T, o harnessOpts) *brokerProc {
@@ -198,6 +199,9 @@ upstreams:
 		t.Fatal(err)
 	}
 	env := map[string]string{"TEST_ADMIN": adminToken, "CANARY_TOKEN": canary}
+	for k, v := range o.env {
+		env[k] = v
+	}
 	getenv := func(k string) string { return env[k] }
 	pr, pw := io.Pipe()
 	logs := &syncBuffer{}

@@ -82,9 +82,12 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return fmt.Errorf("data_dir: %w", err)
 	}
-	ups, err := cfg.Build(getenv)
+	ups, vault, err := cfg.Build(getenv, log)
 	if err != nil {
 		return err
+	}
+	if vault != nil {
+		defer vault.Close()
 	}
 	st, err := store.OpenBolt(filepath.Join(cfg.DataDir, "airlock.db"), cfg.Audit.Durability, log.With("component", "store"))
 	if err != nil {

@@ -201,6 +201,11 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		w.Close()
 		return nil, err
 	}
+	for name, u := range b.upstreams {
+		if obs, ok := u.Source.(upstream.Observable); ok {
+			obs.SetObserver(func(i upstream.FetchInfo) { b.credentialFetched(name, i) })
+		}
+	}
 	go b.janitor()
 	b.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
 	return b, nil

@@ -2,11 +2,14 @@ package broker
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
 // metrics are the broker's own series (the HTTP layer has the per-call ones).
@@ -75,6 +78,19 @@ func (b *Broker) pendingStats() (int, time.Duration) {
 // CredentialFailed counts a failed credential fetch.
 func (b *Broker) CredentialFailed(upstream string) {
 	b.metrics.credFailures.WithLabelValues(upstream).Inc()
+}
+
+// credentialFetched audits a fetch from a secret store: the source and
+// version, the lease id HMAC'd, never the value.
+func (b *Broker) credentialFetched(name string, i upstream.FetchInfo) {
+	reason := i.Source
+	if i.Version > 0 {
+		reason += fmt.Sprintf(" version %d", i.Version)
+	}
+	if i.LeaseID != "" {
+		reason += " lease " + b.HMAC(i.LeaseID)
+	}
+	b.audit.AppendAsync(audit.Event{Type: audit.TypeCredentialFetch, Actor: audit.Actor{Kind: "system"}, Upstream: name, Reason: reason})
 }
 
 func (b *Broker) sessionEnded(l *Live, at time.Time) {

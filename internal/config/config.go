@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -36,6 +37,7 @@ type Config struct {
 	RateLimit        RateLimit     `yaml:"rate_limit"`
 	UI               UI            `yaml:"ui"`
 	Upstreams        []Upstream    `yaml:"upstreams"`
+	Vault            *Vault        `yaml:"vault"`
 	LogLevel         string        `yaml:"log_level"`
 }
 
@@ -89,9 +91,30 @@ type Upstream struct {
 
 // Credential names a credential source.
 type Credential struct {
-	Source string `yaml:"source"`
-	Name   string `yaml:"name"`
-	Path   string `yaml:"path"`
+	Source  string        `yaml:"source"`
+	Name    string        `yaml:"name"`    // env
+	Path    string        `yaml:"path"`    // file, or the vault KV v2 path (secret/data/github)
+	Field   string        `yaml:"field"`   // vault: the field holding the secret
+	Version int           `yaml:"version"` // vault: pin a KV version (default: latest)
+	Refresh time.Duration `yaml:"refresh"` // vault: re-read at least this often, so rotations reach sandboxes (default 30s)
+}
+
+// Vault says how to reach and log in to Vault.
+type Vault struct {
+	Address   string        `yaml:"address"`
+	Namespace string        `yaml:"namespace"`
+	CACert    string        `yaml:"ca_cert"`
+	Timeout   time.Duration `yaml:"timeout"`
+	Auth      struct {
+		Method       string `yaml:"method"` // token | approle | kubernetes
+		Token        string `yaml:"token"`
+		RoleID       string `yaml:"role_id"`
+		SecretID     string `yaml:"secret_id"`
+		SecretIDFile string `yaml:"secret_id_file"`
+		Role         string `yaml:"role"`
+		JWTFile      string `yaml:"jwt_file"`
+		Mount        string `yaml:"mount"`
+	} `yaml:"auth"`
 }
 
 // Inject says how the credential is injected.
@@ -300,6 +323,35 @@ func (c *Config) Validate(getenv func(string) string) error {
 		if err := c.Upstreams[i].validate(fmt.Sprintf("upstreams[%d]", i), seen); err != nil {
 			return err
 		}
+		if c.Upstreams[i].Credential.Source == "vault" && c.Vault == nil {
+			return fieldErr(fmt.Sprintf("upstreams[%d].credential.source", i), "vault needs a top-level vault: section")
+		}
+	}
+	if v := c.Vault; v != nil {
+		u, err := url.Parse(v.Address)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fieldErr("vault.address", "must be an absolute http(s) URL")
+		}
+		a := &v.Auth
+		switch a.Method {
+		case "token":
+			if a.Token == "" {
+				return fieldErr("vault.auth.token", "is required for method token")
+			}
+		case "approle":
+			if a.RoleID == "" || (a.SecretID == "" && a.SecretIDFile == "") {
+				return fieldErr("vault.auth", "approle needs role_id and secret_id or secret_id_file")
+			}
+		case "kubernetes":
+			if a.Role == "" {
+				return fieldErr("vault.auth.role", "is required for method kubernetes")
+			}
+			if a.JWTFile == "" {
+				a.JWTFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+			}
+		default:
+			return fieldErr("vault.auth.method", "must be token, approle or kubernetes")
+		}
 	}
 	return nil
 }
@@ -356,12 +408,19 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 		if u.Credential.Path == "" {
 			return fieldErr(f+".credential.path", "is required for source file")
 		}
-	case "vault", "vault_aws", "aws":
+	case "vault":
+		if u.Credential.Path == "" || u.Credential.Field == "" {
+			return fieldErr(f+".credential", "vault needs path and field")
+		}
+		if u.Credential.Version < 0 || u.Credential.Refresh < 0 {
+			return fieldErr(f+".credential", "version and refresh must not be negative")
+		}
+	case "vault_aws", "aws":
 		return fieldErr(f+".credential.source", "%s is not supported by this version yet", u.Credential.Source)
 	case "":
-		return fieldErr(f+".credential.source", "is required (env or file)")
+		return fieldErr(f+".credential.source", "is required (env, file or vault)")
 	default:
-		return fieldErr(f+".credential.source", "must be env or file")
+		return fieldErr(f+".credential.source", "must be env, file or vault")
 	}
 	in := &u.Inject
 	n := 0
@@ -391,9 +450,20 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	return nil
 }
 
-// Build makes the runtime upstreams, resolving credential sources.
-func (c *Config) Build(getenv func(string) string) (map[string]*upstream.Upstream, error) {
+// Build makes the runtime upstreams, resolving credential sources, and the
+// Vault client they share (nil when none uses Vault; Close it when done).
+func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string]*upstream.Upstream, *upstream.Vault, error) {
 	out := make(map[string]*upstream.Upstream, len(c.Upstreams))
+	var vault *upstream.Vault
+	if v := c.Vault; v != nil {
+		var err error
+		vault, err = upstream.NewVault(upstream.VaultConfig{Address: v.Address, Namespace: v.Namespace, CACert: v.CACert, Timeout: v.Timeout,
+			Auth: upstream.VaultAuth{Method: v.Auth.Method, Token: v.Auth.Token, RoleID: v.Auth.RoleID, SecretID: v.Auth.SecretID,
+				SecretIDFile: v.Auth.SecretIDFile, Role: v.Auth.Role, JWTFile: v.Auth.JWTFile, Mount: v.Auth.Mount}}, log.With("component", "vault"))
+		if err != nil {
+			return nil, nil, fieldErr("vault", "%v", err)
+		}
+	}
 	for i, u := range c.Upstreams {
 		f := fmt.Sprintf("upstreams[%d]", i)
 		bu, _ := url.Parse(u.BaseURL)
@@ -402,11 +472,17 @@ func (c *Config) Build(getenv func(string) string) (map[string]*upstream.Upstrea
 		case "env":
 			s, err := upstream.NewEnvSource(u.Credential.Name, getenv)
 			if err != nil {
-				return nil, fieldErr(f+".credential.name", "%v", err)
+				return nil, nil, fieldErr(f+".credential.name", "%v", err)
 			}
 			src = s
 		case "file":
 			src = upstream.NewFileSource(u.Credential.Path)
+		case "vault":
+			s, err := vault.KV(u.Credential.Path, u.Credential.Field, u.Credential.Version, u.Credential.Refresh)
+			if err != nil {
+				return nil, nil, fieldErr(f+".credential.path", "%v", err)
+			}
+			src = s
 		}
 		fwd := map[string]bool{}
 		for _, h := range append(append([]string{}, upstream.DefaultForwardHeaders...), u.ForwardHeaders...) {
@@ -420,5 +496,5 @@ func (c *Config) Build(getenv func(string) string) (map[string]*upstream.Upstrea
 		up.SetTransport(upstream.NewTransport())
 		out[u.Name] = up
 	}
-	return out, nil
+	return out, vault, nil
 }

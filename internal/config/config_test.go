@@ -2,6 +2,8 @@ package config
 
 import (
 	"errors"
+	"io"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -33,11 +35,11 @@ func TestParseDefaultsAndExpansion(t *testing.T) {
 	if !*u.Sensitive || u.Timeout != DefaultTimeout || u.MaxBody != DefaultMaxBody || u.Inject.Header != "Authorization" || u.Inject.Format != "Bearer {secret}" {
 		t.Errorf("upstream defaults: %+v", u)
 	}
-	ups, err := c.Build(env(map[string]string{"GITHUB_TOKEN": "x"}))
+	ups, _, err := c.Build(env(map[string]string{"GITHUB_TOKEN": "x"}), slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil || ups["github"] == nil {
 		t.Fatalf("Build: %v", err)
 	}
-	if _, err := c.Build(env(nil)); err == nil || !strings.Contains(err.Error(), "GITHUB_TOKEN") {
+	if _, _, err := c.Build(env(nil), slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "GITHUB_TOKEN") {
 		t.Fatalf("Build without the env credential: %v", err)
 	}
 }

@@ -1,0 +1,325 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	vaultapi "github.com/hashicorp/vault/api"
+	"github.com/hashicorp/vault/api/auth/approle"
+	"github.com/hashicorp/vault/api/auth/kubernetes"
+	"golang.org/x/sync/singleflight"
+)
+
+// VaultConfig says how the broker reaches and logs in to Vault.
+type VaultConfig struct {
+	Address   string
+	Namespace string
+	CACert    string // PEM file for a private CA
+	Timeout   time.Duration
+	Auth      VaultAuth
+}
+
+// VaultAuth is one of: token (Token), AppRole (RoleID and SecretID or
+// SecretIDFile), Kubernetes (Role and the service-account JWTFile).
+type VaultAuth struct {
+	Method       string // token | approle | kubernetes
+	Token        string
+	RoleID       string
+	SecretID     string
+	SecretIDFile string
+	Role         string
+	JWTFile      string
+	Mount        string // auth mount path (default: the method's name)
+}
+
+// FetchInfo describes a credential fetch for the audit log (never the value).
+type FetchInfo struct {
+	Source  string
+	LeaseID string // to be HMAC'd by the recorder
+	Version int
+}
+
+// Observable sources report their fetches.
+type Observable interface {
+	SetObserver(func(FetchInfo))
+}
+
+// Vault is the broker's Vault client: it logs in lazily (the broker starts
+// and reports itself not ready while Vault is down), keeps its token renewed
+// for its whole life, and logs in again when renewal fails.
+type Vault struct {
+	client *vaultapi.Client
+	auth   VaultAuth
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	authed bool
+	stop   chan struct{}
+	once   sync.Once
+	login  singleflight.Group
+}
+
+// NewVault makes the client; it does not contact Vault.
+func NewVault(cfg VaultConfig, log *slog.Logger) (*Vault, error) {
+	vc := vaultapi.DefaultConfig()
+	vc.Address = cfg.Address
+	if cfg.Timeout > 0 {
+		vc.Timeout = cfg.Timeout
+	} else {
+		vc.Timeout = 10 * time.Second
+	}
+	vc.MaxRetries = 0 // fail fast; the caller fails closed and retries on the next call
+	if cfg.CACert != "" {
+		if err := vc.ConfigureTLS(&vaultapi.TLSConfig{CACert: cfg.CACert}); err != nil {
+			return nil, fmt.Errorf("vault tls: %w", err)
+		}
+	}
+	c, err := vaultapi.NewClient(vc)
+	if err != nil {
+		return nil, fmt.Errorf("vault client: %w", err)
+	}
+	c.ClearToken() // never pick up VAULT_TOKEN from the environment implicitly
+	if cfg.Namespace != "" {
+		c.SetNamespace(cfg.Namespace)
+	}
+	switch cfg.Auth.Method {
+	case "token", "approle", "kubernetes":
+	default:
+		return nil, fmt.Errorf("vault auth method %q: want token, approle or kubernetes", cfg.Auth.Method)
+	}
+	return &Vault{client: c, auth: cfg.Auth, log: log, stop: make(chan struct{})}, nil
+}
+
+// Close stops token renewal.
+func (v *Vault) Close() { v.once.Do(func() { close(v.stop) }) }
+
+func (v *Vault) ensureLogin(ctx context.Context) error {
+	v.mu.Lock()
+	ok := v.authed
+	v.mu.Unlock()
+	if ok {
+		return nil
+	}
+	_, err, _ := v.login.Do("login", func() (any, error) { return nil, v.doLogin(ctx) })
+	return err
+}
+
+func (v *Vault) invalidate() {
+	v.mu.Lock()
+	v.authed = false
+	v.mu.Unlock()
+}
+
+func (v *Vault) doLogin(ctx context.Context) error {
+	var (
+		secret *vaultapi.Secret
+		err    error
+	)
+	switch v.auth.Method {
+	case "token":
+		v.client.SetToken(v.auth.Token)
+		secret, err = v.client.Auth().Token().LookupSelfWithContext(ctx)
+		if err == nil && secret != nil {
+			// A lookup answers data, not auth: renewable tokens are renewed below.
+			if renewable, _ := secret.TokenIsRenewable(); renewable {
+				secret, err = v.client.Auth().Token().RenewSelfWithContext(ctx, 0)
+			} else {
+				secret = nil
+			}
+		}
+	case "approle":
+		sid := &approle.SecretID{FromString: v.auth.SecretID}
+		if v.auth.SecretIDFile != "" {
+			sid = &approle.SecretID{FromFile: v.auth.SecretIDFile}
+		}
+		opts := []approle.LoginOption{}
+		if v.auth.Mount != "" {
+			opts = append(opts, approle.WithMountPath(v.auth.Mount))
+		}
+		var a *approle.AppRoleAuth
+		if a, err = approle.NewAppRoleAuth(v.auth.RoleID, sid, opts...); err == nil {
+			secret, err = v.client.Auth().Login(ctx, a)
+		}
+	case "kubernetes":
+		opts := []kubernetes.LoginOption{kubernetes.WithServiceAccountTokenPath(v.auth.JWTFile)}
+		if v.auth.Mount != "" {
+			opts = append(opts, kubernetes.WithMountPath(v.auth.Mount))
+		}
+		var a *kubernetes.KubernetesAuth
+		if a, err = kubernetes.NewKubernetesAuth(v.auth.Role, opts...); err == nil {
+			secret, err = v.client.Auth().Login(ctx, a)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("vault login (%s): %s", v.auth.Method, vaultErrorText(err))
+	}
+	v.mu.Lock()
+	v.authed = true
+	v.mu.Unlock()
+	if secret != nil && secret.Auth != nil && secret.Auth.Renewable {
+		go v.renew(secret)
+	}
+	return nil
+}
+
+// renew keeps the login alive; when renewal stops (max TTL, revocation,
+// outage) the next fetch logs in again.
+func (v *Vault) renew(secret *vaultapi.Secret) {
+	w, err := v.client.NewLifetimeWatcher(&vaultapi.LifetimeWatcherInput{Secret: secret})
+	if err != nil {
+		v.invalidate()
+		return
+	}
+	go w.Start()
+	defer w.Stop()
+	for {
+		select {
+		case <-v.stop:
+			return
+		case err := <-w.DoneCh():
+			if err != nil {
+				v.log.Warn("vault token renewal stopped; will log in again", "err", vaultErrorText(err))
+			}
+			v.invalidate()
+			return
+		case <-w.RenewCh():
+			v.log.Debug("vault token renewed")
+		}
+	}
+}
+
+// vaultErrorText keeps the status and Vault's error strings, which name
+// paths and reasons, never secret values.
+func vaultErrorText(err error) string {
+	var re *vaultapi.ResponseError
+	if errors.As(err, &re) {
+		return fmt.Sprintf("status %d: %s", re.StatusCode, strings.Join(re.Errors, "; "))
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	return "unreachable"
+}
+
+// KV returns a source for field of the KV v2 secret at path ("secret/github"
+// or "secret/data/github"), optionally a pinned version. A value is served
+// from memory for at most refresh (the rotation bound), then read again; if
+// Vault cannot answer by then, the fetch fails closed.
+func (v *Vault) KV(path, field string, version int, refresh time.Duration) (*VaultKV, error) {
+	mount, key, ok := strings.Cut(strings.Trim(path, "/"), "/")
+	if !ok || key == "" {
+		return nil, fmt.Errorf("vault path %q: want MOUNT/PATH", path)
+	}
+	key = strings.TrimPrefix(key, "data/")
+	if refresh <= 0 {
+		refresh = 30 * time.Second
+	}
+	return &VaultKV{v: v, mount: mount, key: key, field: field, version: version, refresh: refresh}, nil
+}
+
+// VaultKV is a credential in Vault's KV v2 engine.
+type VaultKV struct {
+	v       *Vault
+	mount   string
+	key     string
+	field   string
+	version int
+	refresh time.Duration
+
+	mu       sync.Mutex
+	value    Secret
+	fetched  time.Time
+	sf       singleflight.Group
+	observer func(FetchInfo)
+}
+
+// SetObserver implements Observable.
+func (s *VaultKV) SetObserver(fn func(FetchInfo)) { s.observer = fn }
+
+// Describe implements Source.
+func (s *VaultKV) Describe() string {
+	d := "vault:" + s.mount + "/" + s.key + "#" + s.field
+	if s.version > 0 {
+		d += fmt.Sprintf("@v%d", s.version)
+	}
+	return d
+}
+
+// Fetch implements Source.
+func (s *VaultKV) Fetch(ctx context.Context) (Secret, error) {
+	s.mu.Lock()
+	if !s.value.IsZero() && time.Since(s.fetched) < s.refresh {
+		v := s.value
+		s.mu.Unlock()
+		return v, nil
+	}
+	s.mu.Unlock()
+	v, err, _ := s.sf.Do("fetch", func() (any, error) { return s.read(ctx) })
+	if err != nil {
+		return Secret{}, err
+	}
+	return v.(Secret), nil
+}
+
+func (s *VaultKV) read(ctx context.Context) (Secret, error) {
+	fail := func(why string) (Secret, error) {
+		return Secret{}, fmt.Errorf("%w: %s: %s", ErrCredentialUnavailable, s.Describe(), why)
+	}
+	if err := s.v.ensureLogin(ctx); err != nil {
+		return fail(err.Error())
+	}
+	kv := s.v.client.KVv2(s.mount)
+	var (
+		sec *vaultapi.KVSecret
+		err error
+	)
+	for attempt := 0; attempt < 2; attempt++ {
+		if s.version > 0 {
+			sec, err = kv.GetVersion(ctx, s.key, s.version)
+		} else {
+			sec, err = kv.Get(ctx, s.key)
+		}
+		var re *vaultapi.ResponseError
+		if attempt == 0 && errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
+			// The login may have expired or been revoked: log in once more.
+			s.v.invalidate()
+			if lerr := s.v.ensureLogin(ctx); lerr != nil {
+				return fail(lerr.Error())
+			}
+			continue
+		}
+		break
+	}
+	if err != nil {
+		if errors.Is(err, vaultapi.ErrSecretNotFound) {
+			return fail("secret not found")
+		}
+		return fail(vaultErrorText(err))
+	}
+	raw, ok := sec.Data[s.field]
+	str, isString := raw.(string)
+	if !ok || !isString || str == "" {
+		return fail(fmt.Sprintf("field %q missing or not a string", s.field))
+	}
+	val := NewSecret(str)
+	s.mu.Lock()
+	s.value, s.fetched = val, time.Now()
+	s.mu.Unlock()
+	if s.observer != nil {
+		info := FetchInfo{Source: s.Describe()}
+		if sec.Raw != nil {
+			info.LeaseID = sec.Raw.LeaseID
+		}
+		if sec.VersionMetadata != nil {
+			info.Version = sec.VersionMetadata.Version
+		}
+		s.observer(info)
+	}
+	return val, nil
+}
