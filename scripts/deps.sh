@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the tests need on a fresh Debian machine:
-# curl and Chromium from Debian, and the Vault v1.14.0 dev server built from
+# curl, Chromium and the AWS CLI from Debian, and the Vault v1.14.0 dev server built from
 # tools/vaultdev into .tools/vaultdev (rebuilt only when its module changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/bin/chromium ] || need+=(chromium)      # the reviewers' page is tested in headless Chromium
+command -v aws >/dev/null 2>&1 || need+=(awscli)  # the stock AWS CLI is a sandbox-side client in the tests
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -28,4 +29,4 @@ if [ ! -x .tools/vaultdev ] || [ "$(cat .tools/vaultdev.stamp 2>/dev/null)" != "
   (cd tools/vaultdev && go build -o ../../.tools/vaultdev .)
   echo "$stamp" > .tools/vaultdev.stamp
 fi
-echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), vaultdev $(du -h .tools/vaultdev | cut -f1))"
+echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), vaultdev $(du -h .tools/vaultdev | cut -f1))"

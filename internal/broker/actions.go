@@ -213,7 +213,7 @@ func (b *Broker) execute(a approval.Action) {
 	u := b.upstreams[a.Upstream]
 	ctx, cancel := context.WithTimeout(l.Context(), u.Timeout)
 	defer cancel()
-	sec, scrub, err := u.Credential(ctx)
+	cred, err := u.Credential(ctx)
 	if err != nil {
 		g.Refund(a.Amounts)
 		b.CredentialFailed(a.Upstream)
@@ -236,7 +236,7 @@ func (b *Broker) execute(a approval.Action) {
 	if out.Header == nil {
 		out.Header = http.Header{}
 	}
-	resp, err := u.Do(ctx, out, sec)
+	resp, err := u.Do(ctx, out, cred)
 	if err != nil {
 		code := "upstream_error"
 		switch {
@@ -249,13 +249,13 @@ func (b *Broker) execute(a approval.Action) {
 		return
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(scrub.Reader(resp.Body), maxResultBody+1))
+	body, err := io.ReadAll(io.LimitReader(cred.Scrub.Reader(resp.Body), maxResultBody+1))
 	if err != nil {
 		fail("upstream_error", "reading the upstream's answer failed")
 		return
 	}
 	res := &approval.Result{Status: resp.StatusCode, Header: http.Header{}, ExecutedAt: b.now().UTC(), LatencyUS: b.now().Sub(start).Microseconds()}
-	upstream.ResponseHeader(res.Header, resp.Header, scrub)
+	upstream.ResponseHeader(res.Header, resp.Header, cred.Scrub)
 	if len(body) > maxResultBody {
 		body, res.Truncated = body[:maxResultBody], true
 	}

@@ -83,6 +83,7 @@ type Broker struct {
 	metrics     *metrics
 
 	signKey        ed25519.PrivateKey
+	awsKey         []byte
 	cp             *checkpointer
 	cpMu           sync.Mutex
 	lastCheckpoint uint64
@@ -176,6 +177,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.metrics = newMetrics(o.Metrics, b)
 	b.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
+	b.awsKey = derive("aws-sigv4-session")
 	if cps, err := o.Store.Checkpoints(ctx); err == nil && len(cps) > 0 {
 		b.lastCheckpoint = cps[len(cps)-1].Seq
 	}
@@ -371,7 +373,7 @@ func (b *Broker) Store() store.Store { return b.store }
 func (b *Broker) Ready(ctx context.Context) map[string]error {
 	out := map[string]error{"store": b.store.Ready(ctx)}
 	for name, u := range b.upstreams {
-		_, _, err := u.Credential(ctx)
+		_, err := u.Credential(ctx)
 		out["credential:"+name] = err
 	}
 	return out

@@ -2,6 +2,9 @@ package broker
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -222,4 +225,36 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 	}
 	b.killswitch.Store(engaged)
 	return st, nil
+}
+
+// AWSSecret is the session's SigV4 signing secret: derived from the session
+// id under an installation key, never stored, worth nothing anywhere but
+// at this broker for this session.
+func (b *Broker) AWSSecret(sessionID string) string {
+	m := hmac.New(sha256.New, b.awsKey)
+	m.Write([]byte(sessionID))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// CheckAWS is Check for SigV4 callers: the access key id is the session id.
+// The caller must then verify the signature with AWSSecret.
+func (b *Broker) CheckAWS(sessionID string, remote netip.Addr) (*Live, error) {
+	if b.killswitch.Load() {
+		return nil, ErrKillswitch
+	}
+	l, ok := b.live(sessionID)
+	if !ok {
+		return nil, session.ErrInvalidToken
+	}
+	switch {
+	case l.revoked.Load():
+		return l, session.ErrRevoked
+	case !b.now().Before(l.Session.ExpiresAt):
+		return l, session.ErrExpired
+	case l.bound && !l.bind.Contains(remote.Unmap()):
+		return l, session.ErrWrongSource
+	case l.limiter != nil && !l.limiter.Allow():
+		return l, ErrRateLimited
+	}
+	return l, nil
 }

@@ -34,6 +34,7 @@ type SessionView struct {
 	IsolationTooWeak  bool
 	Status            string // active, revoked or expired
 	Token             string // only on creation
+	AWSSecret         string // the SigV4 secret, when a grant targets an aws upstream
 	EnforcedIsolation bool
 }
 
@@ -151,6 +152,11 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	l := b.addLive(s, live)
 	v := b.view(l)
 	v.Token = token
+	for _, g := range recs {
+		if u := b.upstreams[g.Upstream]; u != nil && u.AWS != nil {
+			v.AWSSecret = b.AWSSecret(s.ID)
+		}
+	}
 	return v, nil
 }
 

@@ -3,6 +3,7 @@ package config
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -97,6 +99,14 @@ type Credential struct {
 	Field   string        `yaml:"field"`   // vault: the field holding the secret
 	Version int           `yaml:"version"` // vault: pin a KV version (default: latest)
 	Refresh time.Duration `yaml:"refresh"` // vault: re-read at least this often, so rotations reach sandboxes (default 30s)
+	// aws upstreams: the key pair's names (env) or fields (vault), or the SDK chain (source: aws)
+	AccessKeyName  string `yaml:"access_key_name"`
+	SecretKeyName  string `yaml:"secret_key_name"`
+	AccessKeyField string `yaml:"access_key_field"`
+	SecretKeyField string `yaml:"secret_key_field"`
+	AssumeRole     struct {
+		RoleARN string `yaml:"role_arn"`
+	} `yaml:"assume_role"`
 }
 
 // Vault says how to reach and log in to Vault.
@@ -370,7 +380,7 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	case "", "http":
 		u.Type = "http"
 	case "aws":
-		return fieldErr(f+".type", "aws upstreams are not supported by this version yet")
+		return u.validateAWS(f)
 	default:
 		return fieldErr(f+".type", "must be http or aws")
 	}
@@ -416,7 +426,7 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 			return fieldErr(f+".credential", "version and refresh must not be negative")
 		}
 	case "vault_aws", "aws":
-		return fieldErr(f+".credential.source", "%s is not supported by this version yet", u.Credential.Source)
+		return fieldErr(f+".credential.source", "%s credentials are for aws upstreams", u.Credential.Source)
 	case "":
 		return fieldErr(f+".credential.source", "is required (env, file or vault)")
 	default:
@@ -450,6 +460,91 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	return nil
 }
 
+// DefaultAWSMaxBody bounds request bodies to aws upstreams (object uploads).
+const DefaultAWSMaxBody = 64 << 20
+
+func (u *Upstream) validateAWS(f string) error {
+	if !regexp.MustCompile(`^[a-z0-9-]+$`).MatchString(u.Service) {
+		return fieldErr(f+".service", "is required (s3, dynamodb, sqs, ...)")
+	}
+	if !regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`).MatchString(u.Region) {
+		return fieldErr(f+".region", "is required (us-east-1, ...)")
+	}
+	if u.Endpoint == "" {
+		u.Endpoint = "https://" + u.Service + "." + u.Region + ".amazonaws.com"
+	}
+	eu, err := url.Parse(u.Endpoint)
+	if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" || eu.RawQuery != "" {
+		return fieldErr(f+".endpoint", "must be an absolute http(s) URL")
+	}
+	if u.BaseURL != "" || u.Inject != (Inject{}) || len(u.ForwardHeaders) > 0 {
+		return fieldErr(f, "aws upstreams take service, region and endpoint; requests are SigV4-signed, not injected")
+	}
+	u.BaseURL = u.Endpoint
+	if u.Sensitive == nil {
+		t := true
+		u.Sensitive = &t
+	}
+	if u.Timeout == 0 {
+		u.Timeout = DefaultTimeout
+	}
+	if u.MaxBody == 0 {
+		u.MaxBody = DefaultAWSMaxBody
+	}
+	c := u.Credential
+	switch c.Source {
+	case "env":
+		if c.AccessKeyName == "" || c.SecretKeyName == "" {
+			return fieldErr(f+".credential", "env needs access_key_name and secret_key_name")
+		}
+	case "vault":
+		if c.Path == "" || c.AccessKeyField == "" || c.SecretKeyField == "" {
+			return fieldErr(f+".credential", "vault needs path, access_key_field and secret_key_field")
+		}
+	case "aws":
+	default:
+		return fieldErr(f+".credential.source", "must be env, vault or aws")
+	}
+	if c.AssumeRole.RoleARN != "" && !strings.HasPrefix(c.AssumeRole.RoleARN, "arn:") {
+		return fieldErr(f+".credential.assume_role.role_arn", "must be an ARN")
+	}
+	return nil
+}
+
+func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func(string) string, vault *upstream.Vault) (*upstream.AWS, upstream.Source, error) {
+	var p aws.CredentialsProvider
+	desc := "aws:" + u.Credential.Source
+	switch u.Credential.Source {
+	case "env":
+		ak, sk := getenv(u.Credential.AccessKeyName), getenv(u.Credential.SecretKeyName)
+		if ak == "" || sk == "" {
+			return nil, nil, fieldErr(f+".credential", "environment variables %s and %s must be set", u.Credential.AccessKeyName, u.Credential.SecretKeyName)
+		}
+		p = upstream.StaticAWSCredentials(ak, sk)
+	case "vault":
+		ak, err := vault.KV(u.Credential.Path, u.Credential.AccessKeyField, u.Credential.Version, u.Credential.Refresh)
+		if err != nil {
+			return nil, nil, fieldErr(f+".credential.path", "%v", err)
+		}
+		sk, _ := vault.KV(u.Credential.Path, u.Credential.SecretKeyField, u.Credential.Version, u.Credential.Refresh)
+		p, desc = upstream.VaultAWSCredentials{Access: ak, Secret: sk}, sk.Describe()
+	case "aws":
+		var err error
+		if p, err = upstream.DefaultAWSCredentials(ctx, u.Region, ""); err != nil {
+			return nil, nil, fieldErr(f+".credential", "%v", err)
+		}
+		desc = "aws:default-chain"
+	}
+	if role := u.Credential.AssumeRole.RoleARN; role != "" {
+		var err error
+		if p, err = upstream.DefaultAWSCredentials(ctx, u.Region, role); err != nil {
+			return nil, nil, fieldErr(f+".credential.assume_role", "%v", err)
+		}
+		desc += " assume " + role
+	}
+	return &upstream.AWS{Service: u.Service, Region: u.Region, Creds: p}, upstream.AWSSource(p, desc), nil
+}
+
 // Build makes the runtime upstreams, resolving credential sources, and the
 // Vault client they share (nil when none uses Vault; Close it when done).
 func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string]*upstream.Upstream, *upstream.Vault, error) {
@@ -468,16 +563,22 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		f := fmt.Sprintf("upstreams[%d]", i)
 		bu, _ := url.Parse(u.BaseURL)
 		var src upstream.Source
-		switch u.Credential.Source {
-		case "env":
+		var awsCfg *upstream.AWS
+		switch {
+		case u.Type == "aws":
+			var err error
+			if awsCfg, src, err = c.buildAWS(context.Background(), f, u, getenv, vault); err != nil {
+				return nil, nil, err
+			}
+		case u.Credential.Source == "env":
 			s, err := upstream.NewEnvSource(u.Credential.Name, getenv)
 			if err != nil {
 				return nil, nil, fieldErr(f+".credential.name", "%v", err)
 			}
 			src = s
-		case "file":
+		case u.Credential.Source == "file":
 			src = upstream.NewFileSource(u.Credential.Path)
-		case "vault":
+		case u.Credential.Source == "vault":
 			s, err := vault.KV(u.Credential.Path, u.Credential.Field, u.Credential.Version, u.Credential.Refresh)
 			if err != nil {
 				return nil, nil, fieldErr(f+".credential.path", "%v", err)
@@ -492,6 +593,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			Name: u.Name, Kind: u.Type, BaseURL: bu, Sensitive: *u.Sensitive,
 			Timeout: u.Timeout, MaxBody: u.MaxBody, ForwardHeaders: fwd, Source: src,
 			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser},
+			AWS:    awsCfg,
 		}
 		up.SetTransport(upstream.NewTransport())
 		out[u.Name] = up

@@ -15,6 +15,8 @@ import (
 // ParseQuery and ParseJSON.
 type Call struct {
 	Method   string
+	Action   string // aws calls: the IAM action (s3:PutObject)
+	Resource string // aws calls: the resource ARN
 	Segments []string
 	Query    []Param
 	Header   http.Header // as sent by the sandbox; forbidden headers are never read
@@ -116,6 +118,9 @@ func Evaluate(now time.Time, live []*Live, upstream string, c *Call) (*Decision,
 }
 
 func (r *compiledRule) matches(c *Call) bool {
+	if r.action != "" || c.Action != "" {
+		return r.action != "" && c.Action != "" && Glob(strings.ToLower(r.action), strings.ToLower(c.Action)) && Glob(r.resource, c.Resource)
+	}
 	if r.method != c.Method || len(r.tmpl) != len(c.Segments) {
 		return false
 	}
@@ -569,4 +574,39 @@ func (l *Live) Refund(amounts map[string]float64) {
 	for k, v := range amounts {
 		l.usage.Spent[k] -= v
 	}
+}
+
+// Glob matches IAM-style patterns: "*" is any run of characters (slashes
+// included), "?" any one character.
+func Glob(pattern, s string) bool {
+	px, sx := 0, 0
+	nextP, nextS := -1, -1
+	for px < len(pattern) || sx < len(s) {
+		if px < len(pattern) {
+			switch c := pattern[px]; c {
+			case '*':
+				nextP, nextS = px, sx+1
+				px++
+				continue
+			case '?':
+				if sx < len(s) {
+					px++
+					sx++
+					continue
+				}
+			default:
+				if sx < len(s) && s[sx] == c {
+					px++
+					sx++
+					continue
+				}
+			}
+		}
+		if nextS > 0 && nextS <= len(s) {
+			px, sx = nextP, nextS
+			continue
+		}
+		return false
+	}
+	return true
 }

@@ -329,3 +329,57 @@ func BenchmarkEvaluate(b *testing.B) {
 		d.Release()
 	}
 }
+
+func TestGlob(t *testing.T) {
+	tests := []struct {
+		p, s string
+		want bool
+	}{
+		{"arn:aws:s3:::reports/t-42/*", "arn:aws:s3:::reports/t-42/a/b.csv", true},
+		{"arn:aws:s3:::reports/t-42/*", "arn:aws:s3:::reports/t-43/a", false},
+		{"arn:aws:s3:::reports/t-42/*", "arn:aws:s3:::reports/t-42", false},
+		{"s3:*Object", "s3:PutObject", true},
+		{"s3:Get*", "s3:PutObject", false},
+		{"*", "", true},
+		{"a?c", "abc", true},
+		{"a?c", "ac", false},
+		{"*a*b*", "xxaxxbxx", true},
+		{"", "x", false},
+	}
+	for _, tt := range tests {
+		if got := Glob(tt.p, tt.s); got != tt.want {
+			t.Errorf("Glob(%q, %q) = %v, want %v", tt.p, tt.s, got, tt.want)
+		}
+	}
+}
+
+func TestAWSRules(t *testing.T) {
+	kind := func(name string) (string, bool) { return "aws", name == "s3" }
+	spec := Spec{Upstream: "s3", Rules: []Rule{
+		{Action: "s3:PutObject", Resource: "arn:aws:s3:::reports/t-42/*"},
+		{Action: "s3:ListBucket", Resource: "arn:aws:s3:::reports", Constraints: map[string]Constraint{"query.prefix": {Pattern: "t-42/.*", Required: true}}},
+	}}
+	if err := Validate("g", &spec, kind, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := Compile(Grant{ID: "g", Spec: spec, ExpiresAt: t0.Add(time.Hour)}, Usage{})
+	ok := &Call{Method: "PUT", Action: "s3:PutObject", Resource: "arn:aws:s3:::reports/t-42/x.csv", Header: http.Header{}}
+	if d, err := Evaluate(t0, []*Live{g}, "s3", ok); err != nil || !d.Irreversible {
+		t.Fatalf("put inside the prefix: %v", err)
+	}
+	out := &Call{Method: "PUT", Action: "s3:PutObject", Resource: "arn:aws:s3:::reports/t-43/x.csv", Header: http.Header{}}
+	if _, err := Evaluate(t0, []*Live{g}, "s3", out); !errors.Is(err, ErrNoMatchingGrant) {
+		t.Fatalf("put outside the prefix: %v", err)
+	}
+	list := &Call{Method: "GET", Action: "s3:ListBucket", Resource: "arn:aws:s3:::reports", Query: []Param{{"prefix", "t-43/"}}, Header: http.Header{}}
+	if _, err := Evaluate(t0, []*Live{g}, "s3", list); !errors.Is(err, ErrConstraintViolated) {
+		t.Fatalf("list outside the prefix: %v", err)
+	}
+	if (Rule{Action: "s3:GetObject"}).IsIrreversible() || !(Rule{Action: "s3:DeleteObject"}).IsIrreversible() {
+		t.Fatal("aws irreversibility defaults")
+	}
+	// An http-style call never matches an aws rule and vice versa.
+	if _, err := Evaluate(t0, []*Live{g}, "s3", &Call{Method: "PUT", Header: http.Header{}}); !errors.Is(err, ErrNoMatchingGrant) {
+		t.Fatalf("http call on aws rules: %v", err)
+	}
+}

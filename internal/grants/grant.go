@@ -62,6 +62,15 @@ func (r Rule) IsIrreversible() bool {
 	if r.Irreversible != nil {
 		return *r.Irreversible
 	}
+	if r.Action != "" {
+		_, op, _ := strings.Cut(r.Action, ":")
+		for _, p := range []string{"Get", "List", "Head", "Describe"} {
+			if strings.HasPrefix(op, p) {
+				return false
+			}
+		}
+		return true
+	}
 	switch strings.ToUpper(r.Method) {
 	case http.MethodGet, http.MethodHead, http.MethodOptions:
 		return false
@@ -192,6 +201,9 @@ func validateRule(prefix string, r *Rule, kind string) error {
 	case "aws":
 		if r.Action == "" || r.Resource == "" {
 			return fe("", "an aws rule needs action and resource")
+		}
+		if svc, op, ok := strings.Cut(r.Action, ":"); !ok || svc == "" || op == "" {
+			return fe(".action", "must be service:Operation, e.g. s3:PutObject (globs allowed)")
 		}
 		if r.Method != "" || r.Path != "" {
 			return fe("", "an aws rule takes action and resource, not method and path")
@@ -402,6 +414,8 @@ type Live struct {
 type compiledRule struct {
 	index        int
 	method       string
+	action       string
+	resource     string
 	tmpl         []tmplSeg
 	irreversible bool
 	denyUnknown  bool
@@ -425,7 +439,7 @@ func Compile(g Grant, u Usage) (*Live, error) {
 		l.usage.Spent = map[string]float64{}
 	}
 	for i, r := range g.Rules {
-		cr := &compiledRule{index: i, method: r.Method, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, bodyNamed: map[string]bool{}}
+		cr := &compiledRule{index: i, method: r.Method, action: r.Action, resource: r.Resource, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, bodyNamed: map[string]bool{}}
 		if r.Path != "" {
 			t, err := parseTemplate(r.Path)
 			if err != nil {

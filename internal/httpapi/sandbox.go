@@ -88,7 +88,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	stop := context.AfterFunc(l.Context(), cancel)
 	defer stop()
-	sec, scrub, err := u.Credential(ctx)
+	cred, err := u.Credential(ctx)
 	if err != nil {
 		d.Release()
 		s.b.CredentialFailed(name)
@@ -101,7 +101,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	upStart := time.Now()
-	resp, err := u.Do(ctx, out, sec)
+	resp, err := u.Do(ctx, out, cred)
 	if err != nil {
 		if l.Context().Err() != nil {
 			err = session.ErrRevoked
@@ -117,9 +117,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
-	upstream.ResponseHeader(w.Header(), resp.Header, scrub)
+	upstream.ResponseHeader(w.Header(), resp.Header, cred.Scrub)
 	w.Header().Set("X-Airlock-Request-Id", reqID)
-	n, werr := writeBody(w, r, resp, scrub)
+	n, werr := writeBody(w, r, resp, cred.Scrub)
 	upDur := time.Since(upStart)
 	s.metrics.upstream(rec.Upstream, upDur)
 	code := ""
@@ -138,6 +138,9 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 // small and of known length, streamed (flushed as it arrives) otherwise.
 func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scrub *upstream.Scrubber) (int64, error) {
 	if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+		if cl := resp.Header.Get("Content-Length"); cl != "" && r.Method == http.MethodHead {
+			w.Header().Set("Content-Length", cl) // the size of what GET would send
+		}
 		w.WriteHeader(resp.StatusCode)
 		return 0, nil
 	}

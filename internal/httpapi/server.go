@@ -76,6 +76,10 @@ func (s *Server) routes(r chi.Router, p Plane) {
 			r.MethodFunc(m, "/v1/proxy/{upstream}", s.proxy)
 			r.MethodFunc(m, "/v1/proxy/{upstream}/*", s.proxy)
 		}
+		for _, m := range proxyMethods {
+			r.MethodFunc(m, "/v1/aws/{upstream}", s.awsProxy)
+			r.MethodFunc(m, "/v1/aws/{upstream}/*", s.awsProxy)
+		}
 		r.Get("/v1/actions/{id}", s.handle(s.getAction))
 		r.Get("/v1/actions/{id}/result", s.handle(s.getActionResult))
 		return

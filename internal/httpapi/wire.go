@@ -144,6 +144,7 @@ type ruleOfTwoJSON struct {
 type sessionJSON struct {
 	ID                string            `json:"id"`
 	Token             string            `json:"token,omitempty"`
+	AWSCredentials    *awsCredentials   `json:"aws_credentials,omitempty"`
 	TaskID            string            `json:"task_id"`
 	Status            string            `json:"status"`
 	CreatedAt         time.Time         `json:"created_at"`
@@ -158,6 +159,12 @@ type sessionJSON struct {
 	Labels            map[string]string `json:"labels,omitempty"`
 	RuleOfTwo         ruleOfTwoJSON     `json:"rule_of_two"`
 	Grants            []grantJSON       `json:"grants"`
+}
+
+// awsCredentials let the stock AWS SDK or CLI sign for the broker.
+type awsCredentials struct {
+	AccessKeyID     string `json:"access_key_id"`
+	SecretAccessKey string `json:"secret_access_key"`
 }
 
 type grantJSON struct {
@@ -215,6 +222,9 @@ func toSessionJSON(v broker.SessionView) sessionJSON {
 		RuleOfTwo: ruleOfTwoJSON{UntrustedInput: v.RuleOfTwo.UntrustedInput, SensitiveAccess: v.RuleOfTwo.SensitiveAccess,
 			ExternalAction: v.RuleOfTwo.ExternalAction, Gated: v.RuleOfTwo.Gated(), Hint: v.RuleOfTwo.Hint()},
 		Grants: []grantJSON{},
+	}
+	if v.AWSSecret != "" {
+		out.AWSCredentials = &awsCredentials{AccessKeyID: s.ID, SecretAccessKey: v.AWSSecret}
 	}
 	for _, g := range v.Grants {
 		out.Grants = append(out.Grants, toGrantJSON(g))

@@ -16,7 +16,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 )
+
+// nowUTC is the signing clock.
+func nowUTC() time.Time { return time.Now().UTC() }
 
 // Errors of an outbound call.
 var (
@@ -48,6 +53,7 @@ type Upstream struct {
 	ForwardHeaders map[string]bool // canonical names
 	Source         Source
 	Inject         Injection
+	AWS            *AWS // set for aws upstreams: requests are SigV4-signed instead of injected
 
 	transport http.RoundTripper
 	scrub     atomic.Pointer[scrubCache]
@@ -85,19 +91,47 @@ type Outbound struct {
 	Body   []byte
 }
 
-// Credential fetches the secret and the scrubber for everything derived from it.
-func (u *Upstream) Credential(ctx context.Context) (Secret, *Scrubber, error) {
-	sec, err := u.Source.Fetch(ctx)
-	if err != nil {
-		return Secret{}, nil, err
+// Credential is what an upstream call needs: the secret (for AWS, the
+// secret key, with the full key set in AWS) and the scrubber for every form
+// of it that could come back.
+type Credential struct {
+	Secret Secret
+	AWS    aws.Credentials
+	Scrub  *Scrubber
+}
+
+// Credential fetches the credential, failing closed.
+func (u *Upstream) Credential(ctx context.Context) (Credential, error) {
+	var c Credential
+	if u.AWS != nil {
+		ac, err := u.AWS.Creds.Retrieve(ctx)
+		if err != nil || ac.SecretAccessKey == "" {
+			return c, fmt.Errorf("%w: %s", ErrCredentialUnavailable, u.Source.Describe())
+		}
+		c.AWS, c.Secret = ac, NewSecret(ac.SecretAccessKey)
+	} else {
+		sec, err := u.Source.Fetch(ctx)
+		if err != nil {
+			return c, err
+		}
+		if sec.IsZero() {
+			return c, fmt.Errorf("%w: %s returned an empty secret", ErrCredentialUnavailable, u.Source.Describe())
+		}
+		c.Secret = sec
 	}
-	if sec.IsZero() {
-		return Secret{}, nil, fmt.Errorf("%w: %s returned an empty secret", ErrCredentialUnavailable, u.Source.Describe())
-	}
+	c.Scrub = u.scrubberFor(c)
+	return c, nil
+}
+
+func (u *Upstream) scrubberFor(cred Credential) *Scrubber {
+	sec := cred.Secret
 	if c := u.scrub.Load(); c != nil && c.secret == sec.Reveal() {
-		return sec, c.scrubber, nil
+		return c.scrubber
 	}
 	values := []string{sec.Reveal()}
+	if cred.AWS.SessionToken != "" {
+		values = append(values, cred.AWS.SessionToken)
+	}
 	if u.Inject.BasicUser != "" {
 		values = append(values, base64.StdEncoding.EncodeToString([]byte(u.Inject.BasicUser+":"+sec.Reveal())))
 	}
@@ -106,13 +140,14 @@ func (u *Upstream) Credential(ctx context.Context) (Secret, *Scrubber, error) {
 	}
 	c := &scrubCache{secret: sec.Reveal(), scrubber: NewScrubber(values...)}
 	u.scrub.Store(c)
-	return sec, c.scrubber, nil
+	return c.scrubber
 }
 
 // Do sends out with the credential injected. The response is the raw
 // upstream response (the caller scrubs it with the returned Scrubber).
 // Redirects are never followed.
-func (u *Upstream) Do(ctx context.Context, out *Outbound, sec Secret) (*http.Response, error) {
+func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*http.Response, error) {
+	sec := cred.Secret
 	query := out.Query
 	if u.Inject.Query != "" {
 		if query != "" {
@@ -134,6 +169,10 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, sec Secret) (*http.Res
 	}
 	req.Header = out.Header
 	switch {
+	case u.AWS != nil:
+		if err := u.signAWS(ctx, req, out.Body, cred.AWS); err != nil {
+			return nil, fmt.Errorf("%w: signing failed", ErrUpstream)
+		}
 	case u.Inject.BasicUser != "":
 		req.SetBasicAuth(u.Inject.BasicUser, sec.Reveal())
 	case u.Inject.Header != "":

@@ -1,0 +1,208 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
+)
+
+const awsCanary = "CANARY-aws-secret-key-0123456789abcdef"
+
+// fakeS3 is an S3 upstream on loopback (gofakes3) that records the
+// Authorization headers it received.
+type fakeS3 struct {
+	*httptest.Server
+	mu    sync.Mutex
+	auths []string
+}
+
+func newFakeS3(t *testing.T) *fakeS3 {
+	backend := s3mem.New()
+	if err := backend.CreateBucket("reports"); err != nil {
+		t.Fatal(err)
+	}
+	f := &fakeS3{}
+	h := gofakes3.New(backend).Server()
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		f.auths = append(f.auths, r.Header.Get("Authorization"))
+		f.mu.Unlock()
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(f.Close)
+	return f
+}
+
+// awsSession starts a broker with an S3 upstream and a session whose grant
+// covers reports/t-42/; it returns the sandbox's environment.
+func awsSession(t *testing.T) (*brokerProc, *fakeS3, map[string]string) {
+	t.Helper()
+	f := newFakeS3(t)
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: s3
+    type: aws
+    service: s3
+    region: us-east-1
+    endpoint: ` + f.URL + `
+    credential: {source: env, access_key_name: REAL_AWS_KEY_ID, secret_key_name: REAL_AWS_SECRET}
+`, env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+	r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
+		"grants": []any{map[string]any{"upstream": "s3", "rules": []any{
+			map[string]any{"action": "s3:*Object", "resource": "arn:aws:s3:::reports/t-42/*"},
+			map[string]any{"action": "s3:ListBucket", "resource": "arn:aws:s3:::reports", "constraints": map[string]any{
+				"query.prefix": map[string]any{"pattern": "t-42/.*", "required": true}}},
+		}}}})
+	var s struct {
+		ID             string `json:"id"`
+		AWSCredentials struct {
+			AccessKeyID     string `json:"access_key_id"`
+			SecretAccessKey string `json:"secret_access_key"`
+		} `json:"aws_credentials"`
+	}
+	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 || s.AWSCredentials.SecretAccessKey == "" {
+		t.Fatalf("aws session: %d %s", r.status, r.body)
+	}
+	env := map[string]string{
+		"AWS_ENDPOINT_URL": b.sandbox + "/v1/aws/s3", "AWS_ACCESS_KEY_ID": s.AWSCredentials.AccessKeyID,
+		"AWS_SECRET_ACCESS_KEY": s.AWSCredentials.SecretAccessKey, "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
+		"AWS_CONFIG_FILE": filepath.Join(t.TempDir(), "none"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(t.TempDir(), "none"),
+		"AWS_EC2_METADATA_DISABLED": "true",
+	}
+	return b, f, env
+}
+
+func TestAWSSDKThroughBroker(t *testing.T) {
+	b, f, env := awsSession(t)
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	// The stock SDK, configured only through the environment.
+	cfg, err := awsconfig.LoadDefaultConfig(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s3.NewFromConfig(cfg)
+	ctx := context.Background()
+	var got []string
+	capture := func(what string, body io.Reader) {
+		data, _ := io.ReadAll(body)
+		got = append(got, string(data))
+		assertNoCanary(t, what, data)
+	}
+
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv"), Body: strings.NewReader("id,total\n1,42\n")}); err != nil {
+		t.Fatalf("PutObject inside the grant: %v", err)
+	}
+	obj, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv")})
+	if err != nil {
+		t.Fatalf("GetObject: %v", err)
+	}
+	capture("object", obj.Body)
+	if got[0] != "id,total\n1,42\n" {
+		t.Fatalf("object = %q", got[0])
+	}
+	list, err := c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("reports"), Prefix: aws.String("t-42/")})
+	if err != nil || len(list.Contents) != 1 {
+		t.Fatalf("ListObjectsV2 in the prefix: %v %v", list, err)
+	}
+	// Multipart inside the prefix.
+	mp, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: aws.String("reports"), Key: aws.String("t-42/big.bin")})
+	if err != nil {
+		t.Fatalf("CreateMultipartUpload: %v", err)
+	}
+	part := bytes.Repeat([]byte("x"), 5<<20)
+	pr, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: aws.String("reports"), Key: aws.String("t-42/big.bin"), UploadId: mp.UploadId, PartNumber: aws.Int32(1), Body: bytes.NewReader(part)})
+	if err != nil {
+		t.Fatalf("UploadPart: %v", err)
+	}
+	if _, err := c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: aws.String("reports"), Key: aws.String("t-42/big.bin"), UploadId: mp.UploadId,
+		MultipartUpload: &s3types.CompletedMultipartUpload{Parts: []s3types.CompletedPart{{ETag: pr.ETag, PartNumber: aws.Int32(1)}}}}); err != nil {
+		t.Fatalf("CompleteMultipartUpload: %v", err)
+	}
+	head, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/big.bin")})
+	if err != nil || aws.ToInt64(head.ContentLength) != int64(len(part)) {
+		t.Fatalf("the multipart object: %v %v", head, err)
+	}
+
+	// Outside the grant: a clear AccessDenied carrying the Airlock code.
+	denied := []error{}
+	_, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-43/x"), Body: strings.NewReader("x")})
+	denied = append(denied, err)
+	_, err = c.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: aws.String("reports"), Prefix: aws.String("t-43/")})
+	denied = append(denied, err)
+	_, err = c.DeleteBucket(ctx, &s3.DeleteBucketInput{Bucket: aws.String("reports")})
+	denied = append(denied, err)
+	for i, err := range denied {
+		var ae smithy.APIError
+		if !errors.As(err, &ae) || ae.ErrorCode() != "AccessDenied" || !strings.Contains(ae.ErrorMessage(), "airlock ") {
+			t.Errorf("denied call %d: %v", i, err)
+		}
+	}
+
+	// A wrong secret: the signature does not verify.
+	bad := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		o.Credentials = aws.NewCredentialsCache(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+			return aws.Credentials{AccessKeyID: env["AWS_ACCESS_KEY_ID"], SecretAccessKey: "guessed"}, nil
+		}))
+	})
+	_, err = bad.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv")})
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != "SignatureDoesNotMatch" {
+		t.Fatalf("a tampered signature: %v", err)
+	}
+
+	// The upstream saw the real key, re-signed; the sandbox never had it.
+	f.mu.Lock()
+	for _, a := range f.auths {
+		if !strings.Contains(a, "Credential=AKIAREALKEY0000/") {
+			t.Fatalf("upstream got %q", a)
+		}
+	}
+	f.mu.Unlock()
+	assertNoCanary(t, "audit", b.auditExport())
+}
+
+func TestAWSCLIThroughBroker(t *testing.T) {
+	awsCLI := requireTool(t, "aws", "apt-get install -y awscli")
+	_, _, env := awsSession(t)
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command(awsCLI, append([]string{"--endpoint-url", env["AWS_ENDPOINT_URL"]}, args...)...)
+		cmd.Env = os.Environ()
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		out, err := cmd.CombinedOutput()
+		assertNoCanary(t, "aws cli output", out)
+		return string(out), err
+	}
+	src := filepath.Join(t.TempDir(), "report.txt")
+	_ = os.WriteFile(src, []byte("quarterly numbers\n"), 0o600)
+	if out, err := run("s3", "cp", src, "s3://reports/t-42/report.txt"); err != nil {
+		t.Fatalf("aws s3 cp into the grant: %v\n%s", err, out)
+	}
+	if out, err := run("s3", "cp", "s3://reports/t-42/report.txt", "-"); err != nil || out != "quarterly numbers\n" {
+		t.Fatalf("aws s3 cp back: %v\n%s", err, out)
+	}
+	out, err := run("s3", "cp", src, "s3://reports/t-43/report.txt")
+	if err == nil || !strings.Contains(out, "AccessDenied") {
+		t.Fatalf("aws s3 cp outside the grant: %v\n%s", err, out)
+	}
+}
