@@ -105,7 +105,8 @@ type Credential struct {
 	AccessKeyField string `yaml:"access_key_field"`
 	SecretKeyField string `yaml:"secret_key_field"`
 	AssumeRole     struct {
-		RoleARN string `yaml:"role_arn"`
+		RoleARN     string `yaml:"role_arn"`
+		STSEndpoint string `yaml:"sts_endpoint"` // optional, e.g. a VPC endpoint
 	} `yaml:"assume_role"`
 }
 
@@ -530,16 +531,13 @@ func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func
 		p, desc = upstream.VaultAWSCredentials{Access: ak, Secret: sk}, sk.Describe()
 	case "aws":
 		var err error
-		if p, err = upstream.DefaultAWSCredentials(ctx, u.Region, ""); err != nil {
+		if p, err = upstream.DefaultAWSCredentials(ctx, u.Region); err != nil {
 			return nil, nil, fieldErr(f+".credential", "%v", err)
 		}
 		desc = "aws:default-chain"
 	}
 	if role := u.Credential.AssumeRole.RoleARN; role != "" {
-		var err error
-		if p, err = upstream.DefaultAWSCredentials(ctx, u.Region, role); err != nil {
-			return nil, nil, fieldErr(f+".credential.assume_role", "%v", err)
-		}
+		p = upstream.AssumeRole(p, u.Region, role, u.Credential.AssumeRole.STSEndpoint)
 		desc += " assume " + role
 	}
 	return &upstream.AWS{Service: u.Service, Region: u.Region, Creds: p}, upstream.AWSSource(p, desc), nil

@@ -32,19 +32,29 @@ func StaticAWSCredentials(accessKey, secretKey string) aws.CredentialsProvider {
 }
 
 // DefaultAWSCredentials is the SDK's default chain (environment, shared
-// files, container and instance roles), optionally assuming roleARN through
-// STS on top. Nothing is contacted until the first call.
-func DefaultAWSCredentials(ctx context.Context, region, roleARN string) (aws.CredentialsProvider, error) {
+// files, container and instance roles). Nothing is contacted until the
+// first call.
+func DefaultAWSCredentials(ctx context.Context, region string) (aws.CredentialsProvider, error) {
 	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region))
 	if err != nil {
 		return nil, fmt.Errorf("aws default credentials: %w", err)
 	}
-	if roleARN != "" {
-		return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(sts.NewFromConfig(cfg), roleARN, func(o *stscreds.AssumeRoleOptions) {
-			o.RoleSessionName = "airlock-broker"
-		})), nil
-	}
 	return cfg.Credentials, nil
+}
+
+// AssumeRole assumes roleARN through STS with base credentials (any
+// source: the default chain, keys from Vault or the environment); the
+// temporary keys are cached and refreshed before they expire.
+// endpoint overrides STS's (a VPC endpoint), or "".
+func AssumeRole(base aws.CredentialsProvider, region, roleARN, endpoint string) aws.CredentialsProvider {
+	opts := sts.Options{Region: region, Credentials: base}
+	if endpoint != "" {
+		opts.BaseEndpoint = aws.String(endpoint)
+	}
+	client := sts.New(opts)
+	return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(client, roleARN, func(o *stscreds.AssumeRoleOptions) {
+		o.RoleSessionName = "airlock-broker"
+	}))
 }
 
 // VaultAWSCredentials reads static keys from two fields of a KV v2 secret.

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -216,5 +218,65 @@ func TestVaultKubernetesAuthConfig(t *testing.T) {
 	}
 	if _, err := upstream.NewVault(upstream.VaultConfig{Address: "http://127.0.0.1:1", Auth: upstream.VaultAuth{Method: "ldap"}}, nil); err == nil {
 		t.Fatal("an unknown auth method was accepted")
+	}
+}
+
+func TestAWSSourcesContract(t *testing.T) {
+	t.Run("static", func(t *testing.T) {
+		sourceContract(t, fixture{src: upstream.AWSSource(upstream.StaticAWSCredentials("AKIAEXAMPLE", "CANARY-aws-static"), "aws:env"), value: "CANARY-aws-static"})
+	})
+	t.Run("default chain", func(t *testing.T) {
+		t.Setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+		t.Setenv("AWS_SECRET_ACCESS_KEY", "CANARY-aws-chain")
+		t.Setenv("AWS_CONFIG_FILE", filepath.Join(t.TempDir(), "none"))
+		t.Setenv("AWS_SHARED_CREDENTIALS_FILE", filepath.Join(t.TempDir(), "none"))
+		p, err := upstream.DefaultAWSCredentials(context.Background(), "us-east-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sourceContract(t, fixture{src: upstream.AWSSource(p, "aws:default-chain"), value: "CANARY-aws-chain"})
+	})
+	t.Run("keys in vault", func(t *testing.T) {
+		v := testvault.Start(t, "test-root-token")
+		v.PutKV("secret", "aws", map[string]any{"access_key": "AKIAEXAMPLE", "secret_key": "CANARY-aws-vault"})
+		client := newVault(t, v, upstream.VaultAuth{Method: "token", Token: v.Token})
+		ak, _ := client.KV("secret/data/aws", "access_key", 0, 200*time.Millisecond)
+		sk, _ := client.KV("secret/data/aws", "secret_key", 0, 200*time.Millisecond)
+		put := func(t *testing.T, val string) {
+			v.PutKV("secret", "aws", map[string]any{"access_key": "AKIAEXAMPLE", "secret_key": val})
+		}
+		sourceContract(t, fixture{
+			src: upstream.AWSSource(upstream.VaultAWSCredentials{Access: ak, Secret: sk}, "vault:secret/aws"), value: "CANARY-aws-vault",
+			bound: 200 * time.Millisecond, rotate: put,
+			outage:  func(t *testing.T) { v.Stop() },
+			recover: func(t *testing.T, val string) { v.Restart(); put(t, val) },
+		})
+	})
+}
+
+// TestAssumeRoleOnTopOfAnySource runs STS's AssumeRole against a fake STS on
+// loopback (AWS itself cannot be reached here): the call is signed with the
+// base keys, names the role, and its temporary keys are what the source serves.
+func TestAssumeRoleOnTopOfAnySource(t *testing.T) {
+	var gotAuth, gotBody string
+	fake := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		gotAuth, gotBody = r.Header.Get("Authorization"), string(b)
+		w.Header().Set("Content-Type", "text/xml")
+		fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult>
+<Credentials><AccessKeyId>ASIATEMP</AccessKeyId><SecretAccessKey>CANARY-temporary</SecretAccessKey><SessionToken>CANARY-session-token</SessionToken>
+<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/r/airlock-broker</Arn><AssumedRoleId>AROA:airlock</AssumedRoleId></AssumedRoleUser>
+</AssumeRoleResult><ResponseMetadata><RequestId>1</RequestId></ResponseMetadata></AssumeRoleResponse>`, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	}))
+	defer fake.Close()
+	base := upstream.StaticAWSCredentials("AKIABASE", "CANARY-base")
+	p := upstream.AssumeRole(base, "us-east-1", "arn:aws:iam::123456789012:role/r", fake.URL)
+	sourceContract(t, fixture{src: upstream.AWSSource(p, "aws:assume-role"), value: "CANARY-temporary"})
+	if !strings.Contains(gotAuth, "Credential=AKIABASE/") || !strings.Contains(gotBody, "RoleArn=arn%3Aaws%3Aiam%3A%3A123456789012%3Arole%2Fr") {
+		t.Fatalf("STS call: auth %q body %q", gotAuth, gotBody)
+	}
+	c, err := p.Retrieve(context.Background())
+	if err != nil || c.SessionToken != "CANARY-session-token" {
+		t.Fatalf("temporary credentials: %+v %v", c.AccessKeyID, err)
 	}
 }
