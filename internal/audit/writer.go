@@ -141,6 +141,9 @@ func (w *Writer) loop() {
 	entries := make([]Entry, 0, maxBatch)
 	tick := time.NewTicker(asyncFlush)
 	defer tick.Stop()
+	window := time.NewTimer(commitWindow)
+	window.Stop()
+	lastWaiting := 0 // callers the last commit answered
 	for {
 		batch = batch[:0]
 		select {
@@ -159,10 +162,41 @@ func (w *Writer) loop() {
 			}
 		}
 		batch = w.fill(batch)
+		if len(batch) > 0 && lastWaiting > 1 && len(batch) < maxBatch {
+			// Callers are waiting together: wait a moment for more of them,
+			// so one transaction carries many records (group commit window).
+			window.Reset(commitWindow)
+			batch = w.collect(batch, window.C)
+		}
 		if len(batch) > 0 {
+			lastWaiting = 0
+			for _, p := range batch {
+				if p.done != nil {
+					lastWaiting++
+				}
+			}
 			w.commit(batch, entries)
 		}
 	}
+}
+
+// commitWindow is how long a commit waits for more records when callers
+// arrive concurrently; a lone caller never waits.
+const commitWindow = 200 * time.Microsecond
+
+// collect adds records until the window closes or the batch is full.
+func (w *Writer) collect(batch []*pending, done <-chan time.Time) []*pending {
+	for len(batch) < maxBatch {
+		select {
+		case p := <-w.in:
+			batch = append(batch, p)
+		case p := <-w.async:
+			batch = append(batch, p)
+		case <-done:
+			return batch
+		}
+	}
+	return batch
 }
 
 // fill adds queued records, waited-for ones first, up to maxBatch.
