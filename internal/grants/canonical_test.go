@@ -174,3 +174,21 @@ func FuzzParseJSON(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkCanonicalize is the request canonicalization of the hot path:
+// path, query and a small JSON body.
+func BenchmarkCanonicalize(b *testing.B) {
+	body := []byte(`{"amount": 50, "to": "acme", "currency": "EUR", "memo": "rent", "items": [{"sku": "A-1"}]}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := CanonicalPath("/repos/acme/widgets/issues/42/comments"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ParseQuery("page=2&per_page=50&sort=created"); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := ParseJSON(body); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -124,6 +124,10 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		out.Query = grants.EncodeQuery(d.Query)
 	}
 	if s.b.Gated(l, d) {
+		// AWS clients cannot follow a 202: hold the call open for the decision.
+		if r.Header.Get("Prefer") == "" {
+			r.Header.Set("Prefer", "wait=60")
+		}
 		s.hold(w, r, l, d, out, rec, start)
 		return
 	}
