@@ -47,11 +47,19 @@ const (
 // SyncInterval bounds the unsynced window in buffered mode.
 const SyncInterval = 10 * time.Millisecond
 
-// Bolt is the bbolt store.
+// Bolt is the bbolt store. Audit records go through a write-ahead journal
+// (one write per group commit, plus one fdatasync in fsync mode) and reach
+// bbolt in large batches; every other write is a bbolt transaction followed
+// by an fdatasync.
 type Bolt struct {
 	db       *bolt.DB
 	buffered bool
 	log      *slog.Logger
+	journal  *journal
+
+	apply   chan []audit.Entry
+	flushes chan chan error
+	applied atomic.Uint64 // last seq durable in bbolt
 
 	dirty    atomic.Bool
 	stop     chan struct{}
@@ -59,6 +67,9 @@ type Bolt struct {
 	closeErr error
 	once     sync.Once
 }
+
+// journalLimit is the size past which an applied journal is emptied.
+const journalLimit = 32 << 20
 
 // OpenBolt opens (creating) the database file at path.
 func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
@@ -69,7 +80,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: time.Second,
-		NoSync:  durability == DurabilityBuffered,
+		NoSync:  true, // durability comes from the journal and explicit syncs (update)
 		// The audit log is append-heavy: do not rewrite the freelist on every
 		// commit (it is rebuilt on open), and map enough up front that growth
 		// rarely remaps under the writer.
@@ -92,12 +103,138 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	s := &Bolt{db: db, buffered: durability == DurabilityBuffered, log: log, stop: make(chan struct{})}
-	if s.buffered {
-		s.stopped.Add(1)
-		go s.syncLoop()
+	s := &Bolt{db: db, buffered: durability == DurabilityBuffered, log: log, stop: make(chan struct{}),
+		apply: make(chan []audit.Entry, 1024), flushes: make(chan chan error)}
+	if s.journal, err = openJournal(path + ".journal"); err != nil {
+		db.Close()
+		return nil, err
 	}
+	// Records acknowledged before a crash but not yet in bbolt are in the journal.
+	var replay []audit.Entry
+	err = s.journal.replay(func(e audit.Entry) error {
+		e.Data = bytes.Clone(e.Data)
+		replay = append(replay, e)
+		return nil
+	})
+	if err == nil && len(replay) > 0 {
+		err = s.applyEntries(replay)
+	}
+	if err == nil {
+		err = s.journal.truncateIfApplied(s.applied.Load(), 0)
+	}
+	if err != nil {
+		s.journal.close()
+		db.Close()
+		return nil, fmt.Errorf("replay the audit journal: %w", err)
+	}
+	s.stopped.Add(2)
+	go s.applier()
+	go s.syncLoop()
 	return s, nil
+}
+
+// applyEntries writes journaled records (and their side effects) to bbolt
+// and syncs it; records already there (a replay after a crash) are skipped.
+func (s *Bolt) applyEntries(entries []audit.Entry) error {
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAudit)
+		last, _ := b.Cursor().Last()
+		var head uint64
+		if last != nil {
+			head = binary.BigEndian.Uint64(last)
+		}
+		for _, e := range entries {
+			if e.Seq <= head && last != nil {
+				continue
+			}
+			if err := b.Put(seqKey(e.Seq), e.Data); err != nil {
+				return err
+			}
+			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
+				if err := put(tx, bucketUsage, u.GrantID, u.Usage); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.db.Sync(); err != nil {
+		return err
+	}
+	if n := len(entries); n > 0 {
+		s.applied.Store(entries[n-1].Seq)
+	}
+	return nil
+}
+
+// applier moves journaled records into bbolt in large batches.
+func (s *Bolt) applier() {
+	defer s.stopped.Done()
+	var batch []audit.Entry
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		err := s.applyEntries(batch)
+		if err != nil {
+			s.log.Error("applying the audit journal to bbolt failed (the journal keeps the records)", "err", err)
+			return err
+		}
+		batch = batch[:0]
+		if err := s.journal.truncateIfApplied(s.applied.Load(), journalLimit); err != nil {
+			s.log.Error("truncate the audit journal", "err", err)
+		}
+		return nil
+	}
+	t := time.NewTicker(SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case es := <-s.apply:
+			batch = append(batch, es...)
+			if len(batch) >= 4096 {
+				_ = flush()
+			}
+		case <-t.C:
+			_ = flush()
+		case done := <-s.flushes:
+			for drained := false; !drained; {
+				select {
+				case es := <-s.apply:
+					batch = append(batch, es...)
+				default:
+					drained = true
+				}
+			}
+			done <- flush()
+		case <-s.stop:
+			for drained := false; !drained; {
+				select {
+				case es := <-s.apply:
+					batch = append(batch, es...)
+				default:
+					drained = true
+				}
+			}
+			_ = flush()
+			return
+		}
+	}
+}
+
+// flushAudit waits until every journaled record is in bbolt (readers of the
+// log call it first).
+func (s *Bolt) flushAudit() error {
+	done := make(chan error, 1)
+	select {
+	case s.flushes <- done:
+		return <-done
+	case <-s.stop:
+		return nil
+	}
 }
 
 // DB exposes the bbolt handle (tests run consistency checks on it).
@@ -113,24 +250,22 @@ func (s *Bolt) syncLoop() {
 			return
 		case <-t.C:
 			if s.dirty.Swap(false) {
-				if err := s.db.Sync(); err != nil {
-					s.log.Error("bbolt sync failed", "err", err)
+				if err := s.journal.sync(); err != nil {
+					s.log.Error("audit journal sync failed", "err", err)
 				}
 			}
 		}
 	}
 }
 
-// update runs fn in a write transaction; in buffered mode the state writes
-// that are not audit (sessions, grants, tokens) are still synced before return.
+// update runs fn in a write transaction and syncs it: state that is not
+// audit (sessions, grants, tokens, actions) is durable before return in
+// both durability modes.
 func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 	if err := s.db.Update(fn); err != nil {
 		return err
 	}
-	if s.buffered {
-		return s.db.Sync()
-	}
-	return nil
+	return s.db.Sync()
 }
 
 func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
@@ -149,32 +284,32 @@ func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
 	return json.Unmarshal(data, v)
 }
 
-// CommitAudit implements audit.Sink.
+// CommitAudit implements audit.Sink: one journal write (and in fsync mode
+// one fdatasync) for the whole batch; the applier moves it into bbolt.
 func (s *Bolt) CommitAudit(ctx context.Context, entries []audit.Entry) error {
-	err := s.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketAudit)
-		var key [8]byte
-		for _, e := range entries {
-			binary.BigEndian.PutUint64(key[:], e.Seq)
-			if err := b.Put(key[:], e.Data); err != nil {
-				return err
-			}
-			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
-				if err := put(tx, bucketUsage, u.GrantID, u.Usage); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-	if err == nil && s.buffered {
+	if err := s.journal.append(entries, !s.buffered); err != nil {
+		return err
+	}
+	if s.buffered {
 		s.dirty.Store(true)
 	}
-	return err
+	cp := make([]audit.Entry, len(entries))
+	for i, e := range entries {
+		cp[i] = audit.Entry{Seq: e.Seq, Data: bytes.Clone(e.Data), Side: e.Side}
+	}
+	select {
+	case s.apply <- cp:
+	case <-s.stop:
+		return errors.New("store closed")
+	}
+	return nil
 }
 
 // AuditHead implements audit.Sink.
 func (s *Bolt) AuditHead(ctx context.Context) (uint64, string, error) {
+	if err := s.flushAudit(); err != nil {
+		return 0, "", err
+	}
 	var (
 		seq  uint64
 		hash string
@@ -208,6 +343,9 @@ func (s *Bolt) AuditHead(ctx context.Context) (uint64, string, error) {
 // ScanAudit implements audit.Sink. It reads in chunks of short read
 // transactions so a long export does not pin the database.
 func (s *Bolt) ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, data []byte) error) error {
+	if err := s.flushAudit(); err != nil {
+		return err
+	}
 	const chunk = 1024
 	next := from
 	buf := make([][]byte, 0, chunk)
@@ -276,6 +414,9 @@ func (s *Bolt) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
 // PruneAudit implements audit.Sink: deletes in chunks of one transaction each,
 // the anchor first, so an interruption leaves a verifiable log.
 func (s *Bolt) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64, error) {
+	if err := s.flushAudit(); err != nil {
+		return 0, err
+	}
 	if err := s.PutCheckpoint(ctx, anchor); err != nil {
 		return 0, err
 	}
@@ -374,6 +515,9 @@ func putGrant(tx *bolt.Tx, g *grants.Grant, u grants.Usage) error {
 
 // Grant implements Store.
 func (s *Bolt) Grant(ctx context.Context, id string) (GrantRecord, error) {
+	if err := s.flushAudit(); err != nil { // usage rides with audit records
+		return GrantRecord{}, err
+	}
 	var out GrantRecord
 	err := s.db.View(func(tx *bolt.Tx) error { return getGrant(tx, id, &out) })
 	return out, err
@@ -391,6 +535,9 @@ func getGrant(tx *bolt.Tx, id string, out *GrantRecord) error {
 
 // SessionGrants implements Store.
 func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error) {
+	if err := s.flushAudit(); err != nil { // usage rides with audit records
+		return nil, err
+	}
 	var out []GrantRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		prefix := []byte(sessionID + "/")
@@ -543,19 +690,17 @@ func (s *Bolt) Ready(ctx context.Context) error {
 	})
 }
 
-// Close syncs and closes the file.
+// Close applies what the journal holds, syncs and closes the files.
 func (s *Bolt) Close() error {
 	s.once.Do(func() {
-		close(s.stop)
+		close(s.stop) // the applier drains the journal into bbolt and stops
 		s.stopped.Wait()
-		if s.buffered {
-			if err := s.db.Sync(); err != nil {
-				s.closeErr = err
-			}
+		errs := []error{s.db.Sync()}
+		if errs[0] == nil {
+			errs = append(errs, s.journal.truncateIfApplied(s.applied.Load(), 0))
 		}
-		if err := s.db.Close(); err != nil && s.closeErr == nil {
-			s.closeErr = err
-		}
+		errs = append(errs, s.journal.close(), s.db.Close())
+		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
 }

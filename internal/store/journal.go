@@ -1,0 +1,166 @@
+package store
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"sync"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+)
+
+// journal is the audit log's write-ahead file. A commit is one write(2) of
+// the batch (and, in fsync mode, one fdatasync) instead of a bbolt
+// transaction; an applier moves records into bbolt in large batches off the
+// callers' path, and the journal is replayed into bbolt on open, so a record
+// acknowledged to a caller survives a crash either way.
+//
+// Entry: u32 payload length | u32 CRC-32C of payload | payload, where
+// payload = u64 seq | u32 len(data) | data | JSON of the side (or nothing).
+type journal struct {
+	mu      sync.Mutex
+	f       *os.File
+	size    int64
+	lastSeq uint64
+	buf     []byte
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func openJournal(path string) (*journal, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open audit journal: %w", err)
+	}
+	return &journal{f: f}, nil
+}
+
+// replay reads every intact entry; a torn tail (never acknowledged in fsync
+// mode) ends the replay and is cut off.
+func (j *journal) replay(fn func(e audit.Entry) error) error {
+	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	r := bufio.NewReaderSize(j.f, 1<<20)
+	var off int64
+	var hdr [8]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			break
+		}
+		n := binary.BigEndian.Uint32(hdr[:4])
+		if n < 12 || n > 64<<20 {
+			break
+		}
+		payload := make([]byte, n)
+		if _, err := io.ReadFull(r, payload); err != nil {
+			break
+		}
+		if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(hdr[4:]) {
+			break
+		}
+		e, err := decodeEntry(payload)
+		if err != nil {
+			break
+		}
+		if err := fn(e); err != nil {
+			return err
+		}
+		off += 8 + int64(n)
+		j.lastSeq = e.Seq
+	}
+	if err := j.f.Truncate(off); err != nil {
+		return err
+	}
+	j.size = off
+	_, err := j.f.Seek(off, io.SeekStart)
+	return err
+}
+
+func decodeEntry(p []byte) (audit.Entry, error) {
+	seq := binary.BigEndian.Uint64(p[:8])
+	dl := binary.BigEndian.Uint32(p[8:12])
+	if int(dl) > len(p)-12 {
+		return audit.Entry{}, errors.New("bad entry")
+	}
+	e := audit.Entry{Seq: seq, Data: p[12 : 12+dl]}
+	if rest := p[12+dl:]; len(rest) > 0 {
+		var u UsageUpdate
+		if err := json.Unmarshal(rest, &u); err != nil {
+			return e, err
+		}
+		e.Side = &u
+	}
+	return e, nil
+}
+
+// append writes entries with one write(2); sync adds one fdatasync.
+func (j *journal) append(entries []audit.Entry, sync bool) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	b := j.buf[:0]
+	for _, e := range entries {
+		var side []byte
+		if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
+			var err error
+			if side, err = json.Marshal(u); err != nil {
+				return err
+			}
+		}
+		n := 12 + len(e.Data) + len(side)
+		start := len(b)
+		b = binary.BigEndian.AppendUint32(b, uint32(n))
+		b = binary.BigEndian.AppendUint32(b, 0)
+		b = binary.BigEndian.AppendUint64(b, e.Seq)
+		b = binary.BigEndian.AppendUint32(b, uint32(len(e.Data)))
+		b = append(b, e.Data...)
+		b = append(b, side...)
+		binary.BigEndian.PutUint32(b[start+4:], crc32.Checksum(b[start+8:], castagnoli))
+	}
+	j.buf = b
+	if _, err := j.f.Write(b); err != nil {
+		// A partial write leaves a torn tail that replay cuts off; re-align.
+		_ = j.f.Truncate(j.size)
+		_, _ = j.f.Seek(j.size, io.SeekStart)
+		return fmt.Errorf("audit journal write: %w", err)
+	}
+	j.size += int64(len(b))
+	if len(entries) > 0 {
+		j.lastSeq = entries[len(entries)-1].Seq
+	}
+	if sync {
+		if err := j.f.Sync(); err != nil {
+			return fmt.Errorf("audit journal sync: %w", err)
+		}
+	}
+	return nil
+}
+
+func (j *journal) sync() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.f.Sync()
+}
+
+// truncateIfApplied empties the journal when everything in it is durable
+// in bbolt (applied through seq and synced) and it has grown past limit.
+func (j *journal) truncateIfApplied(seq uint64, limit int64) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.size < limit || seq < j.lastSeq {
+		return nil
+	}
+	if err := j.f.Truncate(0); err != nil {
+		return err
+	}
+	j.size = 0
+	_, err := j.f.Seek(0, io.SeekStart)
+	return err
+}
+
+func (j *journal) close() error { return j.f.Close() }
