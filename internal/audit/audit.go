@@ -98,7 +98,8 @@ type Entry struct {
 // Sink stores the chain.
 type Sink interface {
 	// CommitAudit writes entries (consecutive sequence numbers) atomically
-	// and durably, per the sink's durability mode.
+	// and durably, per the sink's durability mode. The sink may keep the
+	// entries' Data: the writer never reuses it.
 	CommitAudit(ctx context.Context, entries []Entry) error
 	// AuditHead returns the last sequence number and hash (0, "" when empty).
 	AuditHead(ctx context.Context) (uint64, string, error)
