@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
+	"github.com/airlock-broker/airlock/internal/store"
 )
 
 var crashTrials = flag.Int("crash.trials", 3, "crash trials to run (make crash runs 100)")
@@ -61,18 +61,7 @@ func (p *proc) kill() {
 
 func checkBolt(t *testing.T, path string) {
 	t.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second, ReadOnly: true})
-	if err != nil {
-		t.Fatalf("open after crash: %v", err)
-	}
-	defer db.Close()
-	err = db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
+	if err := store.CheckFile(path); err != nil {
 		t.Fatalf("bbolt consistency check after crash: %v", err)
 	}
 }

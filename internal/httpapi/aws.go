@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bytes"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -131,34 +130,7 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		s.hold(w, r, l, d, out, rec, start)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), u.Timeout)
-	defer cancel()
-	stop := context.AfterFunc(l.Context(), cancel)
-	defer stop()
-	cred, err := u.Credential(ctx)
-	if err != nil {
-		d.Release()
-		s.b.CredentialFailed(name)
-		deny(l, err)
-		return
-	}
-	if err := s.b.RecordAllowed(r.Context(), l, d, rec); err != nil {
-		writeAWSError(w, u, problemFor(err), reqID, false)
-		return
-	}
-	resp, err := u.Do(ctx, out, cred)
-	if err != nil {
-		p := problemFor(err)
-		s.b.RecordCompleted(l, d, rec, 0, time.Since(start).Microseconds(), 0, p.Code)
-		writeAWSError(w, u, p, reqID, false)
-		return
-	}
-	defer resp.Body.Close()
-	upstream.ResponseHeader(w.Header(), resp.Header, cred.Scrub)
-	w.Header().Set("X-Airlock-Request-Id", reqID)
-	n, _ := writeBody(w, r, resp, cred.Scrub)
-	s.b.RecordCompleted(l, d, rec, resp.StatusCode, time.Since(start).Microseconds(), n, "")
-	s.metrics.call(rec.Upstream, "allow", "", time.Since(start))
+	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeAWSError(w, u, p, reqID, false) })
 }
 
 // readAWSBody reads and checks the body against its declared payload hash,

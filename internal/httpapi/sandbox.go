@@ -83,7 +83,16 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		s.hold(w, r, l, d, out, rec, start)
 		return
 	}
-	// Fail closed: without the credential or the durable record, no call.
+	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeProblem(w, p, reqID) })
+}
+
+// forward performs an allowed call, for both proxies: it fails closed
+// without the credential or the durable record, sends the request (cut off
+// by the upstream timeout or a kill of the session), streams the scrubbed
+// answer and records the outcome. deny refuses before anything was sent;
+// failed writes an error the client's protocol understands.
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, u *upstream.Upstream,
+	out *upstream.Outbound, rec broker.CallRecord, start time.Time, deny func(*broker.Live, error), failed func(Problem)) {
 	ctx, cancel := context.WithTimeout(r.Context(), u.Timeout)
 	defer cancel()
 	stop := context.AfterFunc(l.Context(), cancel)
@@ -91,13 +100,14 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	cred, err := u.Credential(ctx)
 	if err != nil {
 		d.Release()
-		s.b.CredentialFailed(name)
+		s.b.CredentialFailed(u.Name)
 		deny(l, err)
 		return
 	}
 	if err := s.b.RecordAllowed(r.Context(), l, d, rec); err != nil {
 		s.metrics.call(rec.Upstream, "deny", "audit_unavailable", time.Since(start))
-		s.fail(w, r, err, reqID)
+		s.log.Error("call refused: audit record not written", "request_id", rec.RequestID, "err", err)
+		failed(problemFor(err))
 		return
 	}
 	upStart := time.Now()
@@ -113,12 +123,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		p := problemFor(err)
 		s.b.RecordCompleted(l, d, rec, 0, time.Since(start).Microseconds(), 0, p.Code)
 		s.metrics.call(rec.Upstream, "error", p.Code, time.Since(start))
-		writeProblem(w, p, reqID)
+		failed(p)
 		return
 	}
 	defer resp.Body.Close()
 	upstream.ResponseHeader(w.Header(), resp.Header, cred.Scrub)
-	w.Header().Set("X-Airlock-Request-Id", reqID)
+	w.Header().Set("X-Airlock-Request-Id", rec.RequestID)
 	n, werr := writeBody(w, r, resp, cred.Scrub)
 	upDur := time.Since(upStart)
 	s.metrics.upstream(rec.Upstream, upDur)
@@ -131,7 +141,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	}
 	s.b.RecordCompleted(l, d, rec, resp.StatusCode, time.Since(start).Microseconds(), n, code)
 	s.metrics.call(rec.Upstream, "allow", "", time.Since(start)-upDur)
-	s.log.Debug("call", "request_id", reqID, "session_id", l.Session.ID, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
+	s.log.Debug("call", "request_id", rec.RequestID, "session_id", l.Session.ID, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
 }
 
 // writeBody sends the scrubbed answer: whole with a Content-Length when

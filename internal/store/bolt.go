@@ -701,3 +701,19 @@ func (s *Bolt) Close() error {
 	})
 	return s.closeErr
 }
+
+// CheckFile runs bbolt's consistency check on a database file that no
+// process has open (after a crash, or for an operator's check).
+func CheckFile(path string) error {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: 5 * time.Second})
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	defer db.Close()
+	return db.View(func(tx *bolt.Tx) error {
+		for err := range tx.Check() {
+			return err
+		}
+		return nil
+	})
+}

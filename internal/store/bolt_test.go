@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	bolt "go.etcd.io/bbolt"
-
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
@@ -43,18 +41,7 @@ func MustOpen(tb testing.TB, durability string) *store.Bolt {
 // check beside a running writer can report pages that writer is freeing).
 func CheckConsistency(tb testing.TB, path string) {
 	tb.Helper()
-	db, err := bolt.Open(path, 0o600, &bolt.Options{ReadOnly: true, Timeout: time.Second})
-	if err != nil {
-		tb.Fatalf("reopen for the consistency check: %v", err)
-	}
-	defer db.Close()
-	err = db.View(func(tx *bolt.Tx) error {
-		for err := range tx.Check() {
-			return err
-		}
-		return nil
-	})
-	if err != nil {
+	if err := store.CheckFile(path); err != nil {
 		tb.Errorf("bbolt consistency check: %v", err)
 	}
 }
