@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strconv"
@@ -141,7 +142,9 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live,
 	}
 	s.b.RecordCompleted(l, d, rec, resp.StatusCode, time.Since(start).Microseconds(), n, code)
 	s.metrics.call(rec.Upstream, "allow", "", time.Since(start)-upDur)
-	s.log.Debug("call", "request_id", rec.RequestID, "session_id", l.Session.ID, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
+	if s.log.Enabled(r.Context(), slog.LevelDebug) { // no argument boxing on the hot path otherwise
+		s.log.Debug("call", "request_id", rec.RequestID, "session_id", l.Session.ID, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
+	}
 }
 
 // writeBody sends the scrubbed answer: whole with a Content-Length when
