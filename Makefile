@@ -33,6 +33,7 @@ unit:
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime 5s ./internal/grants
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJSON$$' -fuzztime 5s ./internal/grants
+	$(GO) test -run '^$$' -fuzz '^FuzzParseJSONMatchesTokenParser$$' -fuzztime 5s ./internal/grants
 
 # Hot-path benchmarks (figures in the README and issue notes).
 bench:

@@ -232,78 +232,124 @@ func validText(s string) bool {
 
 // ParseJSON decodes a JSON document strictly: one value, no trailing data,
 // valid UTF-8, no duplicate object keys (which two parsers could resolve
-// differently), numbers kept as json.Number, nesting bounded.
+// differently), numbers kept as json.Number, nesting bounded. The standard
+// decoder parses; a scan of the (then known valid) bytes finds duplicate
+// keys and excess depth without allocating per token.
 func ParseJSON(data []byte) (any, error) {
 	if !utf8.Valid(data) {
 		return nil, badRequest("JSON body is not valid UTF-8")
 	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
-	v, err := decodeValue(dec, 0)
-	if err != nil {
-		return nil, err
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, badRequest("malformed JSON body")
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, badRequest("trailing data after JSON body")
+	}
+	if err := checkKeys(data); err != nil {
+		return nil, err
 	}
 	return v, nil
 }
 
 const maxJSONDepth = 64
 
-func decodeValue(dec *json.Decoder, depth int) (any, error) {
-	if depth > maxJSONDepth {
-		return nil, badRequest("JSON body nested too deeply")
+// checkKeys walks a valid JSON document for duplicate object keys (compared
+// after unescaping) and for values nested deeper than maxJSONDepth.
+func checkKeys(data []byte) error {
+	type frame struct {
+		obj       bool
+		expectKey bool
+		keys      []string            // the first few keys, compared linearly
+		set       map[string]struct{} // all keys, once there are many (no quadratic scan)
 	}
-	tok, err := dec.Token()
-	if err != nil {
-		return nil, badRequest("malformed JSON body")
-	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			obj := map[string]any{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, badRequest("malformed JSON body")
-				}
-				key, ok := kt.(string)
-				if !ok {
-					return nil, badRequest("malformed JSON body")
-				}
-				if _, dup := obj[key]; dup {
-					return nil, badRequest("duplicate JSON key %q", truncate(key, 64))
-				}
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				obj[key] = v
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, badRequest("malformed JSON body")
-			}
-			return obj, nil
-		case '[':
-			arr := []any{}
-			for dec.More() {
-				v, err := decodeValue(dec, depth+1)
-				if err != nil {
-					return nil, err
-				}
-				arr = append(arr, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, badRequest("malformed JSON body")
-			}
-			return arr, nil
+	stack := make([]frame, 0, 8)
+	value := func() error {
+		if len(stack) > maxJSONDepth {
+			return badRequest("JSON body nested too deeply")
 		}
-		return nil, badRequest("malformed JSON body")
-	default:
-		return t, nil
+		return nil
 	}
+	for i := 0; i < len(data); {
+		switch c := data[i]; c {
+		case ' ', '\t', '\r', '\n', ':':
+			i++
+		case ',':
+			if n := len(stack); n > 0 && stack[n-1].obj {
+				stack[n-1].expectKey = true
+			}
+			i++
+		case '{', '[':
+			if err := value(); err != nil {
+				return err
+			}
+			stack = append(stack, frame{obj: c == '{', expectKey: c == '{'})
+			i++
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+			i++
+		case '"':
+			j, escaped := scanString(data, i)
+			if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].expectKey {
+				top := &stack[n-1]
+				key := string(data[i+1 : j-1])
+				if escaped {
+					if err := json.Unmarshal(data[i:j], &key); err != nil {
+						return badRequest("malformed JSON body")
+					}
+				}
+				dup := false
+				if top.set != nil {
+					_, dup = top.set[key]
+					top.set[key] = struct{}{}
+				} else {
+					for _, k := range top.keys {
+						dup = dup || k == key
+					}
+					top.keys = append(top.keys, key)
+					if len(top.keys) > 16 {
+						top.set = make(map[string]struct{}, 64)
+						for _, k := range top.keys {
+							top.set[k] = struct{}{}
+						}
+					}
+				}
+				if dup {
+					return badRequest("duplicate JSON key %q", truncate(key, 64))
+				}
+				top.expectKey = false
+			} else if err := value(); err != nil {
+				return err
+			}
+			i = j
+		default: // number, true, false, null
+			if err := value(); err != nil {
+				return err
+			}
+			for i < len(data) && !strings.ContainsRune(",}] \t\r\n", rune(data[i])) {
+				i++
+			}
+		}
+	}
+	return nil
+}
+
+// scanString returns the index after the string starting at data[i] and
+// whether it holds escapes.
+func scanString(data []byte, i int) (int, bool) {
+	escaped := false
+	for j := i + 1; j < len(data); j++ {
+		switch data[j] {
+		case '\\':
+			escaped = true
+			j++
+		case '"':
+			return j + 1, escaped
+		}
+	}
+	return len(data), escaped
 }
 
 func truncate(s string, n int) string {

@@ -1,8 +1,15 @@
 package grants
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -190,5 +197,114 @@ func BenchmarkCanonicalize(b *testing.B) {
 		if _, err := ParseJSON(body); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// parseJSONTokens is the earlier token-by-token parser, kept as the oracle
+// ParseJSON is fuzzed against: it decodes a JSON document strictly: one value, no trailing data,
+// valid UTF-8, no duplicate object keys (which two parsers could resolve
+// differently), numbers kept as json.Number, nesting bounded.
+func parseJSONTokens(data []byte) (any, error) {
+	if !utf8.Valid(data) {
+		return nil, badRequest("JSON body is not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	v, err := tokenValue(dec, 0)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, badRequest("trailing data after JSON body")
+	}
+	return v, nil
+}
+
+func tokenValue(dec *json.Decoder, depth int) (any, error) {
+	if depth > maxJSONDepth {
+		return nil, badRequest("JSON body nested too deeply")
+	}
+	tok, err := dec.Token()
+	if err != nil {
+		return nil, badRequest("malformed JSON body")
+	}
+	switch t := tok.(type) {
+	case json.Delim:
+		switch t {
+		case '{':
+			obj := map[string]any{}
+			for dec.More() {
+				kt, err := dec.Token()
+				if err != nil {
+					return nil, badRequest("malformed JSON body")
+				}
+				key, ok := kt.(string)
+				if !ok {
+					return nil, badRequest("malformed JSON body")
+				}
+				if _, dup := obj[key]; dup {
+					return nil, badRequest("duplicate JSON key %q", truncate(key, 64))
+				}
+				v, err := tokenValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				obj[key] = v
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, badRequest("malformed JSON body")
+			}
+			return obj, nil
+		case '[':
+			arr := []any{}
+			for dec.More() {
+				v, err := tokenValue(dec, depth+1)
+				if err != nil {
+					return nil, err
+				}
+				arr = append(arr, v)
+			}
+			if _, err := dec.Token(); err != nil {
+				return nil, badRequest("malformed JSON body")
+			}
+			return arr, nil
+		}
+		return nil, badRequest("malformed JSON body")
+	default:
+		return t, nil
+	}
+}
+
+// FuzzParseJSONMatchesTokenParser: the fast parser accepts and refuses
+// exactly what the token-by-token parser does, and decodes the same value.
+func FuzzParseJSONMatchesTokenParser(f *testing.F) {
+	for _, s := range []string{`{}`, `{"a":1}`, `{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `[1,{"b":[true,null]}]`, `{"a":{"b":1},"b":{"b":2}}`,
+		`"x"`, `1e5`, `{"a":1} x`, `[[[[1]]]]`, `{"k":"v\"","k2":"a"}`, "{\"a\":\"\\\\\",\"a\":1}"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		got, err := ParseJSON(in)
+		want, werr := parseJSONTokens(in)
+		if (err == nil) != (werr == nil) {
+			t.Fatalf("ParseJSON(%q) err=%v, token parser err=%v", in, err, werr)
+		}
+		if err == nil && !reflect.DeepEqual(got, want) {
+			t.Fatalf("ParseJSON(%q) = %#v, token parser %#v", in, got, want)
+		}
+	})
+}
+
+func TestParseJSONManyKeys(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("{")
+	for i := 0; i < 50000; i++ {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, "\"k%d\":%d", i, i)
+	}
+	b.WriteString(`,"k49999":0}`)
+	if _, err := ParseJSON([]byte(b.String())); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "duplicate") {
+		t.Fatalf("a duplicate among many keys: %v", err)
 	}
 }
