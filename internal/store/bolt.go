@@ -394,14 +394,19 @@ func (s *Bolt) PutCheckpoint(ctx context.Context, c audit.Checkpoint) error {
 
 // Checkpoints implements audit.Sink.
 func (s *Bolt) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
-	var out []audit.Checkpoint
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketCheckpoints).ForEach(func(k, v []byte) error {
-			var c audit.Checkpoint
-			if err := json.Unmarshal(v, &c); err != nil {
+	return all[audit.Checkpoint](s.db, bucketCheckpoints)
+}
+
+// all decodes every value of a bucket, in key order.
+func all[T any](db *bolt.DB, bucket []byte) ([]T, error) {
+	var out []T
+	err := db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
+			var x T
+			if err := json.Unmarshal(v, &x); err != nil {
 				return err
 			}
-			out = append(out, c)
+			out = append(out, x)
 			return nil
 		})
 	})
@@ -569,18 +574,7 @@ func (s *Bolt) DeleteToken(ctx context.Context, id string) error {
 
 // Tokens implements Store.
 func (s *Bolt) Tokens(ctx context.Context) ([]auth.Token, error) {
-	var out []auth.Token
-	err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketTokens).ForEach(func(k, v []byte) error {
-			var t auth.Token
-			if err := json.Unmarshal(v, &t); err != nil {
-				return err
-			}
-			out = append(out, t)
-			return nil
-		})
-	})
-	return out, err
+	return all[auth.Token](s.db, bucketTokens)
 }
 
 // Meta implements Store.
