@@ -68,7 +68,8 @@ type Bolt struct {
 	once     sync.Once
 }
 
-// journalLimit is the size past which an applied journal is emptied.
+// journalLimit is the size at which the journal's current file is sealed
+// (and, once applied, deleted).
 const journalLimit = 32 << 20
 
 // OpenBolt opens (creating) the database file at path.
@@ -105,7 +106,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 	}
 	s := &Bolt{db: db, buffered: durability == DurabilityBuffered, log: log, stop: make(chan struct{}),
 		apply: make(chan []audit.Entry, 1024), flushes: make(chan chan error)}
-	if s.journal, err = openJournal(path + ".journal"); err != nil {
+	if s.journal, err = openJournal(path+".journal", journalLimit); err != nil {
 		db.Close()
 		return nil, err
 	}
@@ -184,7 +185,7 @@ func (s *Bolt) applier() {
 			return err
 		}
 		batch = batch[:0]
-		if err := s.journal.truncateIfApplied(s.applied.Load(), journalLimit); err != nil {
+		if err := s.journal.truncateIfApplied(s.applied.Load(), 1<<62); err != nil { // sealed segments only
 			s.log.Error("truncate the audit journal", "err", err)
 		}
 		return nil

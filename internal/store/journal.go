@@ -9,6 +9,10 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/airlock-broker/airlock/internal/audit"
@@ -22,31 +26,81 @@ import (
 //
 // Entry: u32 payload length | u32 CRC-32C of payload | payload, where
 // payload = u64 seq | u32 len(data) | data | JSON of the side (or nothing).
+//
+// The current file is sealed (renamed to <path>.<last seq>) once it passes
+// its size limit, so it never grows without bound under steady load; a
+// sealed segment is deleted once bbolt durably holds its last record.
 type journal struct {
 	mu      sync.Mutex
+	path    string
+	limit   int64
 	f       *os.File
 	size    int64
 	lastSeq uint64
 	buf     []byte
+	sealed  []segment
+}
+
+type segment struct {
+	path    string
+	lastSeq uint64
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func openJournal(path string) (*journal, error) {
+func openJournal(path string, limit int64) (*journal, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open audit journal: %w", err)
 	}
-	return &journal{f: f}, nil
+	j := &journal{path: path, limit: limit, f: f}
+	matches, _ := filepath.Glob(path + ".*")
+	sort.Strings(matches) // zero-padded sequence numbers sort in order
+	for _, m := range matches {
+		seq, err := strconv.ParseUint(strings.TrimPrefix(m, path+"."), 10, 64)
+		if err == nil {
+			j.sealed = append(j.sealed, segment{path: m, lastSeq: seq})
+		}
+	}
+	return j, nil
 }
 
-// replay reads every intact entry; a torn tail (never acknowledged in fsync
-// mode) ends the replay and is cut off.
+// replay reads every intact entry, sealed segments first; a torn tail of
+// the current file (never acknowledged in fsync mode) ends it and is cut off.
 func (j *journal) replay(fn func(e audit.Entry) error) error {
+	for _, sg := range j.sealed {
+		f, err := os.Open(sg.path)
+		if err != nil {
+			return err
+		}
+		_, err = readEntries(f, fn)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
 	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	r := bufio.NewReaderSize(j.f, 1<<20)
+	off, err := readEntries(j.f, func(e audit.Entry) error {
+		j.lastSeq = e.Seq
+		return fn(e)
+	})
+	if err != nil {
+		return err
+	}
+	if err := j.f.Truncate(off); err != nil {
+		return err
+	}
+	j.size = off
+	_, err = j.f.Seek(off, io.SeekStart)
+	return err
+}
+
+// readEntries calls fn for each intact entry and returns the offset after
+// the last one.
+func readEntries(rd io.Reader, fn func(e audit.Entry) error) (int64, error) {
+	r := bufio.NewReaderSize(rd, 1<<20)
 	var off int64
 	var hdr [8]byte
 	for {
@@ -69,17 +123,11 @@ func (j *journal) replay(fn func(e audit.Entry) error) error {
 			break
 		}
 		if err := fn(e); err != nil {
-			return err
+			return off, err
 		}
 		off += 8 + int64(n)
-		j.lastSeq = e.Seq
 	}
-	if err := j.f.Truncate(off); err != nil {
-		return err
-	}
-	j.size = off
-	_, err := j.f.Seek(off, io.SeekStart)
-	return err
+	return off, nil
 }
 
 func decodeEntry(p []byte) (audit.Entry, error) {
@@ -138,6 +186,30 @@ func (j *journal) append(entries []audit.Entry, sync bool) error {
 			return fmt.Errorf("audit journal sync: %w", err)
 		}
 	}
+	if j.limit > 0 && j.size >= j.limit {
+		return j.seal()
+	}
+	return nil
+}
+
+// seal renames the full current file to a segment and starts a new one.
+func (j *journal) seal() error {
+	if err := j.f.Sync(); err != nil {
+		return fmt.Errorf("audit journal sync: %w", err)
+	}
+	name := fmt.Sprintf("%s.%020d", j.path, j.lastSeq)
+	if err := j.f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(j.path, name); err != nil {
+		return fmt.Errorf("seal the audit journal: %w", err)
+	}
+	f, err := os.OpenFile(j.path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	if err != nil {
+		return fmt.Errorf("open audit journal: %w", err)
+	}
+	j.f, j.size = f, 0
+	j.sealed = append(j.sealed, segment{path: name, lastSeq: j.lastSeq})
 	return nil
 }
 
@@ -147,11 +219,18 @@ func (j *journal) sync() error {
 	return j.f.Sync()
 }
 
-// truncateIfApplied empties the journal when everything in it is durable
-// in bbolt (applied through seq and synced) and it has grown past limit.
+// truncateIfApplied deletes the sealed segments whose records are all
+// durable in bbolt (applied through seq and synced), and empties the current
+// file when it is applied too and has grown past limit.
 func (j *journal) truncateIfApplied(seq uint64, limit int64) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
+	for len(j.sealed) > 0 && j.sealed[0].lastSeq <= seq {
+		if err := os.Remove(j.sealed[0].path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		j.sealed = j.sealed[1:]
+	}
 	if j.size < limit || seq < j.lastSeq {
 		return nil
 	}

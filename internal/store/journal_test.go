@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,7 +21,7 @@ import (
 func TestJournalReplay(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "airlock.db")
-	j, err := openJournal(path + ".journal")
+	j, err := openJournal(path+".journal", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,4 +70,58 @@ func TestJournalReplay(t *testing.T) {
 	if seq, _, err := s.AuditHead(context.Background()); err != nil || seq != 3 {
 		t.Fatalf("head after reopen: %d %v", seq, err)
 	}
+}
+
+// TestJournalSealsSegments: under steady load the current file is sealed at
+// its limit, so the journal never grows without bound; sealed segments are
+// replayed in order and deleted once applied.
+func TestJournalSealsSegments(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "airlock.db.journal")
+	j, err := openJournal(path, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 40; seq++ {
+		if err := j.append([]audit.Entry{{Seq: seq, Data: []byte(`{"record":"` + strings.Repeat("x", 20) + `"}`)}}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segments, _ := filepath.Glob(path + ".*")
+	if len(segments) < 3 {
+		t.Fatalf("%d sealed segments after 40 records with a 300-byte limit", len(segments))
+	}
+	j.close()
+
+	j, err = openJournal(path, 300)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	if err := j.replay(func(e audit.Entry) error { seqs = append(seqs, e.Seq); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seqs {
+		if s != uint64(i+1) {
+			t.Fatalf("replay order: %v", seqs)
+		}
+	}
+	if len(seqs) != 40 {
+		t.Fatalf("replayed %d of 40 records", len(seqs))
+	}
+	// Applied through 20: the segments holding only records ≤ 20 go.
+	if err := j.truncateIfApplied(20, 1<<62); err != nil {
+		t.Fatal(err)
+	}
+	for _, sg := range j.sealed {
+		if sg.lastSeq <= 20 {
+			t.Fatalf("segment %s (last %d) kept after records up to 20 were applied", sg.path, sg.lastSeq)
+		}
+	}
+	if err := j.truncateIfApplied(40, 0); err != nil {
+		t.Fatal(err)
+	}
+	if left, _ := filepath.Glob(path + ".*"); len(left) != 0 || j.size != 0 {
+		t.Fatalf("after applying everything: %v, size %d", left, j.size)
+	}
+	j.close()
 }
