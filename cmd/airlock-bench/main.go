@@ -137,12 +137,12 @@ type bareProxy struct {
 
 func startBareProxy(target string) (*bareProxy, error) {
 	tu, _ := url.Parse(target)
-	rp := httputil.NewSingleHostReverseProxy(tu)
-	rp.Transport = &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second}
-	director := rp.Director
-	rp.Director = func(r *http.Request) {
-		director(r)
-		r.Header.Set("Authorization", "Bearer upstream-secret")
+	rp := &httputil.ReverseProxy{
+		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(tu)
+			pr.Out.Header.Set("Authorization", "Bearer upstream-secret")
+		},
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

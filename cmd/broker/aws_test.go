@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -14,8 +16,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -204,5 +208,50 @@ func TestAWSCLIThroughBroker(t *testing.T) {
 	out, err := run("s3", "cp", src, "s3://reports/t-43/report.txt")
 	if err == nil || !strings.Contains(out, "AccessDenied") {
 		t.Fatalf("aws s3 cp outside the grant: %v\n%s", err, out)
+	}
+}
+
+// TestAWSSignedBodyMustMatch: a sandbox cannot sign one body and send
+// another, nor sign as a session it does not hold.
+func TestAWSSignedBodyMustMatch(t *testing.T) {
+	b, f, env := awsSession(t)
+	send := func(accessKey, secret, signedBody, sentBody string) response {
+		req, _ := http.NewRequest("PUT", env["AWS_ENDPOINT_URL"]+"/reports/t-42/x.txt", strings.NewReader(signedBody))
+		sum := sha256.Sum256([]byte(signedBody))
+		hash := hex.EncodeToString(sum[:])
+		req.Header.Set("X-Amz-Content-Sha256", hash)
+		signer := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+		if err := signer.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: accessKey, SecretAccessKey: secret}, req, hash, "s3", "us-east-1", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		req.Body = io.NopCloser(strings.NewReader(sentBody))
+		req.ContentLength = int64(len(sentBody))
+		resp, err := b.http.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return response{status: resp.StatusCode, header: resp.Header, body: data}
+	}
+	f.mu.Lock()
+	before := len(f.auths)
+	f.mu.Unlock()
+	if r := send(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], "approved", "approved"); r.status != 200 {
+		t.Fatalf("a correctly signed PUT: %d %s", r.status, r.body)
+	}
+	for name, r := range map[string]response{
+		"swapped body":    send(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], "approved", "evil!!!!"),
+		"unknown session": send("ses_nope", env["AWS_SECRET_ACCESS_KEY"], "x", "x"),
+		"other secret":    send(env["AWS_ACCESS_KEY_ID"], "guessed", "x", "x"),
+	} {
+		if r.status != 403 && r.status != 401 || !bytes.Contains(r.body, []byte("<Error>")) || r.header.Get("X-Airlock-Code") == "" {
+			t.Errorf("%s: %d %s", name, r.status, r.body)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := len(f.auths) - before; n != 1 {
+		t.Fatalf("%d requests reached S3, want only the correctly signed one", n)
 	}
 }

@@ -19,7 +19,6 @@ var (
 	ErrSelfApproval    = errors.New("a reviewer cannot approve a session they created")
 	ErrAlreadyDecided  = errors.New("this reviewer already decided on this action")
 	ErrNotExecuted     = errors.New("action not executed")
-	ErrDenied          = errors.New("action denied")
 	ErrInvalidDecision = errors.New("verdict must be approve or deny")
 )
 

@@ -252,14 +252,13 @@ func (u *UI) LoginForm(w http.ResponseWriter, r *http.Request) {
 // Login is POST /ui/login: a reviewer (or admin) token becomes a cookie session.
 func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	c, err := r.Cookie(loginCookieName)
-	if err := r.ParseForm(); err != nil || c == nil || !sameOrigin(r) ||
+	c, cerr := r.Cookie(loginCookieName)
+	if err := r.ParseForm(); err != nil || cerr != nil || !sameOrigin(r) ||
 		subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.Value)) != 1 {
 		headers(w)
 		u.message(w, http.StatusForbidden, nil, "Refused", "This form did not come from this page (CSRF check failed).")
 		return
 	}
-	_ = err
 	p, err := u.b.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
 	if err != nil || !p.Allowed(auth.RoleReviewer) {
 		u.b.RecordLogin(r.Context(), p, false, r.RemoteAddr)

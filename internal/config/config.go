@@ -464,11 +464,16 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 // DefaultAWSMaxBody bounds request bodies to aws upstreams (object uploads).
 const DefaultAWSMaxBody = 64 << 20
 
+var (
+	serviceRE = regexp.MustCompile(`^[a-z0-9-]+$`)
+	regionRE  = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`)
+)
+
 func (u *Upstream) validateAWS(f string) error {
-	if !regexp.MustCompile(`^[a-z0-9-]+$`).MatchString(u.Service) {
+	if !serviceRE.MatchString(u.Service) {
 		return fieldErr(f+".service", "is required (s3, dynamodb, sqs, ...)")
 	}
-	if !regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`).MatchString(u.Region) {
+	if !regionRE.MatchString(u.Region) {
 		return fieldErr(f+".region", "is required (us-east-1, ...)")
 	}
 	if u.Endpoint == "" {

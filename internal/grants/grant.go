@@ -346,7 +346,7 @@ func splitParam(key string) (param, error) {
 		}
 		return param{loc: locBody, body: segs, key: key}, nil
 	}
-	return param{}, errors.New("parameter must start with path., query., header. or body.")
+	return param{}, errors.New("parameter must start with path, query, header or body")
 }
 
 type tmplSeg struct {

@@ -39,11 +39,7 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 	rec := broker.CallRecord{RequestID: reqID, Upstream: truncate(name, 64), Method: truncate(r.Method, 16)}
 	u, ok := s.b.Upstream(name)
 	deny := func(l *broker.Live, err error) {
-		p := problemFor(err)
-		if derr := s.b.RecordDenied(r.Context(), l, rec, p.Code, err); derr != nil {
-			s.log.Error("audit of a denied call failed", "request_id", reqID, "err", derr)
-		}
-		s.metrics.call(rec.Upstream, "deny", p.Code, time.Since(start))
+		p := s.refuse(r, l, &rec, start, err)
 		writeAWSError(w, u, p, reqID, errors.Is(err, errAWSSignature) || errors.Is(err, upstream.ErrSignature))
 	}
 	if !ok || u.AWS == nil {

@@ -33,19 +33,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 	name := chi.URLParam(r, "upstream")
 	rec := broker.CallRecord{RequestID: reqID, Upstream: truncate(name, 64), Method: truncate(r.Method, 16)}
 
-	deny := func(l *broker.Live, err error) {
-		p := problemFor(err)
-		if derr := s.b.RecordDenied(r.Context(), l, rec, p.Code, err); derr != nil {
-			s.log.Error("audit of a denied call failed", "request_id", reqID, "err", derr)
-		}
-		sid := ""
-		if l != nil {
-			sid = l.Session.ID
-		}
-		s.log.Info("call denied", "request_id", reqID, "session_id", sid, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "code", p.Code)
-		s.metrics.call(rec.Upstream, "deny", p.Code, time.Since(start))
-		writeProblem(w, p, reqID)
-	}
+	deny := func(l *broker.Live, err error) { writeProblem(w, s.refuse(r, l, &rec, start, err), reqID) }
 
 	tok, ok := bearer(r)
 	if !ok {
@@ -85,6 +73,22 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeProblem(w, p, reqID) })
+}
+
+// refuse records a refused call (durably, with its code), logs and counts
+// it, and returns the problem for the caller to write in its protocol.
+func (s *Server) refuse(r *http.Request, l *broker.Live, rec *broker.CallRecord, start time.Time, err error) Problem {
+	p := problemFor(err)
+	if derr := s.b.RecordDenied(r.Context(), l, *rec, p.Code, err); derr != nil {
+		s.log.Error("audit of a denied call failed", "request_id", rec.RequestID, "err", derr)
+	}
+	sid := ""
+	if l != nil {
+		sid = l.Session.ID
+	}
+	s.log.Info("call denied", "request_id", rec.RequestID, "session_id", sid, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "code", p.Code)
+	s.metrics.call(rec.Upstream, "deny", p.Code, time.Since(start))
+	return p
 }
 
 // forward performs an allowed call, for both proxies: it fails closed

@@ -10,13 +10,11 @@ import (
 
 // Errors of token verification and session state.
 var (
-	ErrInvalidToken   = errors.New("invalid token")
-	ErrExpired        = errors.New("session expired")
-	ErrRevoked        = errors.New("session revoked")
-	ErrWrongSource    = errors.New("token not valid from this address")
-	ErrIsolationWeak  = errors.New("declared isolation is weaker than required")
-	ErrNotFound       = errors.New("session not found")
-	ErrInvalidRequest = errors.New("invalid session request")
+	ErrInvalidToken  = errors.New("invalid token")
+	ErrExpired       = errors.New("session expired")
+	ErrRevoked       = errors.New("session revoked")
+	ErrWrongSource   = errors.New("token not valid from this address")
+	ErrIsolationWeak = errors.New("declared isolation is weaker than required")
 )
 
 // Isolation is a sandbox isolation tier, ordered from weakest to strongest.
