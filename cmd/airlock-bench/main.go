@@ -33,6 +33,15 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 2 && os.Args[1] == "bare-proxy" {
+		// The baseline runs as its own process, like the broker, so each
+		// one's CPU time can be read apart from the load generator's.
+		if err := serveBareProxy(os.Args[2], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "airlock-bench bare-proxy:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "airlock-bench:", err)
 		os.Exit(1)
@@ -45,7 +54,11 @@ type options struct {
 	concurrency  []int
 	out          string
 	durabilities []string
+	variant      string // run only the variants whose name contains this
+	profile      string // write the broker's CPU profile of every point here
 }
+
+func (o options) wants(variant string) bool { return strings.Contains(variant, o.variant) }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("airlock-bench", flag.ContinueOnError)
@@ -56,6 +69,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	conc := fs.String("concurrency", "1,16,64", "closed-loop callers")
 	dur := fs.String("durability", "fsync,buffered", "audit durability modes to measure")
 	fs.StringVar(&o.out, "out", "", "also write the report (markdown) to this file")
+	fs.StringVar(&o.variant, "variant", "", "run only the variants whose name contains this (e.g. GET, session, approve)")
+	fs.StringVar(&o.profile, "profile", "", "directory for the broker's CPU profile of every point (enables debug.pprof; perturbs the figures)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -70,13 +85,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		o.concurrency = append(o.concurrency, n)
 	}
 	o.durabilities = strings.Split(*dur, ",")
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return err
+		}
+	}
 
 	up, err := startUpstream()
 	if err != nil {
 		return err
 	}
 	defer up.Close()
-	bare, err := startBareProxy(up.URL())
+	bare, err := startBareProxy(ctx, up.URL())
 	if err != nil {
 		return err
 	}
@@ -129,14 +149,38 @@ func startUpstream() (*upstream, error) {
 func (u *upstream) URL() string { return "http://" + u.ln.Addr().String() }
 func (u *upstream) Close()      { _ = u.srv.Close() }
 
-// bareProxy is httputil.ReverseProxy injecting a header: the baseline.
+// bareProxy is httputil.ReverseProxy injecting a header: the baseline. It
+// runs in a child process (this binary, "bare-proxy TARGET").
 type bareProxy struct {
-	srv *http.Server
-	ln  net.Listener
+	cmd *exec.Cmd
+	url string
 }
 
-func startBareProxy(target string) (*bareProxy, error) {
-	tu, _ := url.Parse(target)
+func startBareProxy(ctx context.Context, target string) (*bareProxy, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, self, "bare-proxy", target)
+	cmd.Stderr = os.Stderr
+	line, err := startChild(cmd)
+	if err != nil {
+		return nil, err
+	}
+	p := &bareProxy{cmd: cmd}
+	if _, err := fmt.Sscanf(line, "bare proxy %s", &p.url); err != nil {
+		_ = cmd.Process.Kill()
+		return nil, fmt.Errorf("unexpected start line %q", line)
+	}
+	return p, nil
+}
+
+// serveBareProxy serves until its parent closes stdin or ends.
+func serveBareProxy(target string, stdout io.Writer) error {
+	tu, err := url.Parse(target)
+	if err != nil {
+		return err
+	}
 	rp := &httputil.ReverseProxy{
 		Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 256, IdleConnTimeout: 90 * time.Second},
 		Rewrite: func(pr *httputil.ProxyRequest) {
@@ -146,15 +190,86 @@ func startBareProxy(target string) (*bareProxy, error) {
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, err
+		return err
 	}
-	p := &bareProxy{ln: ln, srv: &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second}}
-	go func() { _ = p.srv.Serve(ln) }()
-	return p, nil
+	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _, _ = io.Copy(io.Discard, os.Stdin); _ = srv.Close() }()
+	fmt.Fprintf(stdout, "bare proxy http://%s\n", ln.Addr())
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
 }
 
-func (p *bareProxy) URL() string { return "http://" + p.ln.Addr().String() }
-func (p *bareProxy) Close()      { _ = p.srv.Close() }
+func (p *bareProxy) URL() string { return p.url }
+func (p *bareProxy) Close()      { stopChild(p.cmd) }
+
+// startChild starts cmd with a stdin pipe (closed to stop it) and returns
+// the first line it prints.
+func startChild(cmd *exec.Cmd) (string, error) {
+	if _, err := cmd.StdinPipe(); err != nil {
+		return "", err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return "", fmt.Errorf("start %s: %w", cmd.Path, err)
+	}
+	line := make([]byte, 0, 256)
+	buf := make([]byte, 1)
+	for {
+		if _, err := out.Read(buf); err != nil {
+			_ = cmd.Process.Kill()
+			return "", fmt.Errorf("%s did not start: %w", cmd.Path, err)
+		}
+		if buf[0] == '\n' {
+			break
+		}
+		line = append(line, buf[0])
+	}
+	go func() { _, _ = io.Copy(io.Discard, out) }()
+	return string(line), nil
+}
+
+// stopChild interrupts cmd and waits for it (killing it after 15 s).
+func stopChild(cmd *exec.Cmd) {
+	_ = cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+// cpuTime is the CPU (user + system) a process has used so far, read from
+// /proc; zero where there is no /proc.
+func cpuTime(pid int) time.Duration {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name (field 2) may hold spaces: count fields after its ')'.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(data[i+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	var utime, stime int64
+	fmt.Sscan(f[11], &utime)
+	fmt.Sscan(f[12], &stime)
+	return time.Duration(utime+stime) * time.Second / clockTicks
+}
+
+// clockTicks is USER_HZ, 100 on every Linux this runs on.
+const clockTicks = 100
 
 // brokerProc is the real broker binary with a real config and durable audit.
 type brokerProc struct {
@@ -164,7 +279,7 @@ type brokerProc struct {
 	dir              string
 }
 
-func startBroker(ctx context.Context, bin, durability, upstreamURL string, stderr io.Writer) (*brokerProc, error) {
+func startBroker(ctx context.Context, bin, durability, upstreamURL string, pprof bool, stderr io.Writer) (*brokerProc, error) {
 	dir, err := os.MkdirTemp("", "airlock-bench-")
 	if err != nil {
 		return nil, err
@@ -177,12 +292,13 @@ admin_token: %s
 enforce_isolation: false
 log_level: warn
 audit: {durability: %s}
+debug: {pprof: %t}
 upstreams:
   - name: api
     base_url: %s
     sensitive: true
     credential: {source: env, name: BENCH_UPSTREAM_KEY}
-`, filepath.Join(dir, "data"), admin, durability, upstreamURL)
+`, filepath.Join(dir, "data"), admin, durability, pprof, upstreamURL)
 	path := filepath.Join(dir, "airlock.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -190,28 +306,12 @@ upstreams:
 	cmd := exec.CommandContext(ctx, bin, "serve", "--config", path)
 	cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=upstream-secret")
 	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
+	line, err := startChild(cmd)
 	if err != nil {
 		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	line := make([]byte, 0, 256)
-	buf := make([]byte, 1)
-	for {
-		if _, err := out.Read(buf); err != nil {
-			_ = cmd.Process.Kill()
-			return nil, fmt.Errorf("broker did not start: %w", err)
-		}
-		if buf[0] == '\n' {
-			break
-		}
-		line = append(line, buf[0])
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
 	b := &brokerProc{cmd: cmd, admin: admin, dir: dir}
-	if _, err := fmt.Sscanf(string(line), "airlock: sandbox plane %s control plane %s", &b.sandbox, &b.control); err != nil {
+	if _, err := fmt.Sscanf(line, "airlock: sandbox plane %s control plane %s", &b.sandbox, &b.control); err != nil {
 		_ = cmd.Process.Kill()
 		return nil, fmt.Errorf("unexpected start line %q", line)
 	}
@@ -220,15 +320,7 @@ upstreams:
 }
 
 func (b *brokerProc) Close() {
-	_ = b.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = b.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		_ = b.cmd.Process.Kill()
-		<-done
-	}
+	stopChild(b.cmd)
 	_ = os.RemoveAll(b.dir)
 }
 
@@ -291,6 +383,15 @@ type result struct {
 	Errors      int
 	RPS         float64
 	P50, P99    time.Duration
+	CPU         time.Duration // CPU the proxy's process used during the point
+}
+
+// cpuPerCall is the proxy's CPU time per answered call, "—" if unknown.
+func (r result) cpuPerCall() string {
+	if r.CPU <= 0 || r.Requests == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.0f µs", float64(r.CPU.Microseconds())/float64(r.Requests))
 }
 
 // load runs a closed loop: each of n callers sends the next request when the
@@ -349,7 +450,7 @@ func load(n int, d time.Duration, rq request) result {
 }
 
 func measureMode(ctx context.Context, o options, durability string, up *upstream, bare *bareProxy, rep *report, stderr io.Writer) error {
-	b, err := startBroker(ctx, o.broker, durability, up.URL(), stderr)
+	b, err := startBroker(ctx, o.broker, durability, up.URL(), o.profile != "", stderr)
 	if err != nil {
 		return err
 	}
@@ -370,19 +471,74 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 		{"denied (no matching grant)", request{method: "DELETE", url: b.sandbox + "/v1/proxy/api/items", token: s.Token, want: 403}, request{}},
 	}
 	for _, v := range variants {
+		if !o.wants(v.name) {
+			continue
+		}
 		for _, n := range o.concurrency {
 			fmt.Fprintf(stderr, "%s: %s x%d\n", durability, v.name, n)
 			if v.base.url != "" {
+				c0 := cpuTime(bare.cmd.Process.Pid)
 				r := load(n, o.duration, v.base)
+				r.CPU = cpuTime(bare.cmd.Process.Pid) - c0
 				r.Target, r.Variant, r.Durability = "bare proxy", v.name, durability
 				rep.add(r)
 			}
+			stop := b.profile(o, fmt.Sprintf("%s-%s-%d", durability, v.name, n))
+			c0 := cpuTime(b.cmd.Process.Pid)
 			r := load(n, o.duration, v.broker)
+			r.CPU = cpuTime(b.cmd.Process.Pid) - c0
+			if err := stop(); err != nil {
+				return err
+			}
 			r.Target, r.Variant, r.Durability = "broker", v.name, durability
 			rep.add(r)
 		}
 	}
-	// Session creation (durable) at 16 callers.
+	if o.wants("session creation") {
+		measureSessions(o, b, durability, rep, stderr)
+	}
+	if o.wants("approve") {
+		lat, err := approveLatency(b, up, 30)
+		if err != nil {
+			return err
+		}
+		rep.approvals = append(rep.approvals, approval{durability: durability, lats: lat})
+	}
+	return nil
+}
+
+// profile starts fetching the broker's CPU profile for the coming point, if
+// asked; the returned func waits for it and writes it out.
+func (b *brokerProc) profile(o options, name string) func() error {
+	if o.profile == "" {
+		return func() error { return nil }
+	}
+	secs := max(1, int(o.duration/time.Second)-1)
+	file := filepath.Join(o.profile, strings.NewReplacer(" ", "_", ",", "", "/", "_").Replace(name)+".pprof")
+	errc := make(chan error, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.control, secs), nil)
+		req.Header.Set("Authorization", "Bearer "+b.admin)
+		resp, err := client.Do(req)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("profile: %d %s", resp.StatusCode, data)
+		}
+		if err == nil {
+			err = os.WriteFile(file, data, 0o644)
+		}
+		errc <- err
+	}()
+	return func() error { return <-errc }
+}
+
+// measureSessions measures durable session creation at 16 callers and at one.
+func measureSessions(o options, b *brokerProc, durability string, rep *report, stderr io.Writer) {
 	fmt.Fprintf(stderr, "%s: session creation\n", durability)
 	body, _ := json.Marshal(sessionRequest(false))
 	r := load(16, o.duration, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201})
@@ -392,13 +548,6 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 	r = load(1, o.duration/2, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201})
 	r.Target, r.Variant, r.Durability = "broker", "session creation", durability
 	rep.add(r)
-
-	lat, err := approveLatency(b, up, 30)
-	if err != nil {
-		return err
-	}
-	rep.approvals = append(rep.approvals, approval{durability: durability, lats: lat})
-	return nil
 }
 
 // approveLatency times reviewer approval → the upstream receiving the stored request.
@@ -464,20 +613,20 @@ func (r *report) markdown() string {
 	fmt.Fprintf(&b, "# Airlock performance\n\nMeasured %s on %d cores (%s/%s), %s per point, closed-loop callers on loopback.\n",
 		r.started.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), runtime.GOOS, runtime.GOARCH, r.opts.duration)
 	b.WriteString("Regenerate with `make perf`. The load generator, the upstream, the bare proxy and the broker share the machine.\n\n")
-	b.WriteString("| durability | variant | callers | bare proxy req/s | broker req/s | ratio | bare p50 | broker p50 | bare p99 | broker p99 | errors |\n")
-	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	b.WriteString("| durability | variant | callers | bare proxy req/s | broker req/s | ratio | bare p50 | broker p50 | bare p99 | broker p99 | bare CPU/call | broker CPU/call | errors |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, x := range r.results {
 		if x.Target != "broker" || x.Variant == "session creation" {
 			continue
 		}
 		base, ok := r.find("bare proxy", x.Variant, x.Durability, x.Concurrency)
-		ratio, bRPS, bP50, bP99 := "—", "—", "—", "—"
+		ratio, bRPS, bP50, bP99, bCPU := "—", "—", "—", "—", "—"
 		if ok {
 			ratio = fmt.Sprintf("%.2f", x.RPS/base.RPS)
-			bRPS, bP50, bP99 = fmt.Sprintf("%.0f", base.RPS), ms(base.P50), ms(base.P99)
+			bRPS, bP50, bP99, bCPU = fmt.Sprintf("%.0f", base.RPS), ms(base.P50), ms(base.P99), base.cpuPerCall()
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %d |\n",
-			x.Durability, x.Variant, x.Concurrency, bRPS, x.RPS, ratio, bP50, ms(x.P50), bP99, ms(x.P99), x.Errors)
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d |\n",
+			x.Durability, x.Variant, x.Concurrency, bRPS, x.RPS, ratio, bP50, ms(x.P50), bP99, ms(x.P99), bCPU, x.cpuPerCall(), x.Errors)
 	}
 	b.WriteString("\n| durability | session creation | callers | req/s | p50 | p99 | errors |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, x := range r.results {

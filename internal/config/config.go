@@ -41,6 +41,12 @@ type Config struct {
 	Upstreams        []Upstream    `yaml:"upstreams"`
 	Vault            *Vault        `yaml:"vault"`
 	LogLevel         string        `yaml:"log_level"`
+	Debug            Debug         `yaml:"debug"`
+}
+
+// Debug holds switches for operators diagnosing the broker.
+type Debug struct {
+	Pprof bool `yaml:"pprof"` // serve Go's profiler at /debug/pprof/ on the control plane, admin only
 }
 
 // Audit configures the audit log.

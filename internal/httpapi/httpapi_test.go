@@ -208,7 +208,7 @@ func TestRoutesMatchSpec(t *testing.T) {
 			}
 		}
 	}
-	api, err := httpapi.New(mustBroker(t), slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.UIOptions{})
+	api, err := httpapi.New(mustBroker(t), slog.New(slog.NewTextHandler(io.Discard, nil)), httpapi.UIOptions{Pprof: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"strings"
 	"time"
@@ -29,6 +30,7 @@ type Server struct {
 	metrics *metrics
 	reg     *prometheus.Registry
 	ui      *approval.UI
+	pprof   bool
 }
 
 // New makes a server over b. Its metrics go to o.Registry (with the Go and
@@ -46,7 +48,7 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg, ui: ui}, nil
+	return &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg, ui: ui, pprof: o.Pprof}, nil
 }
 
 // Plane names a listener.
@@ -118,6 +120,28 @@ func (s *Server) routes(r chi.Router, p Plane) {
 	r.Get("/v1/audit/verify", s.as(auditors, s.verifyAudit))
 	r.Get("/v1/audit/checkpoints", s.as(auditors, s.auditCheckpoints))
 	r.Get("/v1/audit/public-key", s.handle(s.auditPublicKey))
+
+	// Go's profiler, for operators chasing a slow broker: off unless
+	// configured, and then for admin tokens only.
+	if s.pprof {
+		r.Get("/debug/pprof/*", s.as(admin, func(w http.ResponseWriter, r *http.Request, _ auth.Principal) error {
+			switch name := chi.URLParam(r, "*"); name {
+			case "":
+				pprof.Index(w, r)
+			case "cmdline":
+				pprof.Cmdline(w, r)
+			case "profile":
+				pprof.Profile(w, r)
+			case "symbol":
+				pprof.Symbol(w, r)
+			case "trace":
+				pprof.Trace(w, r)
+			default:
+				pprof.Handler(name).ServeHTTP(w, r)
+			}
+			return nil
+		}))
+	}
 
 	// The reviewers' web page (cookie login, CSRF-protected forms).
 	r.Get("/ui", s.ui.Pending)

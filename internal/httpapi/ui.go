@@ -80,4 +80,5 @@ type UIOptions struct {
 	SessionTTL    time.Duration
 	SecureCookies bool
 	Registry      *prometheus.Registry // shared with the broker's metrics; nil for a private one
+	Pprof         bool                 // serve /debug/pprof/ on the control plane (admin only)
 }
