@@ -34,6 +34,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime 5s ./internal/grants
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJSON$$' -fuzztime 5s ./internal/grants
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJSONMatchesTokenParser$$' -fuzztime 5s ./internal/grants
+	$(GO) test -run '^$$' -fuzz '^FuzzEventEncoding$$' -fuzztime 5s ./internal/audit
 
 # Hot-path benchmarks (figures in the README and issue notes).
 bench:

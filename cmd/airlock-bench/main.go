@@ -30,6 +30,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 )
 
 func main() {
@@ -56,6 +58,7 @@ type options struct {
 	durabilities []string
 	variant      string // run only the variants whose name contains this
 	profile      string // write the broker's CPU profile of every point here
+	rounds       int    // alternations of bare proxy and broker per point
 }
 
 func (o options) wants(variant string) bool { return strings.Contains(variant, o.variant) }
@@ -69,10 +72,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	conc := fs.String("concurrency", "1,16,64", "closed-loop callers")
 	dur := fs.String("durability", "fsync,buffered", "audit durability modes to measure")
 	fs.StringVar(&o.out, "out", "", "also write the report (markdown) to this file")
+	fs.IntVar(&o.rounds, "rounds", 5, "alternate bare proxy and broker this many times per point")
 	fs.StringVar(&o.variant, "variant", "", "run only the variants whose name contains this (e.g. GET, session, approve)")
 	fs.StringVar(&o.profile, "profile", "", "directory for the broker's CPU profile of every point (enables debug.pprof; perturbs the figures)")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if o.rounds < 1 || o.rounds > 100 {
+		return errors.New("--rounds must be 1..100")
 	}
 	if o.duration > 2*time.Minute {
 		return errors.New("--duration is capped at 2m")
@@ -394,9 +401,43 @@ func (r result) cpuPerCall() string {
 	return fmt.Sprintf("%.0f µs", float64(r.CPU.Microseconds())/float64(r.Requests))
 }
 
+// tally accumulates the rounds of one measurement.
+type tally struct {
+	lats    []time.Duration
+	errs    int
+	elapsed time.Duration
+	cpu     time.Duration
+}
+
+// run adds one round: n closed-loop callers for d against rq, and the CPU
+// process pid used meanwhile.
+func (t *tally) run(n int, d time.Duration, rq request, pid int) {
+	c0 := cpuTime(pid)
+	start := time.Now()
+	lats, errs := load(n, d, rq)
+	t.elapsed += time.Since(start)
+	t.cpu += cpuTime(pid) - c0
+	t.lats = append(t.lats, lats...)
+	t.errs += errs
+}
+
+func (t *tally) result(n int) result {
+	slices.Sort(t.lats)
+	r := result{Concurrency: n, Requests: len(t.lats), Errors: t.errs, CPU: t.cpu}
+	if t.elapsed > 0 {
+		r.RPS = float64(len(t.lats)) / t.elapsed.Seconds()
+	}
+	if len(t.lats) > 0 {
+		r.P50 = t.lats[len(t.lats)/2]
+		r.P99 = t.lats[min(len(t.lats)-1, len(t.lats)*99/100)]
+	}
+	return r
+}
+
 // load runs a closed loop: each of n callers sends the next request when the
-// previous answer is read, for d.
-func load(n int, d time.Duration, rq request) result {
+// previous answer is read, for d. It returns every call's latency and the
+// number of calls that failed or got an unexpected status.
+func load(n int, d time.Duration, rq request) ([]time.Duration, int) {
 	var (
 		mu   sync.Mutex
 		lats []time.Duration
@@ -440,13 +481,7 @@ func load(n int, d time.Duration, rq request) result {
 		}()
 	}
 	wg.Wait()
-	slices.Sort(lats)
-	r := result{Concurrency: n, Requests: len(lats), Errors: errs, RPS: float64(len(lats)) / d.Seconds()}
-	if len(lats) > 0 {
-		r.P50 = lats[len(lats)/2]
-		r.P99 = lats[min(len(lats)-1, len(lats)*99/100)]
-	}
-	return r
+	return lats, errs
 }
 
 func measureMode(ctx context.Context, o options, durability string, up *upstream, bare *bareProxy, rep *report, stderr io.Writer) error {
@@ -476,20 +511,29 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 		}
 		for _, n := range o.concurrency {
 			fmt.Fprintf(stderr, "%s: %s x%d\n", durability, v.name, n)
+			// Alternate the two proxies in short rounds, so a drift in the
+			// machine's speed (shared hosts have them) falls on both alike.
+			var bt, kt tally
+			span := o.duration // how long the point runs, both proxies
 			if v.base.url != "" {
-				c0 := cpuTime(bare.cmd.Process.Pid)
-				r := load(n, o.duration, v.base)
-				r.CPU = cpuTime(bare.cmd.Process.Pid) - c0
-				r.Target, r.Variant, r.Durability = "bare proxy", v.name, durability
-				rep.add(r)
+				span *= 2
 			}
-			stop := b.profile(o, fmt.Sprintf("%s-%s-%d", durability, v.name, n))
-			c0 := cpuTime(b.cmd.Process.Pid)
-			r := load(n, o.duration, v.broker)
-			r.CPU = cpuTime(b.cmd.Process.Pid) - c0
+			stop := b.profile(o, fmt.Sprintf("%s-%s-%d", durability, v.name, n), span)
+			for range o.rounds {
+				if v.base.url != "" {
+					bt.run(n, o.duration/time.Duration(o.rounds), v.base, bare.cmd.Process.Pid)
+				}
+				kt.run(n, o.duration/time.Duration(o.rounds), v.broker, b.cmd.Process.Pid)
+			}
 			if err := stop(); err != nil {
 				return err
 			}
+			if v.base.url != "" {
+				r := bt.result(n)
+				r.Target, r.Variant, r.Durability = "bare proxy", v.name, durability
+				rep.add(r)
+			}
+			r := kt.result(n)
 			r.Target, r.Variant, r.Durability = "broker", v.name, durability
 			rep.add(r)
 		}
@@ -507,45 +551,50 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 	return nil
 }
 
-// profile starts fetching the broker's CPU profile for the coming point, if
-// asked; the returned func waits for it and writes it out.
-func (b *brokerProc) profile(o options, name string) func() error {
+// profile starts fetching the broker's CPU and allocation profiles for the
+// coming point, if asked; the returned func waits for them and writes them
+// out (NAME.cpu.pprof, NAME.allocs.pprof).
+func (b *brokerProc) profile(o options, name string, span time.Duration) func() error {
 	if o.profile == "" {
 		return func() error { return nil }
 	}
-	secs := max(1, int(o.duration/time.Second)-1)
-	file := filepath.Join(o.profile, strings.NewReplacer(" ", "_", ",", "", "/", "_").Replace(name)+".pprof")
-	errc := make(chan error, 1)
-	go func() {
-		req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", b.control, secs), nil)
-		req.Header.Set("Authorization", "Bearer "+b.admin)
-		resp, err := client.Do(req)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer resp.Body.Close()
-		data, err := io.ReadAll(resp.Body)
-		if err == nil && resp.StatusCode != http.StatusOK {
-			err = fmt.Errorf("profile: %d %s", resp.StatusCode, data)
-		}
-		if err == nil {
-			err = os.WriteFile(file, data, 0o644)
-		}
-		errc <- err
-	}()
-	return func() error { return <-errc }
+	secs := max(1, int(span/time.Second)-1)
+	base := filepath.Join(o.profile, strings.NewReplacer(" ", "_", ",", "", "/", "_").Replace(name))
+	var g errgroup.Group
+	for _, kind := range []string{"profile", "allocs"} {
+		g.Go(func() error {
+			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", b.control, kind, secs), nil)
+			req.Header.Set("Authorization", "Bearer "+b.admin)
+			resp, err := client.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			data, err := io.ReadAll(resp.Body)
+			if err != nil {
+				return err
+			}
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s profile: %d %s", kind, resp.StatusCode, data)
+			}
+			return os.WriteFile(base+"."+strings.Replace(kind, "profile", "cpu", 1)+".pprof", data, 0o644)
+		})
+	}
+	return g.Wait
 }
 
 // measureSessions measures durable session creation at 16 callers and at one.
 func measureSessions(o options, b *brokerProc, durability string, rep *report, stderr io.Writer) {
 	fmt.Fprintf(stderr, "%s: session creation\n", durability)
 	body, _ := json.Marshal(sessionRequest(false))
-	r := load(16, o.duration, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201})
+	var t16, t1 tally
+	t16.run(16, o.duration, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201}, b.cmd.Process.Pid)
+	r := t16.result(16)
 	r.Target, r.Variant, r.Durability = "broker", "session creation", durability
 	rep.add(r)
 	// Also sequential, for the p50 of one creation.
-	r = load(1, o.duration/2, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201})
+	t1.run(1, o.duration/2, request{method: "POST", url: b.control + "/v1/sessions", token: b.admin, body: string(body), want: 201}, b.cmd.Process.Pid)
+	r = t1.result(1)
 	r.Target, r.Variant, r.Durability = "broker", "session creation", durability
 	rep.add(r)
 }

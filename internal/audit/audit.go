@@ -5,8 +5,6 @@ package audit
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -66,24 +64,6 @@ type Event struct {
 	BytesOut  int64     `json:"bytes_out,omitempty"`
 	PrevHash  string    `json:"prev_hash"`
 	Hash      string    `json:"hash,omitempty"`
-}
-
-// seal sets e.Hash from the rest of e and returns the stored encoding. Hash
-// is the last field and omitted when empty, so the stored form is the hashed
-// form with `,"hash":"<hex>"` before its closing brace: one encoding, not two.
-func seal(e *Event) ([]byte, error) {
-	e.Hash = ""
-	body, err := json.Marshal(e)
-	if err != nil {
-		return nil, err
-	}
-	sum := sha256.Sum256(body)
-	e.Hash = hex.EncodeToString(sum[:])
-	out := make([]byte, 0, len(body)+len(`,"hash":""`)+len(e.Hash))
-	out = append(out, body[:len(body)-1]...)
-	out = append(out, `,"hash":"`...)
-	out = append(out, e.Hash...)
-	return append(out, `"}`...), nil
 }
 
 // Entry is one sealed record handed to a Sink.

@@ -66,8 +66,9 @@ var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan er
 // Any failure is wrapped in ErrUnavailable.
 func (w *Writer) Append(ctx context.Context, ev Event, side any) (Event, error) {
 	if ev.Time.IsZero() {
-		ev.Time = w.now().UTC()
+		ev.Time = w.now()
 	}
+	ev.Time = ev.Time.UTC() // stored times are UTC: a record re-encodes as it was hashed
 	p := pendingPool.Get().(*pending)
 	p.ev, p.side = ev, side
 	w.closeMu.RLock()
@@ -100,8 +101,9 @@ func (w *Writer) Append(ctx context.Context, ev Event, side any) (Event, error) 
 // call's completion), so it never blocks the caller's answer.
 func (w *Writer) AppendAsync(ev Event) {
 	if ev.Time.IsZero() {
-		ev.Time = w.now().UTC()
+		ev.Time = w.now()
 	}
+	ev.Time = ev.Time.UTC() // stored times are UTC: a record re-encodes as it was hashed
 	p := &pending{ev: ev}
 	w.closeMu.RLock()
 	defer w.closeMu.RUnlock()

@@ -139,6 +139,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 func (s *Bolt) applyEntries(entries []audit.Entry) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAudit)
+		b.FillPercent = 1 // keys only ever grow: fill pages instead of splitting them in half
 		last, _ := b.Cursor().Last()
 		var head uint64
 		if last != nil {
@@ -171,6 +172,16 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 	return nil
 }
 
+// The applier moves journaled records into bbolt at least every
+// applyInterval, or sooner once applyBatch records wait. The journal already
+// holds them durably and readers flush first (flushAudit), so this only
+// bounds memory and the work a restart replays; larger batches cost the
+// callers' CPU less (one bbolt transaction and sync each).
+const (
+	applyInterval = 250 * time.Millisecond
+	applyBatch    = 16384
+)
+
 // applier moves journaled records into bbolt in large batches.
 func (s *Bolt) applier() {
 	defer s.stopped.Done()
@@ -190,13 +201,13 @@ func (s *Bolt) applier() {
 		}
 		return nil
 	}
-	t := time.NewTicker(SyncInterval)
+	t := time.NewTicker(applyInterval)
 	defer t.Stop()
 	for {
 		select {
 		case es := <-s.apply:
 			batch = append(batch, es...)
-			if len(batch) >= 4096 {
+			if len(batch) >= applyBatch {
 				_ = flush()
 			}
 		case <-t.C:
