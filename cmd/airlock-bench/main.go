@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	httppprof "net/http/pprof"
 	"net/url"
 	"os"
 	"os/exec"
@@ -38,7 +39,7 @@ func main() {
 	if len(os.Args) > 2 && os.Args[1] == "bare-proxy" {
 		// The baseline runs as its own process, like the broker, so each
 		// one's CPU time can be read apart from the load generator's.
-		if err := serveBareProxy(os.Args[2], os.Stdout); err != nil {
+		if err := serveBareProxy(os.Args[2], len(os.Args) > 3 && os.Args[3] == "pprof", os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "airlock-bench bare-proxy:", err)
 			os.Exit(1)
 		}
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer up.Close()
-	bare, err := startBareProxy(ctx, up.URL())
+	bare, err := startBareProxy(ctx, up.URL(), o.profile != "")
 	if err != nil {
 		return err
 	}
@@ -163,12 +164,16 @@ type bareProxy struct {
 	url string
 }
 
-func startBareProxy(ctx context.Context, target string) (*bareProxy, error) {
+func startBareProxy(ctx context.Context, target string, pprof bool) (*bareProxy, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(ctx, self, "bare-proxy", target)
+	args := []string{"bare-proxy", target}
+	if pprof {
+		args = append(args, "pprof")
+	}
+	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
 	line, err := startChild(cmd)
 	if err != nil {
@@ -183,7 +188,9 @@ func startBareProxy(ctx context.Context, target string) (*bareProxy, error) {
 }
 
 // serveBareProxy serves until its parent closes stdin or ends.
-func serveBareProxy(target string, stdout io.Writer) error {
+// With pprof, /debug/pprof/ serves its profiles (for comparing them with
+// the broker's).
+func serveBareProxy(target string, pprof bool, stdout io.Writer) error {
 	tu, err := url.Parse(target)
 	if err != nil {
 		return err
@@ -199,7 +206,15 @@ func serveBareProxy(target string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Handler: rp, ReadHeaderTimeout: 5 * time.Second}
+	var h http.Handler = rp
+	if pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", rp)
+		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
+		mux.Handle("/debug/pprof/allocs", httppprof.Handler("allocs"))
+		h = mux
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); _ = srv.Close() }()
 	fmt.Fprintf(stdout, "bare proxy http://%s\n", ln.Addr())
 	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -518,14 +533,22 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 			if v.base.url != "" {
 				span *= 2
 			}
-			stop := b.profile(o, fmt.Sprintf("%s-%s-%d", durability, v.name, n), span)
+			name := fmt.Sprintf("%s-%s-%d", durability, v.name, n)
+			stop := profile(o, b.control, b.admin, name, span)
+			stopBare := func() error { return nil }
+			if v.base.url != "" {
+				stopBare = profile(o, bare.URL(), "", "bare-"+name, span)
+			}
 			for range o.rounds {
 				if v.base.url != "" {
 					bt.run(n, o.duration/time.Duration(o.rounds), v.base, bare.cmd.Process.Pid)
 				}
 				kt.run(n, o.duration/time.Duration(o.rounds), v.broker, b.cmd.Process.Pid)
+				if err := rep.sampleFsync(b.dir, 10); err != nil {
+					return err
+				}
 			}
-			if err := stop(); err != nil {
+			if err := errors.Join(stop(), stopBare()); err != nil {
 				return err
 			}
 			if v.base.url != "" {
@@ -551,10 +574,10 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 	return nil
 }
 
-// profile starts fetching the broker's CPU and allocation profiles for the
+// profile starts fetching a proxy's CPU and allocation profiles for the
 // coming point, if asked; the returned func waits for them and writes them
 // out (NAME.cpu.pprof, NAME.allocs.pprof).
-func (b *brokerProc) profile(o options, name string, span time.Duration) func() error {
+func profile(o options, addr, token, name string, span time.Duration) func() error {
 	if o.profile == "" {
 		return func() error { return nil }
 	}
@@ -563,8 +586,10 @@ func (b *brokerProc) profile(o options, name string, span time.Duration) func() 
 	var g errgroup.Group
 	for _, kind := range []string{"profile", "allocs"} {
 		g.Go(func() error {
-			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", b.control, kind, secs), nil)
-			req.Header.Set("Authorization", "Bearer "+b.admin)
+			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", addr, kind, secs), nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
 			resp, err := client.Do(req)
 			if err != nil {
 				return err
@@ -642,6 +667,39 @@ type report struct {
 	opts      options
 	results   []result
 	approvals []approval
+	fsyncs    []time.Duration // one write+fdatasync on the broker's disk, sampled between rounds
+}
+
+// sampleFsync times n appends of 1.2 KB (two audit records) each followed by
+// fdatasync, in dir: "one fsync on the same disk" of the latency budget.
+func (r *report) sampleFsync(dir string, n int) error {
+	f, err := os.CreateTemp(dir, "fsync-probe-")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	buf := make([]byte, 1200)
+	for range n {
+		t := time.Now()
+		if _, err := f.Write(buf); err != nil {
+			return err
+		}
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		r.fsyncs = append(r.fsyncs, time.Since(t))
+	}
+	return nil
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[min(len(s)-1, len(s)*p/100)]
 }
 
 func (r *report) add(x result) { r.results = append(r.results, x) }
@@ -689,6 +747,53 @@ func (r *report) markdown() string {
 			continue
 		}
 		fmt.Fprintf(&b, "| %s | reviewer POST approve → upstream | %d | %s | %s |\n", a.durability, len(a.lats), ms(a.lats[len(a.lats)/2]), ms(a.lats[min(len(a.lats)-1, len(a.lats)*99/100)]))
+	}
+	if len(r.fsyncs) > 0 {
+		fmt.Fprintf(&b, "\nOne fsync on the broker's disk (1.2 KB write + fdatasync, %d samples between rounds): p50 %s, p99 %s.\n",
+			len(r.fsyncs), ms(percentile(r.fsyncs, 50)), ms(percentile(r.fsyncs, 99)))
+	}
+	b.WriteString(r.budget())
+	return b.String()
+}
+
+// budget checks the figures of this run against DESIGN §7.
+func (r *report) budget() string {
+	var b strings.Builder
+	b.WriteString("\n## Budget check (this run)\n\n| budget | measured | met |\n| --- | --- | --- |\n")
+	row := func(what, got string, ok bool) {
+		met := "yes"
+		if !ok {
+			met = "**no**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", what, got, met)
+	}
+	fsync := percentile(r.fsyncs, 50)
+	for _, x := range r.results {
+		base, ok := r.find("bare proxy", x.Variant, x.Durability, x.Concurrency)
+		if x.Target != "broker" || !ok {
+			continue
+		}
+		if x.Concurrency >= 16 {
+			ratio := x.RPS / base.RPS
+			row(fmt.Sprintf("%s, %s, %d callers: throughput ≥ 0.8× bare", x.Durability, x.Variant, x.Concurrency), fmt.Sprintf("%.2f×", ratio), ratio >= 0.8)
+		}
+		if x.Concurrency == 1 && x.Durability == "buffered" {
+			row(fmt.Sprintf("buffered, %s, 1 caller: p50 ≤ 1.25× bare", x.Variant), fmt.Sprintf("%s vs %s (%.2f×)", ms(x.P50), ms(base.P50), float64(x.P50)/float64(base.P50)), float64(x.P50) <= 1.25*float64(base.P50))
+		}
+		if x.Concurrency == 1 && x.Durability == "fsync" && fsync > 0 {
+			row(fmt.Sprintf("fsync, %s, 1 caller: p50 ≤ bare p50 + one fsync", x.Variant), fmt.Sprintf("%s vs %s + %s", ms(x.P50), ms(base.P50), ms(fsync)), x.P50 <= base.P50+fsync)
+		}
+	}
+	for _, x := range r.results {
+		if x.Variant == "session creation" && x.Concurrency == 1 {
+			row(fmt.Sprintf("%s: session creation p50 ≤ 2 ms", x.Durability), ms(x.P50), x.P50 <= 2*time.Millisecond)
+		}
+	}
+	for _, a := range r.approvals {
+		if len(a.lats) > 0 {
+			p50 := percentile(a.lats, 50)
+			row(fmt.Sprintf("%s: approve → upstream call ≤ 50 ms (API)", a.durability), ms(p50), p50 <= 50*time.Millisecond)
+		}
 	}
 	return b.String()
 }

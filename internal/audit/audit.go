@@ -77,10 +77,15 @@ type Entry struct {
 
 // Sink stores the chain.
 type Sink interface {
-	// CommitAudit writes entries (consecutive sequence numbers) atomically
-	// and durably, per the sink's durability mode. The sink may keep the
-	// entries' Data: the writer never reuses it.
-	CommitAudit(ctx context.Context, entries []Entry) error
+	// WriteAudit stores entries (consecutive sequence numbers, following
+	// the last written) atomically: a failed write leaves none of them. They
+	// are durable at once, or, when needSync is true, once a SyncAudit that
+	// started after the write returned. The sink may keep the entries' Data:
+	// the writer never reuses it.
+	WriteAudit(ctx context.Context, entries []Entry) (needSync bool, err error)
+	// SyncAudit makes every written entry durable. It may run while the next
+	// entries are written. After it fails, the writer writes nothing more.
+	SyncAudit() error
 	// AuditHead returns the last sequence number and hash (0, "" when empty).
 	AuditHead(ctx context.Context) (uint64, string, error)
 	// ScanAudit calls fn with each stored record from sequence from on, in

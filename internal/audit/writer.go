@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,9 +14,13 @@ import (
 const maxBatch = 512
 
 // Writer appends events to the chain with group commit: callers that arrive
-// while a transaction is being written share the next one, so many
-// concurrent calls cost one fsync. The chain head only advances when a
-// transaction committed, so a failed write leaves no gap.
+// while a batch is being written share the next one. Writing and syncing
+// are two stages: while one fsync runs, the next batch is sealed and
+// written, and the next fsync makes it durable, so the disk is never idle
+// while callers wait and many concurrent calls cost one fsync. The chain
+// head only advances when a write succeeded, so a failed write leaves no
+// gap; a failed sync stops the writer (fail closed: after a failed fsync
+// the kernel's page cache no longer says what is on disk).
 type Writer struct {
 	sink Sink
 	now  func() time.Time
@@ -30,15 +35,24 @@ type Writer struct {
 
 	onCommit func(records int, d time.Duration)
 
+	// The sync stage: callers whose records are written but not yet synced.
+	syncReq  chan struct{} // capacity 1: "there is something to sync"
+	syncDone chan struct{}
+	syncMu   sync.Mutex
+	unsynced []*pending
+	spare    []*pending
+	broken   atomic.Bool // a sync failed: nothing more is written
+
 	headMu sync.Mutex
 	seq    uint64
 	head   string
 }
 
 type pending struct {
-	ev   Event
-	side any
-	done chan error
+	ev      Event
+	side    any
+	done    chan error
+	written time.Time // when its batch was written (commit latency metric)
 }
 
 // NewWriter starts a writer over sink, continuing its chain.
@@ -51,11 +65,14 @@ func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.L
 		sink: sink, now: now, log: log,
 		in:    make(chan *pending, 4*maxBatch),
 		async: make(chan *pending, 16*maxBatch),
-		stop:  make(chan struct{}),
-		done:  make(chan struct{}),
-		seq:   seq, head: head,
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		syncReq:  make(chan struct{}, 1),
+		syncDone: make(chan struct{}),
+		seq:      seq, head: head,
 	}
 	go w.loop()
+	go w.syncer()
 	return w, nil
 }
 
@@ -120,12 +137,23 @@ func (w *Writer) Close() {
 	if w.closed {
 		w.closeMu.Unlock()
 		<-w.done
+		<-w.syncDone
 		return
 	}
 	w.closed = true
 	close(w.stop)
 	w.closeMu.Unlock()
 	<-w.done
+	<-w.syncDone
+}
+
+// Healthy is nil while records can be written, and an ErrUnavailable once a
+// sync failed (for readiness checks).
+func (w *Writer) Healthy() error {
+	if w.broken.Load() {
+		return fmt.Errorf("%w: %v", ErrUnavailable, errSyncFailed)
+	}
+	return nil
 }
 
 // Head returns the last committed sequence number and hash.
@@ -139,13 +167,11 @@ const asyncFlush = 5 * time.Millisecond
 
 func (w *Writer) loop() {
 	defer close(w.done)
+	defer close(w.syncReq) // the syncer syncs what is left, then stops
 	batch := make([]*pending, 0, maxBatch)
 	entries := make([]Entry, 0, maxBatch)
 	tick := time.NewTicker(asyncFlush)
 	defer tick.Stop()
-	window := time.NewTimer(commitWindow)
-	window.Stop()
-	lastWaiting := 0 // callers the last commit answered
 	for {
 		batch = batch[:0]
 		select {
@@ -163,42 +189,10 @@ func (w *Writer) loop() {
 				batch = batch[:0]
 			}
 		}
-		batch = w.fill(batch)
-		if len(batch) > 0 && lastWaiting > 1 && len(batch) < maxBatch {
-			// Callers are waiting together: wait a moment for more of them,
-			// so one transaction carries many records (group commit window).
-			window.Reset(commitWindow)
-			batch = w.collect(batch, window.C)
-		}
-		if len(batch) > 0 {
-			lastWaiting = 0
-			for _, p := range batch {
-				if p.done != nil {
-					lastWaiting++
-				}
-			}
+		if batch = w.fill(batch); len(batch) > 0 {
 			w.commit(batch, entries)
 		}
 	}
-}
-
-// commitWindow is how long a commit waits for more records when callers
-// arrive concurrently; a lone caller never waits.
-const commitWindow = 200 * time.Microsecond
-
-// collect adds records until the window closes or the batch is full.
-func (w *Writer) collect(batch []*pending, done <-chan time.Time) []*pending {
-	for len(batch) < maxBatch {
-		select {
-		case p := <-w.in:
-			batch = append(batch, p)
-		case p := <-w.async:
-			batch = append(batch, p)
-		case <-done:
-			return batch
-		}
-	}
-	return batch
 }
 
 // fill adds queued records, waited-for ones first, up to maxBatch.
@@ -221,6 +215,10 @@ func (w *Writer) fill(batch []*pending) []*pending {
 }
 
 func (w *Writer) commit(batch []*pending, entries []Entry) {
+	if w.broken.Load() {
+		w.fail(batch, errSyncFailed)
+		return
+	}
 	entries = entries[:0]
 	seq, head := w.seqHead()
 	for _, p := range batch {
@@ -236,19 +234,75 @@ func (w *Writer) commit(batch []*pending, entries []Entry) {
 		entries = append(entries, Entry{Seq: seq, Data: data, Side: p.side})
 	}
 	start := time.Now()
-	if err := w.sink.CommitAudit(context.Background(), entries); err != nil {
-		w.log.Error("audit commit failed", "records", len(batch), "err", err)
+	needSync, err := w.sink.WriteAudit(context.Background(), entries)
+	if err != nil {
+		w.log.Error("audit write failed", "records", len(batch), "err", err)
 		w.fail(batch, err)
 		return
 	}
 	w.setHead(seq, head)
-	if w.onCommit != nil {
-		w.onCommit(len(batch), time.Since(start))
+	if !needSync {
+		if w.onCommit != nil {
+			w.onCommit(len(batch), time.Since(start))
+		}
+		for _, p := range batch {
+			if p.done != nil {
+				p.done <- nil
+			}
+		}
+		return
 	}
+	// Hand the waiting callers to the sync stage and go on writing.
+	w.syncMu.Lock()
 	for _, p := range batch {
 		if p.done != nil {
-			p.done <- nil
+			p.written = start
+			w.unsynced = append(w.unsynced, p)
 		}
+	}
+	w.syncMu.Unlock()
+	select {
+	case w.syncReq <- struct{}{}:
+	default: // a sync is already asked for; it will take these too
+	}
+}
+
+// errSyncFailed answers every append after a failed sync.
+var errSyncFailed = errors.New("an earlier sync of the audit log failed; restart the broker")
+
+// syncer is the sync stage: each sync makes durable every batch written
+// before it started, then answers those batches' callers.
+func (w *Writer) syncer() {
+	defer close(w.syncDone)
+	for range w.syncReq {
+		w.syncMu.Lock()
+		batch := w.unsynced
+		if len(batch) == 0 { // taken by the previous sync
+			w.syncMu.Unlock()
+			continue
+		}
+		w.unsynced = w.spare[:0] // the two slices take turns
+		w.syncMu.Unlock()
+		err := w.sink.SyncAudit()
+		if err != nil && !w.broken.Swap(true) {
+			w.log.Error("audit sync failed: refusing every audited action until restart", "err", err)
+		}
+		if err == nil && w.onCommit != nil {
+			w.onCommit(len(batch), time.Since(batch[0].written))
+		}
+		for _, p := range batch {
+			p.done <- err
+		}
+		clear(batch)
+		w.spare = batch[:0]
+	}
+	// Close: whatever the last batches left unsynced.
+	if len(w.unsynced) > 0 {
+		err := w.sink.SyncAudit()
+		for _, p := range w.unsynced {
+			p.done <- err
+		}
+		w.unsynced = nil
 	}
 }
 

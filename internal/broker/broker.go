@@ -371,7 +371,7 @@ func (b *Broker) Store() store.Store { return b.store }
 
 // Ready reports whether the store is usable and credential sources answer.
 func (b *Broker) Ready(ctx context.Context) map[string]error {
-	out := map[string]error{"store": b.store.Ready(ctx)}
+	out := map[string]error{"store": b.store.Ready(ctx), "audit": b.audit.Healthy()}
 	for name, u := range b.upstreams {
 		_, err := u.Credential(ctx)
 		out["credential:"+name] = err

@@ -38,11 +38,11 @@ type faultyStore struct {
 	failAudit atomic.Bool
 }
 
-func (f *faultyStore) CommitAudit(ctx context.Context, e []audit.Entry) error {
+func (f *faultyStore) WriteAudit(ctx context.Context, e []audit.Entry) (bool, error) {
 	if f.failAudit.Load() {
-		return errors.New("injected: disk full")
+		return false, errors.New("injected: disk full")
 	}
-	return f.Bolt.CommitAudit(ctx, e)
+	return f.Bolt.WriteAudit(ctx, e)
 }
 
 type env struct {

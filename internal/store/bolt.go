@@ -296,22 +296,46 @@ func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
 	return json.Unmarshal(data, v)
 }
 
-// CommitAudit implements audit.Sink: one journal write (and in fsync mode
-// one fdatasync) for the whole batch; the applier moves it into bbolt.
-func (s *Bolt) CommitAudit(ctx context.Context, entries []audit.Entry) error {
-	if err := s.journal.append(entries, !s.buffered); err != nil {
-		return err
+// WriteAudit implements audit.Sink: one journal write for the whole batch;
+// the applier moves it into bbolt. In fsync mode the batch is durable after
+// the next SyncAudit; in buffered mode the sync loop syncs within
+// SyncInterval.
+func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync bool, err error) {
+	if err := s.journal.append(entries); err != nil {
+		return false, err
 	}
 	if s.buffered {
 		s.dirty.Store(true)
+	}
+	if err := s.journal.rotateIfFull(); err != nil {
+		// The batch is written; the journal only grows past its limit.
+		s.log.Error("sealing the audit journal failed; it keeps growing", "err", err)
 	}
 	cp := append([]audit.Entry(nil), entries...) // the data is ours to keep (audit.Sink)
 	select {
 	case s.apply <- cp:
 	case <-s.stop:
-		return errors.New("store closed")
+		return false, errors.New("store closed")
+	}
+	return !s.buffered, nil
+}
+
+// SyncAudit implements audit.Sink: one fdatasync of the journal.
+func (s *Bolt) SyncAudit() error {
+	if err := s.journal.sync(); err != nil {
+		return fmt.Errorf("audit journal sync: %w", err)
 	}
 	return nil
+}
+
+// CommitAudit writes entries and, in fsync mode, syncs them: WriteAudit and
+// SyncAudit in one call, for callers outside the audit writer.
+func (s *Bolt) CommitAudit(ctx context.Context, entries []audit.Entry) error {
+	needSync, err := s.WriteAudit(ctx, entries)
+	if err == nil && needSync {
+		err = s.SyncAudit()
+	}
+	return err
 }
 
 // AuditHead implements audit.Sink.

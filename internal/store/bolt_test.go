@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
+	"golang.org/x/sync/errgroup"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -136,11 +137,11 @@ type flakySink struct {
 	failing atomic.Bool
 }
 
-func (f *flakySink) CommitAudit(ctx context.Context, e []audit.Entry) error {
+func (f *flakySink) WriteAudit(ctx context.Context, e []audit.Entry) (bool, error) {
 	if f.failing.Load() {
-		return errors.New("injected disk failure")
+		return false, errors.New("injected disk failure")
 	}
-	return f.Bolt.CommitAudit(ctx, e)
+	return f.Bolt.WriteAudit(ctx, e)
 }
 
 func TestAuditFailureLeavesNoGap(t *testing.T) {
@@ -235,19 +236,132 @@ func BenchmarkAuditAppend(b *testing.B) {
 		}
 	})
 	for _, d := range []string{store.DurabilityFsync, store.DurabilityBuffered} {
-		b.Run("group-commit-"+d, func(b *testing.B) {
-			s := MustOpen(b, d)
-			w, _ := audit.NewWriter(context.Background(), s, time.Now, discard)
-			defer w.Close()
-			b.SetParallelism(32) // 64 writers on 2 cores
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					if _, err := w.Append(context.Background(), audit.Event{Type: audit.TypeCallAllowed}, nil); err != nil {
-						b.Error(err)
-						return
+		for _, par := range []int{1, 8, 32} { // 2, 16 and 64 writers on 2 cores
+			b.Run(fmt.Sprintf("group-commit-%s-%d", d, 2*par), func(b *testing.B) {
+				s := MustOpen(b, d)
+				w, _ := audit.NewWriter(context.Background(), s, time.Now, discard)
+				defer w.Close()
+				b.SetParallelism(par)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if _, err := w.Append(context.Background(), audit.Event{Type: audit.TypeCallAllowed}, nil); err != nil {
+							b.Error(err)
+							return
+						}
 					}
-				}
+				})
 			})
+		}
+	}
+}
+
+// pipelineSink watches the writer's two stages on the real store: which
+// records were written, which a finished sync covers, and whether writes go
+// on while a sync runs.
+type pipelineSink struct {
+	*store.Bolt
+	written    atomic.Uint64 // highest seq written
+	synced     atomic.Uint64 // highest seq a finished sync covers
+	syncing    atomic.Bool
+	overlapped chan struct{} // closed once a write happened during a sync
+	once       sync.Once
+	failSync   atomic.Bool
+}
+
+func (p *pipelineSink) WriteAudit(ctx context.Context, e []audit.Entry) (bool, error) {
+	needSync, err := p.Bolt.WriteAudit(ctx, e)
+	if err == nil {
+		p.written.Store(e[len(e)-1].Seq)
+		if p.syncing.Load() {
+			p.once.Do(func() { close(p.overlapped) })
+		}
+	}
+	return needSync, err
+}
+
+func (p *pipelineSink) SyncAudit() error {
+	covers := p.written.Load() // a sync covers what was written before it began
+	p.syncing.Store(true)
+	defer p.syncing.Store(false)
+	if p.failSync.Load() {
+		return errors.New("injected: fsync EIO")
+	}
+	// Hold the first sync until a write arrives meanwhile: a writer that
+	// waits for each sync before writing the next batch never gets there.
+	select {
+	case <-p.overlapped:
+	case <-time.After(10 * time.Second):
+	}
+	if err := p.Bolt.SyncAudit(); err != nil {
+		return err
+	}
+	if covers > p.synced.Load() {
+		p.synced.Store(covers)
+	}
+	return nil
+}
+
+func TestAuditAnswersOnlyAfterASyncCoveringTheRecord(t *testing.T) {
+	ctx := context.Background()
+	p := &pipelineSink{Bolt: MustOpen(t, store.DurabilityFsync), overlapped: make(chan struct{})}
+	w, err := audit.NewWriter(ctx, p, time.Now, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g errgroup.Group
+	for range 16 {
+		g.Go(func() error {
+			for range 50 {
+				ev, err := w.Append(ctx, audit.Event{Type: audit.TypeCallAllowed}, nil)
+				if err != nil {
+					return err
+				}
+				if s := p.synced.Load(); ev.Seq > s {
+					return fmt.Errorf("record %d answered before a sync covered it (synced through %d)", ev.Seq, s)
+				}
+				w.AppendAsync(audit.Event{Type: audit.TypeCallCompleted})
+			}
+			return nil
 		})
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.overlapped:
+	default:
+		t.Fatal("no batch was written while a sync ran: the stages do not overlap")
+	}
+	w.Close()
+	var v audit.Verifier
+	if err := p.ScanAudit(ctx, 0, func(seq uint64, data []byte) error { return v.Next(data) }); err != nil || v.Count() != 16*50*2 {
+		t.Fatalf("chain: %d records, %v", v.Count(), err)
+	}
+}
+
+func TestAuditFailedSyncStopsTheWriter(t *testing.T) {
+	ctx := context.Background()
+	p := &pipelineSink{Bolt: MustOpen(t, store.DurabilityFsync), overlapped: make(chan struct{})}
+	close(p.overlapped)
+	w, err := audit.NewWriter(ctx, p, time.Now, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Append(ctx, audit.Event{Type: "a"}, nil); err != nil || w.Healthy() != nil {
+		t.Fatalf("healthy writer: %v, %v", err, w.Healthy())
+	}
+	p.failSync.Store(true)
+	if _, err := w.Append(ctx, audit.Event{Type: "b"}, nil); !errors.Is(err, audit.ErrUnavailable) {
+		t.Fatalf("append whose sync failed: %v, want ErrUnavailable", err)
+	}
+	// The disk "recovers", but what the page cache holds is no longer known:
+	// the writer stays stopped, and says so.
+	p.failSync.Store(false)
+	if _, err := w.Append(ctx, audit.Event{Type: "c"}, nil); !errors.Is(err, audit.ErrUnavailable) {
+		t.Fatalf("append after a failed sync: %v, want ErrUnavailable", err)
+	}
+	if err := w.Healthy(); !errors.Is(err, audit.ErrUnavailable) {
+		t.Fatalf("Healthy after a failed sync: %v", err)
 	}
 }

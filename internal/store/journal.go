@@ -19,8 +19,9 @@ import (
 )
 
 // journal is the audit log's write-ahead file. A commit is one write(2) of
-// the batch (and, in fsync mode, one fdatasync) instead of a bbolt
-// transaction; an applier moves records into bbolt in large batches off the
+// the batch instead of a bbolt transaction; in fsync mode one fdatasync,
+// running while the next batch is written, makes every batch written before
+// it durable. An applier moves records into bbolt in large batches off the
 // callers' path, and the journal is replayed into bbolt on open, so a record
 // acknowledged to a caller survives a crash either way.
 //
@@ -31,7 +32,8 @@ import (
 // its size limit, so it never grows without bound under steady load; a
 // sealed segment is deleted once bbolt durably holds its last record.
 type journal struct {
-	mu      sync.Mutex
+	syncMu  sync.Mutex // held by sync and rotation, so a sync never meets a closed file
+	mu      sync.Mutex // guards the rest; a write never waits for a sync
 	path    string
 	limit   int64
 	f       *os.File
@@ -147,8 +149,9 @@ func decodeEntry(p []byte) (audit.Entry, error) {
 	return e, nil
 }
 
-// append writes entries with one write(2); sync adds one fdatasync.
-func (j *journal) append(entries []audit.Entry, sync bool) error {
+// append writes entries with one write(2). They are durable after the
+// next sync (which may run concurrently with later appends).
+func (j *journal) append(entries []audit.Entry) error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	b := j.buf[:0]
@@ -181,11 +184,21 @@ func (j *journal) append(entries []audit.Entry, sync bool) error {
 	if len(entries) > 0 {
 		j.lastSeq = entries[len(entries)-1].Seq
 	}
-	if sync {
-		if err := j.f.Sync(); err != nil {
-			return fmt.Errorf("audit journal sync: %w", err)
-		}
+	return nil
+}
+
+// rotateIfFull seals the current file once it passes the size limit.
+func (j *journal) rotateIfFull() error {
+	j.mu.Lock()
+	full := j.limit > 0 && j.size >= j.limit
+	j.mu.Unlock()
+	if !full { // the common case: no wait for a sync in progress
+		return nil
 	}
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
+	j.mu.Lock()
+	defer j.mu.Unlock()
 	if j.limit > 0 && j.size >= j.limit {
 		return j.seal()
 	}
@@ -193,30 +206,36 @@ func (j *journal) append(entries []audit.Entry, sync bool) error {
 }
 
 // seal renames the full current file to a segment and starts a new one.
+// On failure nothing has changed and writes go on to the current file.
+// Callers hold syncMu and mu.
 func (j *journal) seal() error {
 	if err := j.f.Sync(); err != nil {
 		return fmt.Errorf("audit journal sync: %w", err)
 	}
 	name := fmt.Sprintf("%s.%020d", j.path, j.lastSeq)
-	if err := j.f.Close(); err != nil {
-		return err
-	}
 	if err := os.Rename(j.path, name); err != nil {
 		return fmt.Errorf("seal the audit journal: %w", err)
 	}
 	f, err := os.OpenFile(j.path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
 	if err != nil {
+		_ = os.Rename(name, j.path)
 		return fmt.Errorf("open audit journal: %w", err)
 	}
+	_ = j.f.Close() // synced above: nothing is lost if closing fails
 	j.f, j.size = f, 0
 	j.sealed = append(j.sealed, segment{path: name, lastSeq: j.lastSeq})
 	return nil
 }
 
+// sync makes every appended entry durable. Appends may run meanwhile: they
+// wait for the next sync.
 func (j *journal) sync() error {
+	j.syncMu.Lock()
+	defer j.syncMu.Unlock()
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.f.Sync()
+	f := j.f
+	j.mu.Unlock()
+	return f.Sync()
 }
 
 // truncateIfApplied deletes the sealed segments whose records are all

@@ -29,7 +29,10 @@ func TestJournalReplay(t *testing.T) {
 		{Seq: 1, Data: []byte(`{"seq":1}`)},
 		{Seq: 2, Data: []byte(`{"seq":2}`), Side: &UsageUpdate{GrantID: "grt_1", Usage: grants.Usage{Uses: 7}}},
 	}
-	if err := j.append(entries, true); err != nil {
+	if err := j.append(entries); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.sync(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := j.f.Write([]byte{0, 0, 0, 40, 1, 2, 3}); err != nil { // a torn write
@@ -82,7 +85,10 @@ func TestJournalSealsSegments(t *testing.T) {
 		t.Fatal(err)
 	}
 	for seq := uint64(1); seq <= 40; seq++ {
-		if err := j.append([]audit.Entry{{Seq: seq, Data: []byte(`{"record":"` + strings.Repeat("x", 20) + `"}`)}}, false); err != nil {
+		if err := j.append([]audit.Entry{{Seq: seq, Data: []byte(`{"record":"` + strings.Repeat("x", 20) + `"}`)}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := j.rotateIfFull(); err != nil {
 			t.Fatal(err)
 		}
 	}
