@@ -63,8 +63,8 @@ func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.L
 	}
 	w := &Writer{
 		sink: sink, now: now, log: log,
-		in:    make(chan *pending, 4*maxBatch),
-		async: make(chan *pending, 16*maxBatch),
+		in:       make(chan *pending, 4*maxBatch),
+		async:    make(chan *pending, 16*maxBatch),
 		stop:     make(chan struct{}),
 		done:     make(chan struct{}),
 		syncReq:  make(chan struct{}, 1),
