@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -143,10 +145,21 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if err != nil {
 		return SessionView{}, fmt.Errorf("issue token: %w", err)
 	}
-	if err := b.store.CreateSession(ctx, &s, recs); err != nil {
-		return SessionView{}, fmt.Errorf("store session: %w", err)
-	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil {
+	// The session and its audit record are made durable side by side (two
+	// files, two syncs at once): the session goes live, and its token is
+	// shown, only when both are.
+	var g errgroup.Group
+	g.Go(func() error {
+		if err := b.store.CreateSession(ctx, &s, recs); err != nil {
+			return fmt.Errorf("store session: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil)
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return SessionView{}, err
 	}
 	l := b.addLive(s, live)
