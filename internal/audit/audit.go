@@ -80,8 +80,8 @@ type Sink interface {
 	// WriteAudit stores entries (consecutive sequence numbers, following
 	// the last written) atomically: a failed write leaves none of them. They
 	// are durable at once, or, when needSync is true, once a SyncAudit that
-	// started after the write returned. The sink may keep the entries' Data:
-	// the writer never reuses it.
+	// started after the write returned. The sink may keep the entries' Data
+	// (never reused), not the slice (reused for the next batch).
 	WriteAudit(ctx context.Context, entries []Entry) (needSync bool, err error)
 	// SyncAudit makes every written entry durable. It may run while the next
 	// entries are written. After it fails, the writer writes nothing more.

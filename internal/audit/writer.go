@@ -6,42 +6,47 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 )
 
 // maxBatch bounds one group commit.
 const maxBatch = 512
 
-// Writer appends events to the chain with group commit: callers that arrive
-// while a batch is being written share the next one. Writing and syncing
-// are two stages: while one fsync runs, the next batch is sealed and
-// written, and the next fsync makes it durable, so the disk is never idle
-// while callers wait and many concurrent calls cost one fsync. The chain
-// head only advances when a write succeeded, so a failed write leaves no
-// gap; a failed sync stops the writer (fail closed: after a failed fsync
-// the kernel's page cache no longer says what is on disk).
+// Writer appends events to the chain with group commit, and without a
+// goroutine of its own on the callers' path: the callers take turns.
+//
+// A caller queues its record; if nobody is writing, it becomes the writer:
+// it seals and writes everything queued in one batch, and hands the writer's
+// turn to a caller still queued, if any, before it waits for its own
+// record's fate. Syncing is a second turn of the same kind: when a written
+// batch needs a sync and none runs, the caller that wrote it syncs every
+// batch written so far; callers whose batches are written while a sync runs
+// wait for the next one, which the first of them runs. So a lone caller
+// writes and syncs its own record with no hand-off at all, the disk is never
+// idle while callers wait, and many concurrent calls share one fsync.
+//
+// The chain head advances only when a write succeeded, so a failed write
+// leaves no gap. A failed sync stops the writer for good (fail closed: after
+// a failed fsync the kernel's page cache no longer says what is on disk).
 type Writer struct {
 	sink Sink
 	now  func() time.Time
 	log  *slog.Logger
 
-	in      chan *pending // records whose caller waits
-	async   chan *pending // records nobody waits for: they ride along with the next commit
-	stop    chan struct{}
-	done    chan struct{}
-	closeMu sync.RWMutex
-	closed  bool
+	mu       sync.Mutex
+	idle     *sync.Cond // signalled when a turn ends (Close waits for it)
+	queue    []*pending // records not yet written, in arrival order
+	unsynced []*pending // waiting callers whose records are written, not yet synced
+	writing  bool       // a caller holds the writer's turn
+	syncing  bool       // a caller holds the sync turn
+	closed   bool
+	broken   bool // a sync failed: nothing more is written
+	dirty    bool // written records (waited for or not) await a sync
+	entries  []Entry
+	stop     chan struct{}
+	done     chan struct{}
 
 	onCommit func(records int, d time.Duration)
-
-	// The sync stage: callers whose records are written but not yet synced.
-	syncReq  chan struct{} // capacity 1: "there is something to sync"
-	syncDone chan struct{}
-	syncMu   sync.Mutex
-	unsynced []*pending
-	spare    []*pending
-	broken   atomic.Bool // a sync failed: nothing more is written
 
 	headMu sync.Mutex
 	seq    uint64
@@ -51,9 +56,18 @@ type Writer struct {
 type pending struct {
 	ev      Event
 	side    any
-	done    chan error
-	written time.Time // when its batch was written (commit latency metric)
+	done    chan error // nil for records nobody waits for
+	written time.Time  // when its batch was written (commit latency metric)
 }
+
+// Turns handed to a waiting caller through its done channel.
+var (
+	errTakeWrite = errors.New("audit: your turn to write")
+	errTakeSync  = errors.New("audit: your turn to sync")
+)
+
+// errSyncFailed answers every append after a failed sync.
+var errSyncFailed = errors.New("an earlier sync of the audit log failed; restart the broker")
 
 // NewWriter starts a writer over sink, continuing its chain.
 func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.Logger) (*Writer, error) {
@@ -63,16 +77,12 @@ func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.L
 	}
 	w := &Writer{
 		sink: sink, now: now, log: log,
-		in:       make(chan *pending, 4*maxBatch),
-		async:    make(chan *pending, 16*maxBatch),
-		stop:     make(chan struct{}),
-		done:     make(chan struct{}),
-		syncReq:  make(chan struct{}, 1),
-		syncDone: make(chan struct{}),
-		seq:      seq, head: head,
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+		seq:  seq, head: head,
 	}
-	go w.loop()
-	go w.syncer()
+	w.idle = sync.NewCond(&w.mu)
+	go w.flusher()
 	return w, nil
 }
 
@@ -82,30 +92,40 @@ var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan er
 // side, if not nil, is persisted by the sink in the same transaction.
 // Any failure is wrapped in ErrUnavailable.
 func (w *Writer) Append(ctx context.Context, ev Event, side any) (Event, error) {
+	if err := ctx.Err(); err != nil {
+		return ev, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
 	if ev.Time.IsZero() {
 		ev.Time = w.now()
 	}
 	ev.Time = ev.Time.UTC() // stored times are UTC: a record re-encodes as it was hashed
 	p := pendingPool.Get().(*pending)
 	p.ev, p.side = ev, side
-	w.closeMu.RLock()
-	if w.closed {
-		w.closeMu.RUnlock()
+	w.mu.Lock()
+	if err := w.refusing(); err != nil {
+		w.mu.Unlock()
 		pendingPool.Put(p)
-		return ev, fmt.Errorf("%w: writer closed", ErrUnavailable)
+		return ev, err
 	}
-	select {
-	case w.in <- p:
-	case <-ctx.Done():
-		w.closeMu.RUnlock()
-		pendingPool.Put(p)
-		return ev, fmt.Errorf("%w: %v", ErrUnavailable, ctx.Err())
+	w.queue = append(w.queue, p)
+	lead := !w.writing
+	w.writing = w.writing || lead
+	w.mu.Unlock()
+	if lead {
+		w.write(p)
 	}
-	w.closeMu.RUnlock()
 	// Wait for the outcome even if ctx ends: the record may be committed.
 	err := <-p.done
+	for err == errTakeWrite || err == errTakeSync {
+		if err == errTakeWrite {
+			w.write(p)
+		} else {
+			w.sync(p)
+		}
+		err = <-p.done
+	}
 	out := p.ev
-	p.ev, p.side = Event{}, nil
+	p.ev, p.side, p.written = Event{}, nil, time.Time{}
 	pendingPool.Put(p)
 	if err != nil {
 		return out, fmt.Errorf("%w: %v", ErrUnavailable, err)
@@ -113,113 +133,125 @@ func (w *Writer) Append(ctx context.Context, ev Event, side any) (Event, error) 
 	return out, nil
 }
 
-// AppendAsync queues ev without waiting for it to be written; a failure is
-// logged. It is for records that follow an already-durable decision (a
-// call's completion), so it never blocks the caller's answer.
-func (w *Writer) AppendAsync(ev Event) {
-	if ev.Time.IsZero() {
-		ev.Time = w.now()
-	}
-	ev.Time = ev.Time.UTC() // stored times are UTC: a record re-encodes as it was hashed
-	p := &pending{ev: ev}
-	w.closeMu.RLock()
-	defer w.closeMu.RUnlock()
-	if w.closed {
-		w.log.Error("audit append after close", "type", ev.Type)
-		return
-	}
-	w.async <- p // blocks only when 8192 records wait: back-pressure, never a drop
-}
-
-// Close stops accepting events and waits for queued ones to be written.
-func (w *Writer) Close() {
-	w.closeMu.Lock()
-	if w.closed {
-		w.closeMu.Unlock()
-		<-w.done
-		<-w.syncDone
-		return
-	}
-	w.closed = true
-	close(w.stop)
-	w.closeMu.Unlock()
-	<-w.done
-	<-w.syncDone
-}
-
-// Healthy is nil while records can be written, and an ErrUnavailable once a
-// sync failed (for readiness checks).
-func (w *Writer) Healthy() error {
-	if w.broken.Load() {
+// refusing says why no record is accepted now, if so. w.mu is held.
+func (w *Writer) refusing() error {
+	switch {
+	case w.closed:
+		return fmt.Errorf("%w: writer closed", ErrUnavailable)
+	case w.broken:
 		return fmt.Errorf("%w: %v", ErrUnavailable, errSyncFailed)
 	}
 	return nil
 }
 
-// Head returns the last committed sequence number and hash.
-func (w *Writer) Head() (uint64, string) {
-	return w.seqHead()
+// AppendAsync queues ev without waiting for it to be written; a failure is
+// logged. It is for records that follow an already-durable decision (a
+// call's completion): they ride along with the next batch, or are written
+// within asyncFlush, so they never delay the caller's answer.
+func (w *Writer) AppendAsync(ev Event) {
+	if ev.Time.IsZero() {
+		ev.Time = w.now()
+	}
+	ev.Time = ev.Time.UTC()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.refusing(); err != nil {
+		w.log.Error("audit record lost", "type", ev.Type, "err", err)
+		return
+	}
+	w.queue = append(w.queue, &pending{ev: ev})
 }
 
 // asyncFlush bounds how long a record nobody waits for stays in memory
 // when no waited-for record comes along to carry it.
 const asyncFlush = 5 * time.Millisecond
 
-func (w *Writer) loop() {
+// flusher writes queued records nobody waits for when no caller does.
+func (w *Writer) flusher() {
 	defer close(w.done)
-	defer close(w.syncReq) // the syncer syncs what is left, then stops
-	batch := make([]*pending, 0, maxBatch)
-	entries := make([]Entry, 0, maxBatch)
 	tick := time.NewTicker(asyncFlush)
 	defer tick.Stop()
 	for {
-		batch = batch[:0]
 		select {
-		case p := <-w.in:
-			batch = append(batch, p)
-		case <-tick.C:
 		case <-w.stop:
-			// Drain what was queued before Close.
-			for {
-				batch = w.fill(batch)
-				if len(batch) == 0 {
-					return
+			return
+		case <-tick.C:
+		}
+		w.mu.Lock()
+		lead := !w.writing && len(w.queue) > 0
+		w.writing = w.writing || lead
+		w.mu.Unlock()
+		if lead {
+			w.write(nil)
+		}
+	}
+}
+
+// write holds the writer's turn: it writes what is queued, in batches, until
+// the batch holding own (nil: the flusher's turn, one batch) is written, then
+// hands the turn to a caller still queued, or gives it up. A written batch
+// that needs a sync joins the unsynced list; if no sync runs, own's writer
+// runs it (for own's batch and whatever else is written by then).
+func (w *Writer) write(own *pending) {
+	for {
+		w.mu.Lock()
+		n := min(len(w.queue), maxBatch)
+		batch := w.queue[:n:n]
+		w.queue = w.queue[n:]
+		if len(w.queue) == 0 {
+			w.queue = nil // let the old array go
+		}
+		mine := own == nil || containsPending(batch, own)
+		w.mu.Unlock()
+
+		needSync := w.commit(batch)
+
+		w.mu.Lock()
+		if needSync {
+			w.dirty = true
+			for _, p := range batch {
+				if p.done != nil {
+					w.unsynced = append(w.unsynced, p)
 				}
-				w.commit(batch, entries)
-				batch = batch[:0]
 			}
 		}
-		if batch = w.fill(batch); len(batch) > 0 {
-			w.commit(batch, entries)
-		}
-	}
-}
-
-// fill adds queued records, waited-for ones first, up to maxBatch.
-func (w *Writer) fill(batch []*pending) []*pending {
-	for len(batch) < maxBatch {
-		select {
-		case p := <-w.in:
-			batch = append(batch, p)
+		if !mine {
+			w.mu.Unlock()
 			continue
-		default:
 		}
-		select {
-		case p := <-w.async:
-			batch = append(batch, p)
-		default:
-			return batch
+		// Own record is written: pass the turn on, and sync if needed.
+		w.writing = false
+		if next := firstWaiter(w.queue); next != nil {
+			w.writing = true
+			next.done <- errTakeWrite
 		}
-	}
-	return batch
-}
-
-func (w *Writer) commit(batch []*pending, entries []Entry) {
-	if w.broken.Load() {
-		w.fail(batch, errSyncFailed)
+		// The flusher syncs the records nobody waits for, too.
+		runSync := (len(w.unsynced) > 0 || own == nil && w.dirty) && !w.syncing && !w.broken
+		w.syncing = w.syncing || runSync
+		w.idle.Broadcast()
+		w.mu.Unlock()
+		if runSync {
+			w.sync(own)
+		}
 		return
 	}
-	entries = entries[:0]
+}
+
+// commit seals batch onto the chain and writes it. It answers the batch's
+// callers unless the write needs a sync (then the sync turn does), and
+// reports whether it does.
+func (w *Writer) commit(batch []*pending) (needSync bool) {
+	if len(batch) == 0 {
+		return false
+	}
+	w.mu.Lock()
+	broken := w.broken
+	w.mu.Unlock()
+	if broken {
+		w.fail(batch, errSyncFailed)
+		return false
+	}
+	entries := w.entries[:0] // only the writer's turn uses it
 	seq, head := w.seqHead()
 	for _, p := range batch {
 		seq++
@@ -228,82 +260,147 @@ func (w *Writer) commit(batch []*pending, entries []Entry) {
 		data, err := seal(&p.ev)
 		if err != nil {
 			w.fail(batch, err)
-			return
+			return false
 		}
 		head = p.ev.Hash
 		entries = append(entries, Entry{Seq: seq, Data: data, Side: p.side})
 	}
+	w.entries = entries
 	start := time.Now()
 	needSync, err := w.sink.WriteAudit(context.Background(), entries)
+	clear(w.entries)
 	if err != nil {
 		w.log.Error("audit write failed", "records", len(batch), "err", err)
 		w.fail(batch, err)
-		return
+		return false
 	}
 	w.setHead(seq, head)
-	if !needSync {
-		if w.onCommit != nil {
-			w.onCommit(len(batch), time.Since(start))
-		}
+	if needSync {
 		for _, p := range batch {
-			if p.done != nil {
-				p.done <- nil
-			}
+			p.written = start
 		}
-		return
+		return true
 	}
-	// Hand the waiting callers to the sync stage and go on writing.
-	w.syncMu.Lock()
+	if w.onCommit != nil {
+		w.onCommit(len(batch), time.Since(start))
+	}
 	for _, p := range batch {
 		if p.done != nil {
-			p.written = start
-			w.unsynced = append(w.unsynced, p)
+			p.done <- nil
 		}
 	}
-	w.syncMu.Unlock()
-	select {
-	case w.syncReq <- struct{}{}:
-	default: // a sync is already asked for; it will take these too
+	return false
+}
+
+// sync holds the sync turn: it makes every written batch durable and
+// answers their callers, until own is answered; then it hands the turn to a
+// caller still unsynced, or gives it up.
+func (w *Writer) sync(own *pending) {
+	for {
+		w.mu.Lock()
+		batch := w.unsynced
+		w.unsynced, w.dirty = nil, false
+		w.mu.Unlock()
+
+		err := w.sink.SyncAudit()
+		if err != nil {
+			w.mu.Lock()
+			first := !w.broken
+			w.broken = true
+			w.mu.Unlock()
+			if first {
+				w.log.Error("audit sync failed: refusing every audited action until restart", "err", err)
+			}
+		} else if w.onCommit != nil && len(batch) > 0 {
+			w.onCommit(len(batch), time.Since(batch[0].written))
+		}
+		mine := own == nil || containsPending(batch, own)
+		for _, p := range batch {
+			p.done <- err
+		}
+
+		w.mu.Lock()
+		if !mine && len(w.unsynced) > 0 {
+			w.mu.Unlock()
+			continue
+		}
+		w.syncing = false
+		if len(w.unsynced) > 0 {
+			w.syncing = true
+			w.unsynced[0].done <- errTakeSync
+		}
+		w.idle.Broadcast()
+		w.mu.Unlock()
+		return
 	}
 }
 
-// errSyncFailed answers every append after a failed sync.
-var errSyncFailed = errors.New("an earlier sync of the audit log failed; restart the broker")
+func containsPending(batch []*pending, p *pending) bool {
+	for _, q := range batch {
+		if q == p {
+			return true
+		}
+	}
+	return false
+}
 
-// syncer is the sync stage: each sync makes durable every batch written
-// before it started, then answers those batches' callers.
-func (w *Writer) syncer() {
-	defer close(w.syncDone)
-	for range w.syncReq {
-		w.syncMu.Lock()
-		batch := w.unsynced
-		if len(batch) == 0 { // taken by the previous sync
-			w.syncMu.Unlock()
-			continue
+func firstWaiter(queue []*pending) *pending {
+	for _, p := range queue {
+		if p.done != nil {
+			return p
 		}
-		w.unsynced = w.spare[:0] // the two slices take turns
-		w.syncMu.Unlock()
-		err := w.sink.SyncAudit()
-		if err != nil && !w.broken.Swap(true) {
-			w.log.Error("audit sync failed: refusing every audited action until restart", "err", err)
-		}
-		if err == nil && w.onCommit != nil {
-			w.onCommit(len(batch), time.Since(batch[0].written))
-		}
-		for _, p := range batch {
-			p.done <- err
-		}
-		clear(batch)
-		w.spare = batch[:0]
 	}
-	// Close: whatever the last batches left unsynced.
-	if len(w.unsynced) > 0 {
-		err := w.sink.SyncAudit()
-		for _, p := range w.unsynced {
-			p.done <- err
-		}
-		w.unsynced = nil
+	return nil
+}
+
+// Close stops accepting events, writes and syncs what is queued, and
+// returns when no turn is held.
+func (w *Writer) Close() {
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		<-w.done
+		return
 	}
+	w.closed = true
+	w.mu.Unlock()
+	close(w.stop)
+	<-w.done
+	w.mu.Lock()
+	for w.writing || w.syncing {
+		w.idle.Wait()
+	}
+	// Records nobody waits for may still be queued: write and sync them.
+	lead := len(w.queue) > 0
+	w.writing = lead
+	w.mu.Unlock()
+	if lead {
+		w.write(nil)
+	}
+	w.mu.Lock()
+	for w.writing || w.syncing {
+		w.idle.Wait()
+	}
+	w.mu.Unlock()
+	if err := w.sink.SyncAudit(); err != nil {
+		w.log.Error("final audit sync failed", "err", err)
+	}
+}
+
+// Healthy is nil while records can be written, and an ErrUnavailable once a
+// sync failed (for readiness checks).
+func (w *Writer) Healthy() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.broken {
+		return fmt.Errorf("%w: %v", ErrUnavailable, errSyncFailed)
+	}
+	return nil
+}
+
+// Head returns the last committed sequence number and hash.
+func (w *Writer) Head() (uint64, string) {
+	return w.seqHead()
 }
 
 func (w *Writer) fail(batch []*pending, err error) {
