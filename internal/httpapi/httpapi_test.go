@@ -21,9 +21,11 @@ import (
 
 	"github.com/go-chi/chi/v5"
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -243,4 +245,54 @@ func mustBroker(t *testing.T) *broker.Broker {
 	}
 	t.Cleanup(func() { b.Close(); _ = st.Close() })
 	return b
+}
+
+// TestPprofIsOptInAndAdminOnly: Go's profiler is routed only when configured,
+// and then answers admin tokens only.
+func TestPprofIsOptInAndAdminOnly(t *testing.T) {
+	b := mustBroker(t)
+	_, operatorToken, err := b.CreateToken(context.Background(), auth.Principal{ID: "admin", Role: auth.RoleAdmin}, auth.RoleOperator, "ops", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(h http.Handler, token, path string) int {
+		srv := httptest.NewServer(h)
+		defer srv.Close()
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return resp.StatusCode
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	off, err := httpapi.New(b, log, httpapi.UIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := get(off.Handler(httpapi.ControlPlane), admin, "/debug/pprof/heap"); code != http.StatusNotFound {
+		t.Errorf("pprof not configured: heap profile answered %d, want 404", code)
+	}
+	reg := prometheus.NewRegistry()
+	on, err := httpapi.New(b, log, httpapi.UIOptions{Pprof: true, Registry: reg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	control := on.Handler(httpapi.ControlPlane)
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {operatorToken, http.StatusForbidden}, {admin, http.StatusOK}} {
+		if code := get(control, tc.token, "/debug/pprof/heap"); code != tc.want {
+			t.Errorf("heap profile with token %.6q…: %d, want %d", tc.token, code, tc.want)
+		}
+	}
+	if code := get(on.Handler(httpapi.SandboxPlane), admin, "/debug/pprof/heap"); code != http.StatusNotFound {
+		t.Errorf("sandbox plane: heap profile answered %d, want 404", code)
+	}
 }
