@@ -45,7 +45,7 @@ clean:
 
 # The side-by-side load test (broker vs bare reverse proxy); rewrites docs/performance.md.
 perf: build
-	$(GO) run ./cmd/airlock-bench --broker bin/broker --duration 5s --out docs/performance.md.tmp
+	$(GO) run ./cmd/airlock-bench --broker bin/broker --duration 5s --out docs/performance.md.tmp $(ARGS)
 	@{ cat docs/performance.md.tmp; echo; cat docs/performance-notes.md; } > docs/performance.md && rm docs/performance.md.tmp
 
 # The long crash trials (CI runs 3 as part of `make test`).

@@ -314,13 +314,15 @@ admin_token: %s
 enforce_isolation: false
 log_level: warn
 audit: {durability: %s}
-debug: {pprof: %t}
 upstreams:
   - name: api
     base_url: %s
     sensitive: true
     credential: {source: env, name: BENCH_UPSTREAM_KEY}
-`, filepath.Join(dir, "data"), admin, durability, pprof, upstreamURL)
+`, filepath.Join(dir, "data"), admin, durability, upstreamURL)
+	if pprof {
+		cfg += "debug: {pprof: true}\n"
+	}
 	path := filepath.Join(dir, "airlock.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
