@@ -57,7 +57,12 @@ type Bolt struct {
 	log      *slog.Logger
 	journal  *journal
 
-	apply   chan []audit.Entry
+	// Journaled records waiting for the applier: a slice, not a channel, so
+	// a commit does not wake the applier (it looks every applyInterval, or
+	// when kicked because many wait).
+	pendMu  sync.Mutex
+	pend    []audit.Entry
+	kick    chan struct{}
 	flushes chan chan error
 	applied atomic.Uint64 // last seq durable in bbolt
 
@@ -105,7 +110,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
 	s := &Bolt{db: db, buffered: durability == DurabilityBuffered, log: log, stop: make(chan struct{}),
-		apply: make(chan []audit.Entry, 1024), flushes: make(chan chan error)}
+		kick: make(chan struct{}, 1), flushes: make(chan chan error)}
 	if s.journal, err = openJournal(path+".journal", journalLimit); err != nil {
 		db.Close()
 		return nil, err
@@ -187,14 +192,21 @@ func (s *Bolt) applier() {
 	defer s.stopped.Done()
 	var batch []audit.Entry
 	flush := func() error {
+		s.pendMu.Lock()
+		batch = append(batch, s.pend...)
+		clear(s.pend)
+		s.pend = s.pend[:0]
+		s.pendMu.Unlock()
 		if len(batch) == 0 {
 			return nil
 		}
 		err := s.applyEntries(batch)
 		if err != nil {
+			// The batch stays for the next try; the journal keeps the records.
 			s.log.Error("applying the audit journal to bbolt failed (the journal keeps the records)", "err", err)
 			return err
 		}
+		clear(batch)
 		batch = batch[:0]
 		if err := s.journal.truncateIfApplied(s.applied.Load(), 1<<62); err != nil { // sealed segments only
 			s.log.Error("truncate the audit journal", "err", err)
@@ -205,37 +217,23 @@ func (s *Bolt) applier() {
 	defer t.Stop()
 	for {
 		select {
-		case es := <-s.apply:
-			batch = append(batch, es...)
-			if len(batch) >= applyBatch {
-				_ = flush()
-			}
+		case <-s.kick:
+			_ = flush()
 		case <-t.C:
 			_ = flush()
 		case done := <-s.flushes:
-			for drained := false; !drained; {
-				select {
-				case es := <-s.apply:
-					batch = append(batch, es...)
-				default:
-					drained = true
-				}
-			}
 			done <- flush()
 		case <-s.stop:
-			for drained := false; !drained; {
-				select {
-				case es := <-s.apply:
-					batch = append(batch, es...)
-				default:
-					drained = true
-				}
-			}
 			_ = flush()
 			return
 		}
 	}
 }
+
+// maxPending bounds the records written to the journal but not yet in
+// bbolt: past it (bbolt failing for a long time) audit writes fail, so
+// calls fail closed instead of the broker running out of memory.
+const maxPending = 1 << 18
 
 // flushAudit waits until every journaled record is in bbolt (readers of the
 // log call it first).
@@ -301,6 +299,17 @@ func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
 // the next SyncAudit; in buffered mode the sync loop syncs within
 // SyncInterval.
 func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync bool, err error) {
+	select {
+	case <-s.stop:
+		return false, errors.New("store closed")
+	default:
+	}
+	s.pendMu.Lock()
+	backlog := len(s.pend)
+	s.pendMu.Unlock()
+	if backlog >= maxPending {
+		return false, fmt.Errorf("%d audit records are not yet in the database (is it failing?)", backlog)
+	}
 	if err := s.journal.append(entries); err != nil {
 		return false, err
 	}
@@ -311,11 +320,15 @@ func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync 
 		// The batch is written; the journal only grows past its limit.
 		s.log.Error("sealing the audit journal failed; it keeps growing", "err", err)
 	}
-	cp := append([]audit.Entry(nil), entries...) // the data is ours to keep (audit.Sink)
-	select {
-	case s.apply <- cp:
-	case <-s.stop:
-		return false, errors.New("store closed")
+	s.pendMu.Lock()
+	s.pend = append(s.pend, entries...) // the data is ours to keep (audit.Sink)
+	n := len(s.pend)
+	s.pendMu.Unlock()
+	if n >= applyBatch {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 	return !s.buffered, nil
 }
