@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -36,7 +37,10 @@ func TestLoadToolSmoke(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build the broker: %v\n%s", err, out)
 	}
-	var out, errs bytes.Buffer
+	// The children's stderr is copied into errs by os/exec while run writes
+	// its progress there too.
+	var out bytes.Buffer
+	var errs lockedBuffer
 	err := run(context.Background(), []string{"--broker", bin, "--duration", "300ms", "--rounds", "1",
 		"--concurrency", "1,2", "--variant", "allowed GET"}, &out, &errs)
 	if err != nil {
@@ -58,4 +62,21 @@ func TestLoadToolSmoke(t *testing.T) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}
 	}
+}
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -67,6 +67,11 @@ type Bolt struct {
 	applied atomic.Uint64 // last seq durable in bbolt
 
 	dirty    atomic.Bool
+	// live is held (read) by every write and sync, and (write) by Close, so
+	// a late writer (an approved action finishing during shutdown) gets
+	// errClosed instead of racing with the files being closed.
+	live     sync.RWMutex
+	closed   bool
 	stop     chan struct{}
 	stopped  sync.WaitGroup
 	closeErr error
@@ -272,11 +277,18 @@ func (s *Bolt) syncLoop() {
 // audit (sessions, grants, tokens, actions) is durable before return in
 // both durability modes.
 func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
+	s.live.RLock()
+	defer s.live.RUnlock()
+	if s.closed {
+		return errClosed
+	}
 	if err := s.db.Update(fn); err != nil {
 		return err
 	}
 	return s.db.Sync()
 }
+
+var errClosed = errors.New("store closed")
 
 func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
 	data, err := json.Marshal(v)
@@ -299,10 +311,10 @@ func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
 // the next SyncAudit; in buffered mode the sync loop syncs within
 // SyncInterval.
 func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync bool, err error) {
-	select {
-	case <-s.stop:
-		return false, errors.New("store closed")
-	default:
+	s.live.RLock()
+	defer s.live.RUnlock()
+	if s.closed {
+		return false, errClosed
 	}
 	s.pendMu.Lock()
 	backlog := len(s.pend)
@@ -335,6 +347,11 @@ func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync 
 
 // SyncAudit implements audit.Sink: one fdatasync of the journal.
 func (s *Bolt) SyncAudit() error {
+	s.live.RLock()
+	defer s.live.RUnlock()
+	if s.closed {
+		return errClosed
+	}
 	if err := s.journal.sync(); err != nil {
 		return fmt.Errorf("audit journal sync: %w", err)
 	}
@@ -733,6 +750,9 @@ func (s *Bolt) Ready(ctx context.Context) error {
 // Close applies what the journal holds, syncs and closes the files.
 func (s *Bolt) Close() error {
 	s.once.Do(func() {
+		s.live.Lock() // wait for writes in progress; refuse later ones
+		s.closed = true
+		s.live.Unlock()
 		close(s.stop) // the applier drains the journal into bbolt and stops
 		s.stopped.Wait()
 		errs := []error{s.db.Sync()}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -363,5 +364,47 @@ func TestAuditFailedSyncStopsTheWriter(t *testing.T) {
 	}
 	if err := w.Healthy(); !errors.Is(err, audit.ErrUnavailable) {
 		t.Fatalf("Healthy after a failed sync: %v", err)
+	}
+}
+
+// TestWritesDuringCloseAreRefused: a write that races with Close (an
+// approved action finishing during shutdown) is refused, never run against
+// closed files (the race detector watches this test).
+func TestWritesDuringCloseAreRefused(t *testing.T) {
+	ctx := context.Background()
+	s, err := store.OpenBolt(filepath.Join(t.TempDir(), "a.db"), store.DurabilityFsync, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	var g errgroup.Group
+	var started sync.WaitGroup
+	for w := range 4 {
+		started.Add(1)
+		g.Go(func() error {
+			for i := 0; ; i++ {
+				sess := &session.Session{ID: fmt.Sprintf("ses_%d_%d", w, i), TaskID: "t", CreatedAt: now, ExpiresAt: now.Add(time.Hour)}
+				err := s.PutSession(ctx, sess)
+				if i == 0 {
+					started.Done()
+				}
+				if err != nil {
+					if strings.Contains(err.Error(), "closed") {
+						return nil
+					}
+					return err
+				}
+			}
+		})
+	}
+	started.Wait() // every writer is at work
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatalf("a write during Close failed other than by refusal: %v", err)
+	}
+	if _, err := s.WriteAudit(ctx, []audit.Entry{{Seq: 1, Data: []byte(`{}`)}}); err == nil {
+		t.Fatal("an audit write after Close succeeded")
 	}
 }
