@@ -66,7 +66,7 @@ type Bolt struct {
 	flushes chan chan error
 	applied atomic.Uint64 // last seq durable in bbolt
 
-	dirty    atomic.Bool
+	dirty atomic.Bool
 	// live is held (read) by every write and sync, and (write) by Close, so
 	// a late writer (an approved action finishing during shutdown) gets
 	// errClosed instead of racing with the files being closed.
