@@ -85,7 +85,7 @@ type Sink interface {
 	WriteAudit(ctx context.Context, entries []Entry) (needSync bool, err error)
 	// SyncAudit makes every written entry durable. It may run while the next
 	// entries are written. After it fails, the writer writes nothing more.
-	SyncAudit() error
+	SyncAudit(ctx context.Context) error
 	// AuditHead returns the last sequence number and hash (0, "" when empty).
 	AuditHead(ctx context.Context) (uint64, string, error)
 	// ScanAudit calls fn with each stored record from sequence from on, in

@@ -302,7 +302,7 @@ func (w *Writer) sync(own *pending) {
 		w.unsynced, w.dirty = nil, false
 		w.mu.Unlock()
 
-		err := w.sink.SyncAudit()
+		err := w.sink.SyncAudit(context.Background())
 		if err != nil {
 			w.mu.Lock()
 			first := !w.broken
@@ -382,7 +382,7 @@ func (w *Writer) Close() {
 		w.idle.Wait()
 	}
 	w.mu.Unlock()
-	if err := w.sink.SyncAudit(); err != nil {
+	if err := w.sink.SyncAudit(context.Background()); err != nil {
 		w.log.Error("final audit sync failed", "err", err)
 	}
 }

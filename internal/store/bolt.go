@@ -346,7 +346,7 @@ func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync 
 }
 
 // SyncAudit implements audit.Sink: one fdatasync of the journal.
-func (s *Bolt) SyncAudit() error {
+func (s *Bolt) SyncAudit(ctx context.Context) error {
 	s.live.RLock()
 	defer s.live.RUnlock()
 	if s.closed {
@@ -363,7 +363,7 @@ func (s *Bolt) SyncAudit() error {
 func (s *Bolt) CommitAudit(ctx context.Context, entries []audit.Entry) error {
 	needSync, err := s.WriteAudit(ctx, entries)
 	if err == nil && needSync {
-		err = s.SyncAudit()
+		err = s.SyncAudit(ctx)
 	}
 	return err
 }

@@ -280,7 +280,7 @@ func (p *pipelineSink) WriteAudit(ctx context.Context, e []audit.Entry) (bool, e
 	return needSync, err
 }
 
-func (p *pipelineSink) SyncAudit() error {
+func (p *pipelineSink) SyncAudit(ctx context.Context) error {
 	covers := p.written.Load() // a sync covers what was written before it began
 	p.syncing.Store(true)
 	defer p.syncing.Store(false)
@@ -293,7 +293,7 @@ func (p *pipelineSink) SyncAudit() error {
 	case <-p.overlapped:
 	case <-time.After(10 * time.Second):
 	}
-	if err := p.Bolt.SyncAudit(); err != nil {
+	if err := p.Bolt.SyncAudit(ctx); err != nil {
 		return err
 	}
 	if covers > p.synced.Load() {
