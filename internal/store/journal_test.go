@@ -131,3 +131,51 @@ func TestJournalSealsSegments(t *testing.T) {
 	}
 	j.close()
 }
+
+// TestJournalPreallocates: entries overwrite zeros written out ahead (so a
+// sync has no file size to commit), replay stops at the zeros, and appends
+// after a reopen go on where the entries end.
+func TestJournalPreallocates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "airlock.db.journal")
+	j, err := openJournal(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := []byte(`{"record":"` + strings.Repeat("x", 500) + `"}`)
+	for seq := uint64(1); seq <= 3000; seq++ { // ~1.5 MiB: a second chunk
+		if err := j.append([]audit.Entry{{Seq: seq, Data: rec}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size()%allocChunk != 0 || st.Size() <= j.size {
+		t.Fatalf("file is %d bytes for %d bytes of entries: not written out ahead in %d-byte chunks", st.Size(), j.size, allocChunk)
+	}
+	j.close() // a crash: the zeros stay
+
+	j, err = openJournal(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	if err := j.replay(func(e audit.Entry) error { n++; return nil }); err != nil || n != 3000 {
+		t.Fatalf("replayed %d of 3000 entries: %v", n, err)
+	}
+	if err := j.append([]audit.Entry{{Seq: 3001, Data: rec}}); err != nil {
+		t.Fatal(err)
+	}
+	j.close()
+	j, err = openJournal(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer j.close()
+	var last uint64
+	n = 0
+	if err := j.replay(func(e audit.Entry) error { n, last = n+1, e.Seq; return nil }); err != nil || n != 3001 || last != 3001 {
+		t.Fatalf("after a reopen and one more append: %d entries, last %d, %v", n, last, err)
+	}
+}
