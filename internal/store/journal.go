@@ -32,20 +32,20 @@ import (
 // its size limit, so it never grows without bound under steady load; a
 // sealed segment is deleted once bbolt durably holds its last record.
 type journal struct {
-	syncMu  sync.Mutex // held by sync and rotation, so a sync never meets a closed file
-	mu      sync.Mutex // guards the rest; a write never waits for a sync
-	path    string
-	limit   int64
-	f       *os.File
-	size    int64 // bytes of entries in the current file
+	syncMu sync.Mutex // held by sync and rotation, so a sync never meets a closed file
+	mu     sync.Mutex // guards the rest; a write never waits for a sync
+	path   string
+	limit  int64
+	f      *os.File
+	size   int64 // bytes of entries in the current file
 	// allocated is how far the current file is written out (entries, then
 	// zeros) and synced. Entries overwrite zeros instead of growing the
 	// file, so an fdatasync has no file size to commit: on ext4 that made
 	// one 25–35% faster and cheaper in CPU. Replay stops at the zeros.
 	allocated int64
 	lastSeq   uint64
-	buf     []byte
-	sealed  []segment
+	buf       []byte
+	sealed    []segment
 }
 
 type segment struct {
