@@ -246,7 +246,8 @@ func serveBareProxy(args []string, stdout io.Writer) error {
 			}
 			mu.Unlock()
 			if err != nil {
-				http.Error(w, err.Error(), http.StatusInternalServerError)
+				fmt.Fprintln(os.Stderr, "bare proxy: fsync file:", err)
+				http.Error(w, "fsync failed", http.StatusInternalServerError)
 				return
 			}
 			rp.ServeHTTP(w, r)

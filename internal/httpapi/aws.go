@@ -13,8 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -32,11 +30,8 @@ var errAWSSignature = errors.New("the request signature does not match (check th
 // an action and resource, checks the grant, re-signs with the real
 // credentials and forwards. Refusals answer in the protocol the client speaks.
 func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
-	start := time.Now()
-	reqID := broker.NewRequestID()
-	w.Header().Set("X-Airlock-Request-Id", reqID)
-	name := chi.URLParam(r, "upstream")
-	rec := broker.CallRecord{RequestID: reqID, Upstream: truncate(name, 64), Method: truncate(r.Method, 16)}
+	start, name, rec := beginCall(w, r)
+	reqID := rec.RequestID
 	u, ok := s.b.Upstream(name)
 	deny := func(l *broker.Live, err error) {
 		p := s.refuse(r, l, &rec, start, err)

@@ -24,14 +24,22 @@ import (
 // with a Content-Length; larger ones stream.
 const smallBody = 256 << 10
 
-// proxy is ANY /v1/proxy/{upstream}/{path...}: verify, canonicalize,
-// decide, record durably, inject, forward, scrub, record the outcome.
-func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
+// beginCall starts a sandbox call on either proxy: its clock, its request
+// id (answered in X-Airlock-Request-Id at once, so even a refusal carries
+// it), the upstream named in the route, and its audit record.
+func beginCall(w http.ResponseWriter, r *http.Request) (time.Time, string, broker.CallRecord) {
 	start := time.Now()
 	reqID := broker.NewRequestID()
 	w.Header().Set("X-Airlock-Request-Id", reqID)
 	name := chi.URLParam(r, "upstream")
-	rec := broker.CallRecord{RequestID: reqID, Upstream: truncate(name, 64), Method: truncate(r.Method, 16)}
+	return start, name, broker.CallRecord{RequestID: reqID, Upstream: truncate(name, 64), Method: truncate(r.Method, 16)}
+}
+
+// proxy is ANY /v1/proxy/{upstream}/{path...}: verify, canonicalize,
+// decide, record durably, inject, forward, scrub, record the outcome.
+func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
+	start, name, rec := beginCall(w, r)
+	reqID := rec.RequestID
 
 	deny := func(l *broker.Live, err error) { writeProblem(w, s.refuse(r, l, &rec, start, err), reqID) }
 

@@ -358,16 +358,6 @@ func (s *Bolt) SyncAudit(ctx context.Context) error {
 	return nil
 }
 
-// CommitAudit writes entries and, in fsync mode, syncs them: WriteAudit and
-// SyncAudit in one call, for callers outside the audit writer.
-func (s *Bolt) CommitAudit(ctx context.Context, entries []audit.Entry) error {
-	needSync, err := s.WriteAudit(ctx, entries)
-	if err == nil && needSync {
-		err = s.SyncAudit(ctx)
-	}
-	return err
-}
-
 // AuditHead implements audit.Sink.
 func (s *Bolt) AuditHead(ctx context.Context) (uint64, string, error) {
 	if err := s.flushAudit(); err != nil {
