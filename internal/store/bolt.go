@@ -65,6 +65,9 @@ type Bolt struct {
 	kick    chan struct{}
 	flushes chan chan error
 	applied atomic.Uint64 // last seq durable in bbolt
+	// unapplied counts records written to the journal by this process and
+	// not yet in bbolt (the applier's backlog).
+	unapplied atomic.Uint64
 
 	dirty atomic.Bool
 	// live is held (read) by every write and sync, and (write) by Close, so
@@ -211,6 +214,7 @@ func (s *Bolt) applier() {
 			s.log.Error("applying the audit journal to bbolt failed (the journal keeps the records)", "err", err)
 			return err
 		}
+		s.unapplied.Add(-uint64(len(batch)))
 		clear(batch)
 		batch = batch[:0]
 		if err := s.journal.truncateIfApplied(s.applied.Load(), 1<<62); err != nil { // sealed segments only
@@ -237,8 +241,9 @@ func (s *Bolt) applier() {
 
 // maxPending bounds the records written to the journal but not yet in
 // bbolt: past it (bbolt failing for a long time) audit writes fail, so
-// calls fail closed instead of the broker running out of memory.
-const maxPending = 1 << 18
+// calls fail closed instead of the broker running out of memory. A
+// variable for tests.
+var maxPending uint64 = 1 << 18
 
 // flushAudit waits until every journaled record is in bbolt (readers of the
 // log call it first).
@@ -316,10 +321,7 @@ func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync 
 	if s.closed {
 		return false, errClosed
 	}
-	s.pendMu.Lock()
-	backlog := len(s.pend)
-	s.pendMu.Unlock()
-	if backlog >= maxPending {
+	if backlog := s.unapplied.Load(); backlog >= maxPending {
 		return false, fmt.Errorf("%d audit records are not yet in the database (is it failing?)", backlog)
 	}
 	if err := s.journal.append(entries); err != nil {
@@ -332,6 +334,7 @@ func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync 
 		// The batch is written; the journal only grows past its limit.
 		s.log.Error("sealing the audit journal failed; it keeps growing", "err", err)
 	}
+	s.unapplied.Add(uint64(len(entries)))
 	s.pendMu.Lock()
 	s.pend = append(s.pend, entries...) // the data is ours to keep (audit.Sink)
 	n := len(s.pend)

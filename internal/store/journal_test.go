@@ -179,3 +179,61 @@ func TestJournalPreallocates(t *testing.T) {
 		t.Fatalf("after a reopen and one more append: %d entries, last %d, %v", n, last, err)
 	}
 }
+
+// TestAuditBacklogFailsClosed: when records stop reaching bbolt, audit
+// writes fail once maxPending wait, rather than memory growing without end.
+func TestAuditBacklogFailsClosed(t *testing.T) {
+	defer func(old uint64) { maxPending = old }(maxPending)
+	maxPending = 50
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "a.db"), DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	_ = s.db.Close() // bbolt fails from now on: nothing is applied
+	var seq uint64
+	for err == nil && seq < 100 {
+		seq++
+		err = s.CommitAudit(context.Background(), []audit.Entry{{Seq: seq, Data: []byte(`{}`)}})
+		if seq%10 == 0 {
+			_ = s.flushAudit() // the applier tries, and fails: its batch still waits
+		}
+	}
+	if err == nil || seq > maxPending+1 {
+		t.Fatalf("records written with bbolt failing: %d (last error %v); want a refusal at %d", seq, err, maxPending+1)
+	}
+}
+
+// TestAuditBacklogCountsOnlyUnapplied: a healthy store never refuses, also
+// after a restart with more records in its log than the limit.
+func TestAuditBacklogCountsOnlyUnapplied(t *testing.T) {
+	defer func(old uint64) { maxPending = old }(maxPending)
+	maxPending = 50
+	path := filepath.Join(t.TempDir(), "a.db")
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	s, err := OpenBolt(path, DurabilityBuffered, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for seq := uint64(1); seq <= 120; seq++ {
+		if err := s.CommitAudit(context.Background(), []audit.Entry{{Seq: seq, Data: []byte(`{}`)}}); err != nil {
+			t.Fatalf("record %d: %v", seq, err)
+		}
+		if seq%10 == 0 {
+			if err := s.flushAudit(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = OpenBolt(path, DurabilityBuffered, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.CommitAudit(context.Background(), []audit.Entry{{Seq: 121, Data: []byte(`{}`)}}); err != nil {
+		t.Fatalf("first record after a restart: %v", err)
+	}
+}
