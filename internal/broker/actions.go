@@ -211,7 +211,9 @@ func (b *Broker) execute(a approval.Action) {
 		return
 	}
 	u := b.upstreams[a.Upstream]
-	ctx, cancel := context.WithTimeout(l.Context(), u.Timeout)
+	bound, stop := b.Bound(context.Background(), l)
+	defer stop()
+	ctx, cancel := context.WithTimeout(bound, u.Timeout)
 	defer cancel()
 	cred, err := u.Credential(ctx)
 	if err != nil {
@@ -240,7 +242,9 @@ func (b *Broker) execute(a approval.Action) {
 	if err != nil {
 		code := "upstream_error"
 		switch {
-		case l.Context().Err() != nil:
+		case errors.Is(Interrupted(bound), ErrKillswitch):
+			code = "killswitch_engaged"
+		case Interrupted(bound) != nil:
 			code = "session_revoked"
 		case errors.Is(err, upstream.ErrTimeout):
 			code = "upstream_timeout"

@@ -76,6 +76,7 @@ type Broker struct {
 	hmacKey   []byte
 
 	killswitch atomic.Bool
+	halt       atomic.Pointer[halt] // cancelled when the kill-switch is engaged
 
 	approvalTTL time.Duration
 	rateLimit   rate.Limit
@@ -195,6 +196,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 			b.killswitch.Store(st.Engaged)
 		}
 	}
+	b.halt.Store(newHalt(b.killswitch.Load()))
 	if err := b.load(ctx); err != nil {
 		w.Close()
 		return nil, err

@@ -210,7 +210,7 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 	}
 	st := KillswitchState{Engaged: engaged, By: p.ID, Reason: reason, Since: b.now().UTC().Format("2006-01-02T15:04:05.000Z07:00")}
 	if engaged {
-		b.killswitch.Store(true) // refuse at once, before the write
+		b.engage() // refuse new calls and cut running ones at once, before the write
 	}
 	data, _ := json.Marshal(st)
 	if err := b.store.PutMeta(ctx, metaKillswitch, data); err != nil {
@@ -223,7 +223,9 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 	if _, err := b.audit.Append(ctx, audit.Event{Type: typ, Actor: b.actorOf(p), Reason: reason}, nil); err != nil {
 		return KillswitchState{}, err
 	}
-	b.killswitch.Store(engaged)
+	if !engaged {
+		b.release()
+	}
 	return st, nil
 }
 

@@ -123,7 +123,12 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d 
 	s.metrics.call(rec.Upstream, "hold", "", time.Since(start))
 	if wait, ok := preferWait(r); ok && wait > 0 {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		a, err = s.b.WaitAction(r.Context(), a.ID, wait)
+		ctx, stop := s.b.Bound(r.Context(), l)
+		a, err = s.b.WaitAction(ctx, a.ID, wait)
+		stop()
+		if cut := broker.Interrupted(ctx); cut != nil && err == nil {
+			err = cut
+		}
 		if err != nil {
 			s.fail(w, r, err, rec.RequestID)
 			return
@@ -156,27 +161,34 @@ func writeResult(w http.ResponseWriter, res *approval.Result) {
 }
 
 // sandboxAction authenticates the sandbox and finds its own action.
-func (s *Server) sandboxAction(r *http.Request) (approval.Action, error) {
+func (s *Server) sandboxAction(r *http.Request) (*broker.Live, approval.Action, error) {
 	tok, ok := bearer(r)
 	if !ok {
-		return approval.Action{}, errMissingToken
+		return nil, approval.Action{}, errMissingToken
 	}
 	l, err := s.b.Check(tok, remoteAddr(r))
 	if err != nil {
-		return approval.Action{}, err
+		return nil, approval.Action{}, err
 	}
-	return s.b.SessionAction(r.Context(), l, chi.URLParam(r, "id"))
+	a, err := s.b.SessionAction(r.Context(), l, chi.URLParam(r, "id"))
+	return l, a, err
 }
 
 // getAction is GET /v1/actions/{id} (sandbox): the status, long-polled with Prefer: wait=N.
 func (s *Server) getAction(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.sandboxAction(r)
+	l, a, err := s.sandboxAction(r)
 	if err != nil {
 		return err
 	}
 	if wait, ok := preferWait(r); ok && wait > 0 && !a.Status.Terminal() {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		if a, err = s.b.WaitAction(r.Context(), a.ID, wait); err != nil {
+		ctx, stop := s.b.Bound(r.Context(), l)
+		a, err = s.b.WaitAction(ctx, a.ID, wait)
+		stop()
+		if cut := broker.Interrupted(ctx); cut != nil && err == nil {
+			err = cut
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -186,7 +198,7 @@ func (s *Server) getAction(w http.ResponseWriter, r *http.Request) error {
 
 // getActionResult is GET /v1/actions/{id}/result (sandbox): the executed upstream answer.
 func (s *Server) getActionResult(w http.ResponseWriter, r *http.Request) error {
-	a, err := s.sandboxAction(r)
+	_, a, err := s.sandboxAction(r)
 	if err != nil {
 		return err
 	}

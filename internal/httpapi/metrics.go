@@ -13,6 +13,18 @@ type metrics struct {
 	upstreamLatency *prometheus.HistogramVec
 	sessionsCreated prometheus.Counter
 	limitHits       *prometheus.CounterVec
+	known           func(upstream string) bool // configured upstream names
+}
+
+// unknownUpstream is the label of every name that is not configured: label
+// values come from configuration only, so no request can add a series.
+const unknownUpstream = "unknown"
+
+func (m *metrics) label(upstream string) string {
+	if m.known(upstream) {
+		return upstream
+	}
+	return unknownUpstream
 }
 
 // limitKinds are the denial codes counted as cap or limit hits (the
@@ -21,8 +33,9 @@ var limitKinds = map[string]string{
 	"constraint_violated": "constraint", "budget_exceeded": "budget", "grant_exhausted": "max_uses", "rate_limited": "rate",
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, known func(string) bool) *metrics {
 	m := &metrics{
+		known: known,
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_calls_total", Help: "Sandbox calls by upstream, decision (allow, deny, error) and problem code.",
 		}, []string{"upstream", "decision", "code"}),
@@ -46,6 +59,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 }
 
 func (m *metrics) call(upstream, decision, code string, overhead time.Duration) {
+	upstream = m.label(upstream)
 	m.calls.WithLabelValues(upstream, decision, code).Inc()
 	if kind, ok := limitKinds[code]; ok {
 		m.limitHits.WithLabelValues(kind).Inc()
@@ -54,5 +68,5 @@ func (m *metrics) call(upstream, decision, code string, overhead time.Duration) 
 }
 
 func (m *metrics) upstream(name string, d time.Duration) {
-	m.upstreamLatency.WithLabelValues(name).Observe(d.Seconds())
+	m.upstreamLatency.WithLabelValues(m.label(name)).Observe(d.Seconds())
 }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -106,10 +105,10 @@ func (s *Server) refuse(r *http.Request, l *broker.Live, rec *broker.CallRecord,
 // failed writes an error the client's protocol understands.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, u *upstream.Upstream,
 	out *upstream.Outbound, rec broker.CallRecord, start time.Time, deny func(*broker.Live, error), failed func(Problem)) {
-	ctx, cancel := context.WithTimeout(r.Context(), u.Timeout)
-	defer cancel()
-	stop := context.AfterFunc(l.Context(), cancel)
+	bound, stop := s.b.Bound(r.Context(), l)
 	defer stop()
+	ctx, cancel := context.WithTimeout(bound, u.Timeout)
+	defer cancel()
 	cred, err := u.Credential(ctx)
 	if err != nil {
 		d.Release()
@@ -126,8 +125,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live,
 	upStart := time.Now()
 	resp, err := u.Do(ctx, out, cred)
 	if err != nil {
-		if l.Context().Err() != nil {
-			err = session.ErrRevoked
+		if cut := broker.Interrupted(bound); cut != nil {
+			err = cut
 		}
 		if r.Context().Err() != nil {
 			s.b.RecordCompleted(l, d, rec, 0, time.Since(start).Microseconds(), 0, "client_gone")
@@ -148,8 +147,8 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live,
 	code := ""
 	if werr != nil {
 		code = "stream_interrupted"
-		if l.Context().Err() != nil {
-			code = "session_revoked"
+		if cut := broker.Interrupted(bound); cut != nil {
+			code = problemFor(cut).Code
 		}
 	}
 	s.b.RecordCompleted(l, d, rec, resp.StatusCode, time.Since(start).Microseconds(), n, code)

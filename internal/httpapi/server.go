@@ -48,7 +48,7 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg, ui: ui, pprof: o.Pprof}, nil
+	return &Server{b: b, log: log, metrics: newMetrics(reg, func(name string) bool { _, ok := b.Upstream(name); return ok }), reg: reg, ui: ui, pprof: o.Pprof}, nil
 }
 
 // Plane names a listener.

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+)
+
+// haltStreamer is an upstream that streams a line every few milliseconds
+// until its client goes away, and says when that happened.
+type haltStreamer struct {
+	*httptest.Server
+	started chan struct{}
+	gone    chan struct{}
+}
+
+func newHaltStreamer(t *testing.T) *haltStreamer {
+	s := &haltStreamer{started: make(chan struct{}, 1), gone: make(chan struct{}, 1)}
+	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		fl := w.(http.Flusher)
+		s.started <- struct{}{}
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			if _, err := fmt.Fprintf(w, "line %d\n", i); err != nil {
+				break
+			}
+			fl.Flush()
+			select {
+			case <-r.Context().Done():
+				s.gone <- struct{}{}
+				return
+			case <-tick.C:
+			}
+		}
+		<-r.Context().Done()
+		s.gone <- struct{}{}
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+// The global kill-switch ends what is running: a response being streamed
+// is cut off, and the upstream sees its request cancelled, once the switch
+// is acknowledged (not when the upstream decides to stop).
+func TestKillswitchCutsStreamingCall(t *testing.T) {
+	up := newUpstream(t)
+	st := newHaltStreamer(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: fmt.Sprintf(`  - name: stream
+    base_url: %s
+    sensitive: false
+    timeout: 5m
+    credential: {source: env, name: CANARY_TOKEN}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+`, st.URL)})
+	s := b.session(trustedSession(map[string]any{"upstream": "stream", "rules": []any{map[string]any{"method": "GET", "path": "/feed"}}}))
+
+	req, _ := http.NewRequest("GET", b.sandbox+"/v1/proxy/stream/feed", nil)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	resp, err := (&http.Client{}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("stream: %d", resp.StatusCode)
+	}
+	rd := bufio.NewReader(resp.Body)
+	if _, err := rd.ReadString('\n'); err != nil {
+		t.Fatalf("first line: %v", err)
+	}
+	<-st.started
+
+	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
+		t.Fatalf("engage: %d %s", r.status, r.body)
+	}
+	// Acknowledged: the upstream call is cancelled and the stream ends.
+	select {
+	case <-st.gone:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the upstream call was still running after the kill-switch was acknowledged")
+	}
+	ended := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, rd); ended <- err }()
+	select {
+	case <-ended:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the sandbox's stream was not cut off by the kill-switch")
+	}
+	eventually(t, 10*time.Second, func() bool {
+		for _, rec := range parseAudit(t, b.auditExport()) {
+			if rec.Type == "call.completed" && rec.SessionID == s.ID && rec.Code == "killswitch_engaged" {
+				return true
+			}
+		}
+		return false
+	})
+	b.do("GET", b.sandbox+"/v1/proxy/stream/feed", s.Token, nil).wantProblem(t, 503, "killswitch_engaged")
+
+	// Released, the same session works again.
+	if r := b.do("DELETE", b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
+		t.Fatalf("release: %d %s", r.status, r.body)
+	}
+	s2 := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s2.Token, nil); r.status != 200 {
+		t.Fatalf("after release: %d %s", r.status, r.body)
+	}
+}
+
+// A call waiting at the upstream (no bytes yet) and sandboxes long-polling
+// for a reviewer's decision are answered at once when the switch is engaged.
+func TestKillswitchEndsWaitingCallsAndLongPolls(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	slow := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/slow"})))
+	gated := gatedSession(b, adminToken, nil)
+
+	results := make(chan response, 3)
+	go func() { results <- b.do("GET", b.sandbox+"/v1/proxy/api/slow", slow.Token, nil) }()
+	<-up.started
+	// A gated call holding its connection for the decision.
+	go func() {
+		results <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 1}`, "Prefer", "wait=60")
+	}()
+	// A second gated action, long-polled through GET /v1/actions/{id}.
+	r := b.do("POST", b.sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 2}`)
+	if r.status != 202 {
+		t.Fatalf("gated call: %d %s", r.status, r.body)
+	}
+	a := decodeAction(t, r)
+	go func() {
+		results <- b.do("GET", b.sandbox+"/v1/actions/"+a.ID, gated.Token, nil, "Prefer", "wait=60")
+	}()
+	eventually(t, 10*time.Second, func() bool {
+		var n int
+		for _, x := range parseAudit(t, b.auditExport()) {
+			if x.Type == "action.pending" {
+				n++
+			}
+		}
+		return n == 2
+	})
+
+	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
+		t.Fatalf("engage: %d %s", r.status, r.body)
+	}
+	for i := 0; i < 3; i++ {
+		select {
+		case r := <-results:
+			r.wantProblem(t, 503, "killswitch_engaged")
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d of 3 waiting calls were still waiting after the kill-switch was acknowledged", 3-i)
+		}
+	}
+}
+
+// airlockSeries lists the Prometheus series (name and labels) that Airlock
+// itself exposes.
+func airlockSeries(t *testing.T, b *brokerProc) []string {
+	t.Helper()
+	r := b.do("GET", b.control+"/metrics", "", nil)
+	if r.status != 200 {
+		t.Fatalf("/metrics: %d", r.status)
+	}
+	var out []string
+	for _, line := range strings.Split(string(r.body), "\n") {
+		if !strings.HasPrefix(line, "airlock_") {
+			continue
+		}
+		series, _, _ := strings.Cut(line, " ")
+		out = append(out, series)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// No unauthenticated input makes state: calls to upstream names nobody
+// configured, with or without a token, are counted as "unknown" and never
+// add a series to /metrics.
+func TestRandomUpstreamNamesDoNotGrowMetrics(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	s := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	warm := func(i int) {
+		b.do("GET", fmt.Sprintf("%s/v1/proxy/nx-%d/ok", b.sandbox, i), "", nil)
+		b.do("GET", fmt.Sprintf("%s/v1/proxy/nx-%d/ok", b.sandbox, i), s.Token, nil).wantProblem(t, 404, "not_found")
+		b.do("GET", fmt.Sprintf("%s/v1/aws/nx-%d/bucket/key", b.sandbox, i), "", nil)
+	}
+	warm(0)
+	before := airlockSeries(t, b)
+	for i := 1; i <= 200; i++ {
+		warm(i)
+	}
+	after := airlockSeries(t, b)
+	if strings.Join(before, "\n") != strings.Join(after, "\n") {
+		t.Fatalf("random upstream names changed the series:\nbefore %d: %v\nafter %d: %v", len(before), before, len(after), after)
+	}
+	for _, series := range after {
+		if strings.Contains(series, "nx-") {
+			t.Fatalf("a name from the request became a label: %s", series)
+		}
+	}
+	found := false
+	for _, series := range after {
+		found = found || strings.Contains(series, `upstream="unknown"`)
+	}
+	if !found {
+		t.Fatal(`refused calls to unknown upstreams are not counted under upstream="unknown"`)
+	}
+}
