@@ -32,7 +32,7 @@ func mustLive(tb testing.TB, spec Spec) *Live {
 
 func mustCall(tb testing.TB, method, path, query, body string) *Call {
 	tb.Helper()
-	segs, err := CanonicalPath(path)
+	segs, err := CanonicalPath(path, PathOptions{})
 	if err != nil {
 		tb.Fatal(err)
 	}
