@@ -91,6 +91,15 @@ type Upstream struct {
 	ForwardHeaders []string      `yaml:"forward_headers"`
 	Credential     Credential    `yaml:"credential"`
 	Inject         Inject        `yaml:"inject"`
+
+	// AllowPathSemicolons lets sandbox paths carry ";" in a segment (matrix
+	// parameters, "name;v=2"), for upstreams that need them. Off by default:
+	// a Tomcat- or Spring-style server cuts a segment at ";", so "..;" and
+	// "name;x" would reach another resource than the one the grant checked.
+	// Even when on, a segment that is empty, "." or ".." before its ";" is
+	// refused. http upstreams only.
+	AllowPathSemicolons bool `yaml:"allow_path_semicolons"`
+
 	// aws upstreams (not yet supported)
 	Service  string `yaml:"service"`
 	Region   string `yaml:"region"`
@@ -489,7 +498,7 @@ func (u *Upstream) validateAWS(f string) error {
 	if err != nil || (eu.Scheme != "http" && eu.Scheme != "https") || eu.Host == "" || eu.RawQuery != "" {
 		return fieldErr(f+".endpoint", "must be an absolute http(s) URL")
 	}
-	if u.BaseURL != "" || u.Inject != (Inject{}) || len(u.ForwardHeaders) > 0 {
+	if u.BaseURL != "" || u.Inject != (Inject{}) || len(u.ForwardHeaders) > 0 || u.AllowPathSemicolons {
 		return fieldErr(f, "aws upstreams take service, region and endpoint; requests are SigV4-signed, not injected")
 	}
 	u.BaseURL = u.Endpoint
@@ -604,6 +613,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser},
 			AWS:    awsCfg,
 		}
+		up.AllowPathSemicolons = u.AllowPathSemicolons
 		up.SetTransport(upstream.NewTransport())
 		out[u.Name] = up
 	}

@@ -39,6 +39,16 @@ func TestParseDefaultsAndExpansion(t *testing.T) {
 	if err != nil || ups["github"] == nil {
 		t.Fatalf("Build: %v", err)
 	}
+	if ups["github"].AllowPathSemicolons {
+		t.Error("allow_path_semicolons must default to false")
+	}
+	c, err = Parse([]byte(base+"    allow_path_semicolons: true\n"), env(map[string]string{"ADMIN": "0123456789abcdef0"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ups, _, err := c.Build(env(map[string]string{"GITHUB_TOKEN": "x"}), slog.New(slog.NewTextHandler(io.Discard, nil))); err != nil || !ups["github"].AllowPathSemicolons {
+		t.Fatalf("allow_path_semicolons: true does not reach the upstream: %v", err)
+	}
 	if _, _, err := c.Build(env(nil), slog.New(slog.NewTextHandler(io.Discard, nil))); err == nil || !strings.Contains(err.Error(), "GITHUB_TOKEN") {
 		t.Fatalf("Build without the env credential: %v", err)
 	}
@@ -66,6 +76,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{name: "format without secret", yaml: base + "    inject: {header: X-Key, format: static}\n", env: admin, field: "upstreams[0].inject.format"},
 		{name: "no credential", yaml: strings.Replace(base, "    credential: {source: env, name: GITHUB_TOKEN}\n", "", 1), env: admin, field: "upstreams[0].credential.source"},
 		{name: "aws needs a service", yaml: strings.Replace(base, "name: github", "name: s3\n    type: aws", 1), env: admin, field: "upstreams[0].service"},
+		{name: "path semicolons on aws", yaml: "admin_token: ${ADMIN}\nupstreams:\n  - name: s3\n    type: aws\n    service: s3\n    region: us-east-1\n    allow_path_semicolons: true\n    credential: {source: aws}\n", env: admin, field: "upstreams[0]"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

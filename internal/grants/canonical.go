@@ -20,13 +20,24 @@ func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadRequest}, args...)...)
 }
 
+// PathOptions are an upstream's choices in path canonicalization.
+type PathOptions struct {
+	// AllowSemicolons lets path segments carry ";" (matrix parameters such as
+	// "name;v=2"). Off by default: servers in the Tomcat and Spring tradition
+	// cut a segment at ";" before resolving it, so "..;" climbs a level there
+	// and "name;x" is "name". Even when allowed, a segment that is empty, "."
+	// or ".." once its ";" part is cut off is refused.
+	AllowSemicolons bool
+}
+
 // CanonicalPath checks an escaped request path (as sent on the wire) and
 // returns its decoded segments. It rejects, rather than normalizes, anything
-// that could be read two ways: "." and ".." segments (also percent-encoded),
-// empty segments ("//"), encoded "/" "\" and NUL, raw backslashes, control
-// characters, invalid escapes and any escaping that is not the canonical one.
+// that could be read two ways: "." and ".." segments (also percent-encoded,
+// and with a ";" part: "..;x"), empty segments ("//"), encoded "/" "\" and
+// NUL, raw backslashes, control characters, invalid escapes, any escaping
+// that is not the canonical one, and ";" unless opts allow it.
 // The path "/" yields no segments.
-func CanonicalPath(escaped string) ([]string, error) {
+func CanonicalPath(escaped string, opts PathOptions) ([]string, error) {
 	if escaped == "" || escaped[0] != '/' {
 		return nil, badRequest("path must start with /")
 	}
@@ -37,7 +48,7 @@ func CanonicalPath(escaped string) ([]string, error) {
 	segs := make([]string, 0, strings.Count(rest, "/")+1)
 	for {
 		raw, tail, more := strings.Cut(rest, "/")
-		seg, err := canonicalSegment(raw)
+		seg, err := canonicalSegment(raw, opts)
 		if err != nil {
 			return nil, err
 		}
@@ -50,7 +61,7 @@ func CanonicalPath(escaped string) ([]string, error) {
 	return segs, nil
 }
 
-func canonicalSegment(raw string) (string, error) {
+func canonicalSegment(raw string, opts PathOptions) (string, error) {
 	if raw == "" {
 		return "", badRequest("empty path segment")
 	}
@@ -69,6 +80,18 @@ func canonicalSegment(raw string) (string, error) {
 	}
 	if seg == "." || seg == ".." {
 		return "", badRequest("dot segment in path")
+	}
+	if name, _, params := strings.Cut(seg, ";"); params {
+		// What a server that strips path parameters resolves.
+		if name == "." || name == ".." {
+			return "", badRequest("dot segment with parameters in path")
+		}
+		if !opts.AllowSemicolons {
+			return "", badRequest("semicolon in path (the upstream does not allow path parameters)")
+		}
+		if name == "" {
+			return "", badRequest("empty path segment before parameters")
+		}
 	}
 	if !utf8.ValidString(seg) {
 		return "", badRequest("path is not valid UTF-8")
@@ -232,7 +255,10 @@ func validText(s string) bool {
 
 // ParseJSON decodes a JSON document strictly: one value, no trailing data,
 // valid UTF-8, no duplicate object keys (which two parsers could resolve
-// differently), numbers kept as json.Number, nesting bounded. The standard
+// differently), not even keys that differ only in case (equal fold keys,
+// which a case-insensitive decoder reads as one field), numbers kept as
+// json.Number, nesting bounded. Evaluate relies on this: in a parsed body,
+// at most one key of an object has a given fold key. The standard
 // decoder parses; a scan of the (then known valid) bytes finds duplicate
 // keys and excess depth without allocating per token.
 func ParseJSON(data []byte) (any, error) {
@@ -256,14 +282,16 @@ func ParseJSON(data []byte) (any, error) {
 
 const maxJSONDepth = 64
 
-// checkKeys walks a valid JSON document for duplicate object keys (compared
-// after unescaping) and for values nested deeper than maxJSONDepth.
+// checkKeys walks a valid JSON document for object keys that name the same
+// field (compared after unescaping, by fold key: "to" and "TO" are one field
+// to a case-insensitive decoder) and for values nested deeper than
+// maxJSONDepth.
 func checkKeys(data []byte) error {
 	type frame struct {
 		obj       bool
 		expectKey bool
-		keys      []string            // the first few keys, compared linearly
-		set       map[string]struct{} // all keys, once there are many (no quadratic scan)
+		keys      []string          // the first few keys, compared linearly
+		set       map[string]string // all keys by fold key, once there are many (no quadratic scan)
 	}
 	stack := make([]frame, 0, 8)
 	value := func() error {
@@ -300,24 +328,31 @@ func checkKeys(data []byte) error {
 						return badRequest("malformed JSON body")
 					}
 				}
-				dup := false
+				other, dup := "", false
 				if top.set != nil {
-					_, dup = top.set[key]
-					top.set[key] = struct{}{}
+					fk := foldKey(key)
+					other, dup = top.set[fk]
+					top.set[fk] = key
 				} else {
 					for _, k := range top.keys {
-						dup = dup || k == key
+						if k == key || foldEqual(k, key) {
+							other, dup = k, true
+							break
+						}
 					}
 					top.keys = append(top.keys, key)
 					if len(top.keys) > 16 {
-						top.set = make(map[string]struct{}, 64)
+						top.set = make(map[string]string, 64)
 						for _, k := range top.keys {
-							top.set[k] = struct{}{}
+							top.set[foldKey(k)] = k
 						}
 					}
 				}
-				if dup {
+				switch {
+				case dup && other == key:
 					return badRequest("duplicate JSON key %q", truncate(key, 64))
+				case dup:
+					return badRequest("ambiguous JSON key %q: it names the same field as another key to a case-insensitive reader", truncate(key, 64))
 				}
 				top.expectKey = false
 			} else if err := value(); err != nil {

@@ -15,9 +15,11 @@ import (
 )
 
 func TestCanonicalPath(t *testing.T) {
+	allow := PathOptions{AllowSemicolons: true}
 	tests := []struct {
 		name    string
 		in      string
+		opts    PathOptions
 		want    []string
 		wantErr bool
 	}{
@@ -25,7 +27,21 @@ func TestCanonicalPath(t *testing.T) {
 		{name: "plain", in: "/repos/acme/widgets/issues", want: []string{"repos", "acme", "widgets", "issues"}},
 		{name: "escaped space", in: "/a%20b", want: []string{"a b"}},
 		{name: "lower-case hex is equivalent", in: "/caf%c3%a9", want: []string{"café"}},
-		{name: "sub-delims stay", in: "/a,b;c=d:e@f", want: []string{"a,b;c=d:e@f"}},
+		{name: "sub-delims stay", in: "/a,b;c=d:e@f", opts: allow, want: []string{"a,b;c=d:e@f"}},
+		{name: "sub-delims without semicolon stay", in: "/a,b=c:d@e!$&'()*+", want: []string{"a,b=c:d@e!$&'()*+"}},
+		{name: "fail-semicolon by default", in: "/a,b;c=d:e@f", wantErr: true},
+		{name: "fail-jsessionid by default", in: "/api/items;jsessionid=0123", wantErr: true},
+		{name: "fail-dotdot with empty params", in: "/api/..;/admin", wantErr: true},
+		{name: "fail-dotdot with empty params allowed", in: "/api/..;/admin", opts: allow, wantErr: true},
+		{name: "fail-dotdot with params allowed", in: "/api/..;a=b/admin", opts: allow, wantErr: true},
+		{name: "fail-dot with params allowed", in: "/api/.;x/admin", opts: allow, wantErr: true},
+		{name: "fail-encoded dotdot with params allowed", in: "/api/%2e%2E;x/admin", opts: allow, wantErr: true},
+		{name: "fail-dotdot encoded semicolon allowed", in: "/api/..%3B/admin", opts: allow, wantErr: true},
+		{name: "fail-dotdot encoded semicolon", in: "/api/..%3b/admin", wantErr: true},
+		{name: "fail-empty name with params allowed", in: "/api/;x/admin", opts: allow, wantErr: true},
+		{name: "fail-encoded semicolon allowed", in: "/api/a%3Bb", opts: allow, wantErr: true},
+		{name: "matrix params allowed", in: "/api/items;v=2/x", opts: allow, want: []string{"api", "items;v=2", "x"}},
+		{name: "dots inside a name with params allowed", in: "/api/...;x/a..;b", opts: allow, want: []string{"api", "...;x", "a..;b"}},
 		{name: "fail-dotdot", in: "/repos/../admin", wantErr: true},
 		{name: "fail-dot", in: "/repos/./acme", wantErr: true},
 		{name: "fail-encoded dotdot", in: "/repos/%2e%2e/admin", wantErr: true},
@@ -47,7 +63,7 @@ func TestCanonicalPath(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := CanonicalPath(tt.in)
+			got, err := CanonicalPath(tt.in, tt.opts)
 			if tt.wantErr {
 				if !errors.Is(err, ErrBadRequest) {
 					t.Fatalf("CanonicalPath(%q) = %q, %v; want ErrBadRequest", tt.in, got, err)
@@ -61,7 +77,7 @@ func TestCanonicalPath(t *testing.T) {
 				t.Errorf("CanonicalPath(%q) (-want +got):\n%s", tt.in, diff)
 			}
 			// What is forwarded is the canonical form of what was checked.
-			segs, err := CanonicalPath(JoinPath(got))
+			segs, err := CanonicalPath(JoinPath(got), tt.opts)
 			if err != nil || !cmp.Equal(segs, got) {
 				t.Errorf("JoinPath(%q) = %q does not canonicalize to itself", got, JoinPath(got))
 			}
@@ -111,10 +127,26 @@ func TestParseJSON(t *testing.T) {
 		name    string
 		in      string
 		wantErr bool
+		detail  string // in the error, when wantErr
 	}{
 		{name: "object", in: `{"a": {"b": [1, 2, {"c": "d"}]}}`},
-		{name: "fail-duplicate key", in: `{"amount": 1, "amount": 1000}`, wantErr: true},
+		{name: "fail-duplicate key", in: `{"amount": 1, "amount": 1000}`, wantErr: true, detail: `duplicate JSON key "amount"`},
 		{name: "fail-nested duplicate key", in: `{"a": {"to": "x", "to": "y"}}`, wantErr: true},
+		{name: "fail-upper-case variant", in: `{"to": "acme", "TO": "mallory"}`, wantErr: true, detail: `ambiguous JSON key "TO"`},
+		{name: "fail-mixed-case variant", in: `{"amount": 1, "aMoUnT": 1000000}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-escaped variant", in: `{"to": "acme", "\u0054o": "mallory"}`, wantErr: true, detail: `ambiguous JSON key "To"`},
+		{name: "fail-long s (Go folding)", in: `{"cost": 1, "co\u017ft": 1000000}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-long s raw", in: `{"status": "draft", "ſtatus": "published"}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-kelvin sign (Go folding)", in: `{"kind": "a", "\u212aind": "b"}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-dotless i (.NET upper-casing)", in: `{"id": 1, "\u0131d": 2}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-dotted capital I", in: `{"id": 1, "\u0130D": 2}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-greek final sigma", in: `{"\u03c3": 1, "\u03c2": 2}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-nested variant", in: `{"meta": {"label": "a", "Label": "b"}}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-variant inside an array", in: `{"items": [{"sku": "A-1"}, {"sku": "A-2", "SKU": "Z-9"}]}`, wantErr: true, detail: "ambiguous"},
+		{name: "fail-variant in a top-level array", in: `[{"to": 1, "tO": 2}]`, wantErr: true, detail: "ambiguous"},
+		{name: "variant keys in different objects", in: `{"to": "a", "meta": {"TO": "b"}, "items": [{"To": 1}, {"tO": 2}]}`},
+		{name: "accents are not case", in: `{"to": 1, "tö": 2, "tô": 3}`},
+		{name: "full case mappings are not folded", in: `{"ss": 1, "ß": 2}`},
 		{name: "fail-trailing data", in: `{"a": 1} {"a": 2}`, wantErr: true},
 		{name: "fail-invalid utf8", in: "{\"a\": \"\xff\"}", wantErr: true},
 		{name: "fail-truncated", in: `{"a": `, wantErr: true},
@@ -129,6 +161,9 @@ func TestParseJSON(t *testing.T) {
 			if err != nil && !errors.Is(err, ErrBadRequest) {
 				t.Fatalf("error %v is not ErrBadRequest", err)
 			}
+			if err != nil && !strings.Contains(err.Error(), tt.detail) {
+				t.Fatalf("error %q does not say %q", err, tt.detail)
+			}
 		})
 	}
 }
@@ -142,11 +177,14 @@ func repeat(c byte, n int) []byte {
 }
 
 func FuzzCanonicalPath(f *testing.F) {
-	for _, s := range []string{"/", "/a/b", "/a/../b", "/a%2fb", "/%2e%2e", "/a//b", "/caf%C3%A9", "/a\\b"} {
-		f.Add(s)
+	for _, s := range []string{"/", "/a/b", "/a/../b", "/a%2fb", "/%2e%2e", "/a//b", "/caf%C3%A9", "/a\\b",
+		"/a/..;/b", "/a/.;x/b", "/a;x/b", "/;x", "/a/%2e%2e;x", "/a/..%3B/b"} {
+		f.Add(s, false)
+		f.Add(s, true)
 	}
-	f.Fuzz(func(t *testing.T, in string) {
-		segs, err := CanonicalPath(in)
+	f.Fuzz(func(t *testing.T, in string, allowSemicolons bool) {
+		opts := PathOptions{AllowSemicolons: allowSemicolons}
+		segs, err := CanonicalPath(in, opts)
 		if err != nil {
 			return
 		}
@@ -159,8 +197,16 @@ func FuzzCanonicalPath(f *testing.F) {
 					t.Fatalf("CanonicalPath(%q) accepted a segment with %q", in, s[i])
 				}
 			}
+			// What a server that cuts segments at ";" resolves.
+			name, _, params := strings.Cut(s, ";")
+			if params && !allowSemicolons {
+				t.Fatalf("CanonicalPath(%q) accepted a semicolon without the upstream's leave", in)
+			}
+			if name == "" || name == "." || name == ".." {
+				t.Fatalf("CanonicalPath(%q) accepted segment %q, which is %q without its parameters", in, s, name)
+			}
 		}
-		again, err := CanonicalPath(JoinPath(segs))
+		again, err := CanonicalPath(JoinPath(segs), opts)
 		if err != nil || !cmp.Equal(again, segs) {
 			t.Fatalf("JoinPath of %q is not canonical", in)
 		}
@@ -176,7 +222,7 @@ func FuzzParseJSON(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if _, ok := lookup(v, nil); !ok {
+		if _, ok, _ := lookup(v, nil); !ok {
 			t.Fatal("lookup of the root failed")
 		}
 	})
@@ -188,7 +234,7 @@ func BenchmarkCanonicalize(b *testing.B) {
 	body := []byte(`{"amount": 50, "to": "acme", "currency": "EUR", "memo": "rent", "items": [{"sku": "A-1"}]}`)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := CanonicalPath("/repos/acme/widgets/issues/42/comments"); err != nil {
+		if _, err := CanonicalPath("/repos/acme/widgets/issues/42/comments", PathOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		if _, err := ParseQuery("page=2&per_page=50&sort=created"); err != nil {
@@ -233,6 +279,7 @@ func tokenValue(dec *json.Decoder, depth int) (any, error) {
 		switch t {
 		case '{':
 			obj := map[string]any{}
+			folded := map[string]bool{}
 			for dec.More() {
 				kt, err := dec.Token()
 				if err != nil {
@@ -245,6 +292,10 @@ func tokenValue(dec *json.Decoder, depth int) (any, error) {
 				if _, dup := obj[key]; dup {
 					return nil, badRequest("duplicate JSON key %q", truncate(key, 64))
 				}
+				if folded[foldKey(key)] {
+					return nil, badRequest("ambiguous JSON key %q", truncate(key, 64))
+				}
+				folded[foldKey(key)] = true
 				v, err := tokenValue(dec, depth+1)
 				if err != nil {
 					return nil, err
@@ -279,6 +330,7 @@ func tokenValue(dec *json.Decoder, depth int) (any, error) {
 // exactly what the token-by-token parser does, and decodes the same value.
 func FuzzParseJSONMatchesTokenParser(f *testing.F) {
 	for _, s := range []string{`{}`, `{"a":1}`, `{"a":1,"a":2}`, `{"a":1,"\u0061":2}`, `[1,{"b":[true,null]}]`, `{"a":{"b":1},"b":{"b":2}}`,
+		`{"to":1,"TO":2}`, `{"s":1,"\u017f":2}`, `{"k":1,"\u212a":2}`, `{"I":1,"\u0131":2}`, `{"ss":1,"\u00df":2}`,
 		`"x"`, `1e5`, `{"a":1} x`, `[[[[1]]]]`, `{"k":"v\"","k2":"a"}`, "{\"a\":\"\\\\\",\"a\":1}"} {
 		f.Add([]byte(s))
 	}
@@ -292,6 +344,21 @@ func FuzzParseJSONMatchesTokenParser(f *testing.F) {
 			t.Fatalf("ParseJSON(%q) = %#v, token parser %#v", in, got, want)
 		}
 	})
+}
+
+// TestParseJSONManyKeysVariant: past the first few keys, variants are
+// found through the fold-key index.
+func TestParseJSONManyKeysVariant(t *testing.T) {
+	var b strings.Builder
+	b.WriteString(`{"amount": 1`)
+	for i := 0; i < 100; i++ {
+		fmt.Fprintf(&b, ",\"k%d\":%d", i, i)
+	}
+	b.WriteString(`,"AMOUNT":1000000}`)
+	_, err := ParseJSON([]byte(b.String()))
+	if !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), `ambiguous JSON key "AMOUNT"`) {
+		t.Fatalf("a variant among many keys: %v", err)
+	}
 }
 
 func TestParseJSONManyKeys(t *testing.T) {

@@ -20,7 +20,7 @@ type Call struct {
 	Segments []string
 	Query    []Param
 	Header   http.Header // as sent by the sandbox; forbidden headers are never read
-	Body     any         // the parsed body when BodyJSON
+	Body     any         // the parsed body when BodyJSON, from ParseJSON: no two keys of an object share a fold key
 	BodyJSON bool
 	HasBody  bool
 }
@@ -176,7 +176,20 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 				v, present = vals[0], true
 			}
 		case locBody:
-			v, present = lookup(c.Body, ch.p.body)
+			var exact bool
+			v, present, exact = lookup(c.Body, ch.p.body)
+			if !exact {
+				// A key on the path is a case variant of the grant's name: the
+				// same field to a case-insensitive upstream, another field to
+				// a case-sensitive one. Refused, after the value's own check
+				// (so a differing pin is reported as such).
+				if present {
+					if err := ch.check(v); err != nil {
+						return nil, err
+					}
+				}
+				return nil, misspelled(ch.p.key)
+			}
 		}
 		if !present {
 			switch {
@@ -238,18 +251,15 @@ func (d *Decision) apply(f fill, c *Call) error {
 			d.Body = map[string]any{}
 		}
 		if !set(d.Body, f.p.body, pinValue(f.v)) {
-			return &Violation{Param: f.p.key, Constraint: "pin", Msg: "cannot be filled in: a parent is not an object"}
+			return &Violation{Param: f.p.key, Constraint: "pin", Msg: "cannot be filled in: a parent is not an object, or a key on the way differs from the grant's spelling only in case"}
 		}
 	}
 	return nil
 }
 
 func (d *Decision) amountsFor(g *Live, c *Call) error {
-	if len(g.Grant.Budget) == 0 {
-		return nil
-	}
-	for key := range g.Grant.Budget {
-		p, _ := splitParam(key)
+	for _, p := range g.budget {
+		key := p.key
 		var (
 			v       any
 			present bool
@@ -265,7 +275,11 @@ func (d *Decision) amountsFor(g *Live, c *Call) error {
 				}
 			}
 		case locBody:
-			v, present = lookup(d.Body, p.body)
+			var exact bool
+			v, present, exact = lookup(d.Body, p.body)
+			if !exact {
+				return misspelled(key)
+			}
 		}
 		if !present {
 			continue
@@ -426,40 +440,75 @@ func pinValue(v any) any {
 	return v
 }
 
-func lookup(doc any, path []string) (any, bool) {
+// misspelled is the violation of a body reaching a constrained parameter
+// through a key spelled differently from the grant.
+func misspelled(key string) error {
+	return &Violation{Param: key, Constraint: "name", Msg: "a key on this path differs from the grant's spelling only in case; send it as the grant spells it"}
+}
+
+// lookup finds the value at path in a parsed body. Object keys match by
+// fold key (see foldKey), as a case-insensitive upstream would read them;
+// exact is false when a key on the way matched only so (spelled
+// differently from path), whether or not the value was then found.
+func lookup(doc any, path []string) (v any, found, exact bool) {
 	cur := doc
+	exact = true
 	for _, seg := range path {
 		switch x := cur.(type) {
 		case map[string]any:
-			v, ok := x[seg]
+			next, ok := x[seg]
 			if !ok {
-				return nil, false
+				// ParseJSON lets no other key share seg's fold key when seg
+				// itself is present; otherwise at most one key does.
+				var k string
+				if k, ok = foldFind(x, seg); !ok {
+					return nil, false, exact
+				}
+				next, exact = x[k], false
 			}
-			cur = v
+			cur = next
 		case []any:
 			i, err := strconv.Atoi(seg)
 			if err != nil || i < 0 || i >= len(x) {
-				return nil, false
+				return nil, false, exact
 			}
 			cur = x[i]
 		default:
-			return nil, false
+			return nil, false, exact
 		}
 	}
-	return cur, true
+	return cur, true, exact
 }
 
+// foldFind finds the key of m with seg's fold key.
+func foldFind(m map[string]any, seg string) (string, bool) {
+	for k := range m {
+		if foldEqual(k, seg) {
+			return k, true
+		}
+	}
+	return "", false
+}
+
+// set puts v at path, creating missing objects on the way. It never makes
+// two keys of an object share a fold key: it fails when a key on the way
+// (or at the end) is a case variant of path's.
 func set(doc any, path []string, v any) bool {
 	cur := doc
 	for i, seg := range path {
 		last := i == len(path)-1
 		switch x := cur.(type) {
 		case map[string]any:
+			next, ok := x[seg]
+			if !ok {
+				if _, variant := foldFind(x, seg); variant {
+					return false
+				}
+			}
 			if last {
 				x[seg] = v
 				return true
 			}
-			next, ok := x[seg]
 			if !ok {
 				next = map[string]any{}
 				x[seg] = next
@@ -501,7 +550,9 @@ func deepCopy(v any) any {
 }
 
 // unknownLeaf finds a leaf of doc that no named path covers (a named path
-// covers itself and everything below it).
+// covers itself and everything below it). Paths are compared by fold key:
+// named holds the fold keys of the grant's paths, and the leaf is reported
+// by fold key too.
 func unknownLeaf(doc any, prefix string, named map[string]bool) (string, bool) {
 	if prefix != "" && named[prefix] {
 		return "", false
@@ -518,6 +569,7 @@ func unknownLeaf(doc any, prefix string, named map[string]bool) (string, bool) {
 			return prefix, true
 		}
 		for k, v := range x {
+			k = foldKey(k)
 			if strings.Contains(k, ".") {
 				return join(k), true
 			}
@@ -541,6 +593,21 @@ func unknownLeaf(doc any, prefix string, named map[string]bool) (string, bool) {
 		return "(document)", true
 	}
 	return prefix, true
+}
+
+// BodyBytes is the body to forward for a call that sent raw: the checked
+// body re-serialized when the broker changed it (a pin filled in), else raw,
+// the very bytes that were checked. Either way no object in it holds two
+// keys that differ only in case.
+func (d *Decision) BodyBytes(raw []byte) ([]byte, error) {
+	if !d.BodyChanged {
+		return raw, nil
+	}
+	b, err := json.Marshal(d.Body)
+	if err != nil {
+		return nil, badRequest("could not encode the body")
+	}
+	return b, nil
 }
 
 // Amounts returns the budgeted amounts the decision reserved, by parameter.

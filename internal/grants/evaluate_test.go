@@ -32,7 +32,7 @@ func mustLive(tb testing.TB, spec Spec) *Live {
 
 func mustCall(tb testing.TB, method, path, query, body string) *Call {
 	tb.Helper()
-	segs, err := CanonicalPath(path)
+	segs, err := CanonicalPath(path, PathOptions{})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -281,6 +281,16 @@ func TestValidate(t *testing.T) {
 		{name: "fail-zero budget", spec: Spec{Upstream: "gh", Budget: map[string]float64{"body.x": 0}, Rules: []Rule{{Method: "GET", Path: "/"}}}, wantField: "g.budget.body.x"},
 		{name: "fail-approval", spec: Spec{Upstream: "gh", Approval: "never", Rules: []Rule{{Method: "GET", Path: "/"}}}, wantField: "g.approval"},
 		{name: "fail-aws fields on http", spec: Spec{Upstream: "gh", Rules: []Rule{{Action: "s3:GetObject", Resource: "*"}}}, wantField: "g.rules[0]"},
+		{name: "fail-two spellings of one body field", spec: Spec{Upstream: "gh", Rules: []Rule{{Method: "POST", Path: "/", Constraints: map[string]Constraint{
+			"body.to": {Pin: "acme"}, "body.TO": {Pin: "mallory"}}}}}, wantField: "g.rules[0].constraints.body.to"},
+		{name: "fail-two spellings of a parent", spec: Spec{Upstream: "gh", Rules: []Rule{{Method: "POST", Path: "/", Constraints: map[string]Constraint{
+			"body.meta.a": {Pin: "x"}, "body.Meta.b": {Pin: "y"}}}}}, wantField: "g.rules[0].constraints.body.meta.a"},
+		{name: "fail-budget spelled differently from a constraint", spec: Spec{Upstream: "gh", Budget: map[string]float64{"body.Amount": 10}, Rules: []Rule{{Method: "POST", Path: "/", Constraints: map[string]Constraint{
+			"body.amount": {Max: ptr(5.0)}}}}}, wantField: "g.rules[0].constraints.body.amount"},
+		{name: "fail-two spellings of a budget", spec: Spec{Upstream: "gh", Budget: map[string]float64{"body.amount": 10, "body.AMOUNT": 10}, Rules: []Rule{{Method: "POST", Path: "/"}}}, wantField: "g.budget.body.amount"},
+		{name: "ok, one spelling in two rules", spec: Spec{Upstream: "gh", Rules: []Rule{
+			{Method: "POST", Path: "/a", Constraints: map[string]Constraint{"body.to": {Pin: "x"}}},
+			{Method: "POST", Path: "/b", Constraints: map[string]Constraint{"body.TO": {Pin: "x"}}}}}},
 		{name: "ok", spec: paymentSpec()},
 	}
 	for _, tt := range tests {
@@ -381,5 +391,105 @@ func TestAWSRules(t *testing.T) {
 	// An http-style call never matches an aws rule and vice versa.
 	if _, err := Evaluate(t0, []*Live{g}, "s3", &Call{Method: "PUT", Header: http.Header{}}); !errors.Is(err, ErrNoMatchingGrant) {
 		t.Fatalf("http call on aws rules: %v", err)
+	}
+}
+
+// TestEvaluateCaseVariantKeys: a body key that differs from a constrained
+// name only in case is that name (a case-insensitive upstream reads it so),
+// never an unknown field beside an absent one.
+func TestEvaluateCaseVariantKeys(t *testing.T) {
+	spec := Spec{Upstream: "pay", Budget: map[string]float64{"body.fee": 10}, Rules: []Rule{{
+		Method: "POST", Path: "/pay",
+		Constraints: map[string]Constraint{
+			"body.to":          {Pin: "acme"},
+			"body.amount":      {Max: ptr(100.0)},
+			"body.memo":        {Pattern: `[a-z]*`},
+			"body.meta.label":  {Pin: "ok"},
+			"body.items.0.sku": {Pattern: `[A-Z]-[0-9]`},
+		},
+	}, {
+		Method: "POST", Path: "/strict", DenyUnknown: true,
+		Constraints: map[string]Constraint{"body.to": {Pin: "acme"}, "body.amount": {Max: ptr(100.0)}},
+	}}}
+	tests := []struct {
+		name       string
+		path       string
+		body       string
+		wantParam  string
+		wantConstr string
+		wantErr    error
+		wantBody   string // the forwarded body, when allowed
+	}{
+		{name: "fail-variant with another value", body: `{"TO": "mallory"}`, wantErr: ErrConstraintViolated, wantParam: "body.to", wantConstr: "pin"},
+		{name: "fail-variant with the pinned value", body: `{"TO": "acme"}`, wantErr: ErrConstraintViolated, wantParam: "body.to", wantConstr: "name"},
+		{name: "fail-long s variant", body: `{"memo": "ok", "to": "acme", "meta": {"labe\u006c": "ok"}, "amount": 1, "items": [{"\u017fku": "Z-9"}]}`,
+			wantErr: ErrConstraintViolated, wantParam: "body.items.0.sku", wantConstr: "name"},
+		{name: "fail-long s parent variant, leaf absent", body: `{"amount": 5, "meta": {}, "item\u017f": []}`, wantErr: ErrConstraintViolated, wantParam: "body.items.0.sku", wantConstr: "name"},
+		{name: "fail-max variant", body: `{"AMOUNT": 1000000}`, wantErr: ErrConstraintViolated, wantParam: "body.amount", wantConstr: "max"},
+		{name: "fail-max variant within max", body: `{"Amount": 50}`, wantErr: ErrConstraintViolated, wantParam: "body.amount", wantConstr: "name"},
+		{name: "fail-pattern variant", body: `{"MEMO": "<script>"}`, wantErr: ErrConstraintViolated, wantParam: "body.memo", wantConstr: "pattern"},
+		{name: "fail-dotless i variant", body: `{"\u0131tems": [{"sku": "A-1"}]}`, wantErr: ErrConstraintViolated, wantParam: "body.items.0.sku", wantConstr: "name"},
+		{name: "fail-nested parent variant", body: `{"META": {"label": "ok"}}`, wantErr: ErrConstraintViolated, wantParam: "body.meta.label", wantConstr: "name"},
+		{name: "fail-nested parent variant, leaf absent", body: `{"Meta": {}}`, wantErr: ErrConstraintViolated, wantParam: "body.meta.label", wantConstr: "name"},
+		{name: "fail-nested leaf variant", body: `{"meta": {"LABEL": "evil"}}`, wantErr: ErrConstraintViolated, wantParam: "body.meta.label", wantConstr: "pin"},
+		{name: "fail-budget variant", body: `{"FEE": 1000}`, wantErr: ErrConstraintViolated, wantParam: "body.fee", wantConstr: "name"},
+		{name: "fail-deny_unknown sees the variant as the named field", path: "/strict", body: `{"To": "acme"}`, wantErr: ErrConstraintViolated, wantParam: "body.to", wantConstr: "name"},
+		{name: "fail-deny_unknown unknown field", path: "/strict", body: `{"BCC": "x"}`, wantErr: ErrConstraintViolated, wantParam: "body.bcc", wantConstr: "deny_unknown"},
+		{name: "ok, pins filled in beside unrelated variants", body: `{"amount": 5, "other": {"TO": "x"}}`,
+			wantBody: `{"amount":5,"meta":{"label":"ok"},"other":{"TO":"x"},"to":"acme"}`},
+		{name: "ok, exact spelling", body: `{"to": "acme", "amount": 5, "meta": {"label": "ok"}, "items": [{"sku": "A-1"}], "fee": 3}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := mustLive(t, spec)
+			path := tt.path
+			if path == "" {
+				path = "/pay"
+			}
+			raw := []byte(tt.body)
+			d, err := Evaluate(t0, []*Live{g}, "pay", mustCall(t, "POST", path, "", tt.body))
+			if tt.wantErr != nil {
+				var v *Violation
+				if !errors.Is(err, tt.wantErr) || !errors.As(err, &v) || v.Param != tt.wantParam || v.Constraint != tt.wantConstr {
+					t.Fatalf("Evaluate err = %v, want %v on %s (%s)", err, tt.wantErr, tt.wantParam, tt.wantConstr)
+				}
+				if u := g.Usage(); u.Uses != 0 || u.Spent["body.fee"] != 0 {
+					t.Fatalf("a refused call consumed the grant: %+v", u)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Evaluate: %v", err)
+			}
+			out, err := d.BodyBytes(raw)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := tt.wantBody
+			if want == "" {
+				want = tt.body
+			}
+			if string(out) != want {
+				t.Errorf("forwarded body = %s, want %s", out, want)
+			}
+		})
+	}
+}
+
+// TestSetNeverAddsAVariant: filling in a pin beside a key that differs only
+// in case fails rather than leave two keys an upstream may read as one.
+func TestSetNeverAddsAVariant(t *testing.T) {
+	for _, body := range []string{`{"TO": "x"}`, `{"META": {}}`, `{"meta": {"LABEL": "x"}}`} {
+		doc, err := ParseJSON([]byte(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := []string{"to"}
+		if strings.Contains(strings.ToLower(body), "meta") {
+			path = []string{"meta", "label"}
+		}
+		if set(doc, path, "v") {
+			t.Errorf("set %v into %s succeeded", path, body)
+		}
 	}
 }

@@ -173,26 +173,60 @@ func Validate(prefix string, s *Spec, kind UpstreamKind, maxTTL time.Duration) e
 	if len(s.Rules) == 0 {
 		return fe(".rules", "at least one rule is required")
 	}
-	for key, limit := range s.Budget {
+	budgetKeys := make([]string, 0, len(s.Budget))
+	for key := range s.Budget {
+		budgetKeys = append(budgetKeys, key)
+	}
+	sort.Strings(budgetKeys)
+	budgetSpelling := bodySpelling{}
+	for _, key := range budgetKeys {
+		limit := s.Budget[key]
 		if !strings.HasPrefix(key, "body.") && !strings.HasPrefix(key, "query.") {
 			return fe(".budget."+key, "a budget caps a body.* or query.* parameter")
 		}
-		if _, err := splitParam(key); err != nil {
+		p, err := splitParam(key)
+		if err != nil {
 			return fe(".budget."+key, "%v", err)
+		}
+		if other := budgetSpelling.add(p); other != "" {
+			return fe(".budget."+key, "spells a body field differently from %s only in case (JSON keys are matched case-insensitively)", other)
 		}
 		if !(limit > 0) || math.IsInf(limit, 0) {
 			return fe(".budget."+key, "must be a positive number")
 		}
 	}
 	for i := range s.Rules {
-		if err := validateRule(fmt.Sprintf("%s.rules[%d]", prefix, i), &s.Rules[i], k); err != nil {
+		if err := validateRule(fmt.Sprintf("%s.rules[%d]", prefix, i), &s.Rules[i], k, budgetKeys); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func validateRule(prefix string, r *Rule, kind string) error {
+// bodySpelling holds, by fold key, each body path (and every prefix of it)
+// of a grant as spelled, to refuse two spellings of one field.
+type bodySpelling map[string]string
+
+// add records p's body path and its prefixes, and returns the parameter
+// whose spelling of one of them differs from p's only in case ("" if none).
+func (b bodySpelling) add(p param) string {
+	if p.loc != locBody {
+		return ""
+	}
+	for i := range p.body {
+		spelled := strings.Join(p.body[:i+1], ".")
+		fk := foldKey(spelled)
+		if other, ok := b[fk]; ok && other != spelled {
+			return "body." + other
+		}
+		b[fk] = spelled
+	}
+	return ""
+}
+
+// validateRule checks one rule; budgetKeys are the grant's budgeted
+// parameters, which must spell body fields as the rule's constraints do.
+func validateRule(prefix string, r *Rule, kind string, budgetKeys []string) error {
 	fe := func(field, format string, args ...any) error {
 		return &FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
 	}
@@ -231,11 +265,26 @@ func validateRule(prefix string, r *Rule, kind string) error {
 			}
 		}
 	}
-	for key, c := range r.Constraints {
+	spelling := bodySpelling{}
+	for _, key := range budgetKeys {
+		if p, err := splitParam(key); err == nil {
+			spelling.add(p)
+		}
+	}
+	keys := make([]string, 0, len(r.Constraints))
+	for key := range r.Constraints {
+		keys = append(keys, key)
+	}
+	sort.Strings(keys)
+	for _, key := range keys {
+		c := r.Constraints[key]
 		field := ".constraints." + key
 		p, err := splitParam(key)
 		if err != nil {
 			return fe(field, "%v", err)
+		}
+		if other := spelling.add(p); other != "" {
+			return fe(field, "spells a body field differently from %s only in case (JSON keys are matched case-insensitively)", other)
 		}
 		switch p.loc {
 		case locPath:
@@ -379,7 +428,9 @@ func parseTemplate(t string) ([]tmplSeg, error) {
 		if strings.ContainsAny(s, "{}") {
 			return nil, errors.New("a parameter must be a whole segment")
 		}
-		segs, err := CanonicalPath("/" + s)
+		// Literal segments are the operator's: ";" may appear (such a rule
+		// only matches on an upstream that allows path parameters).
+		segs, err := CanonicalPath("/"+s, PathOptions{AllowSemicolons: true})
 		if err != nil || len(segs) != 1 {
 			return nil, fmt.Errorf("segment %q is not canonical", truncate(s, 32))
 		}
@@ -403,8 +454,9 @@ func validIdent(s string) bool {
 
 // Live is a grant compiled for the hot path, with its usage counters.
 type Live struct {
-	Grant Grant
-	rules []*compiledRule
+	Grant  Grant
+	rules  []*compiledRule
+	budget []param // the budgeted parameters, by key
 
 	revoked atomic.Bool
 	mu      sync.Mutex
@@ -420,7 +472,7 @@ type compiledRule struct {
 	irreversible bool
 	denyUnknown  bool
 	checks       []check
-	bodyNamed    map[string]bool // dotted body paths named by a constraint
+	bodyNamed    map[string]bool // dotted body paths named by a constraint, by fold key
 	hasBody      bool
 }
 
@@ -438,6 +490,14 @@ func Compile(g Grant, u Usage) (*Live, error) {
 	if l.usage.Spent == nil {
 		l.usage.Spent = map[string]float64{}
 	}
+	for key := range g.Budget {
+		p, err := splitParam(key)
+		if err != nil {
+			return nil, fmt.Errorf("budget: %w", err)
+		}
+		l.budget = append(l.budget, p)
+	}
+	sort.Slice(l.budget, func(i, j int) bool { return l.budget[i].key < l.budget[j].key })
 	for i, r := range g.Rules {
 		cr := &compiledRule{index: i, method: r.Method, action: r.Action, resource: r.Resource, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, bodyNamed: map[string]bool{}}
 		if r.Path != "" {
@@ -473,7 +533,7 @@ func Compile(g Grant, u Usage) (*Live, error) {
 			}
 			if p.loc == locBody {
 				cr.hasBody = true
-				cr.bodyNamed[strings.Join(p.body, ".")] = true
+				cr.bodyNamed[foldKey(strings.Join(p.body, "."))] = true
 			}
 			cr.checks = append(cr.checks, ch)
 		}

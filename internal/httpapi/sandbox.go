@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -57,7 +56,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		deny(l, broker.ErrUnknownUpstream)
 		return
 	}
-	call, err := readCall(w, r, name, u.MaxBody)
+	call, err := readCall(w, r, name, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
 	if err != nil {
 		deny(l, err)
 		return
@@ -215,9 +214,10 @@ var proxyMethods = []string{
 	http.MethodPut, http.MethodPatch, http.MethodDelete,
 }
 
-// readCall canonicalizes the sandbox's request (DESIGN §4): path, query,
-// body (bounded before reading, JSON parsed strictly).
-func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64) (*sandboxCall, error) {
+// readCall canonicalizes the sandbox's request (DESIGN §4): path (under
+// the upstream's options), query, body (bounded before reading, JSON parsed
+// strictly).
+func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64, opts grants.PathOptions) (*sandboxCall, error) {
 	escaped := r.URL.EscapedPath()
 	prefix := "/v1/proxy/" + name
 	if !strings.HasPrefix(escaped, prefix) {
@@ -228,7 +228,7 @@ func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64
 	if rest == "" {
 		rest = "/"
 	}
-	segs, err := grants.CanonicalPath(rest)
+	segs, err := grants.CanonicalPath(rest, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -305,9 +305,9 @@ func outbound(r *http.Request, u *upstream.Upstream, c *sandboxCall, d *grants.D
 	out := &upstream.Outbound{Method: c.Method, Path: grants.JoinPath(c.Segments), Query: grants.EncodeQuery(query), Header: h}
 	switch {
 	case d.BodyChanged:
-		b, err := json.Marshal(d.Body)
+		b, err := d.BodyBytes(c.raw)
 		if err != nil {
-			return nil, errors.Join(grants.ErrBadRequest, errors.New("could not encode the body"))
+			return nil, err
 		}
 		out.Body = b
 		if h.Get("Content-Type") == "" {

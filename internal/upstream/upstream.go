@@ -55,6 +55,9 @@ type Upstream struct {
 	Inject         Injection
 	AWS            *AWS // set for aws upstreams: requests are SigV4-signed instead of injected
 
+	// AllowPathSemicolons lets path segments carry ";" (grants.PathOptions).
+	AllowPathSemicolons bool
+
 	transport http.RoundTripper
 	scrub     atomic.Pointer[scrubCache]
 }
