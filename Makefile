@@ -36,6 +36,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzCanonicalPath$$' -fuzztime $(FUZZCOUNT) ./internal/grants
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJSON$$' -fuzztime $(FUZZCOUNT) ./internal/grants
 	$(GO) test -run '^$$' -fuzz '^FuzzParseJSONMatchesTokenParser$$' -fuzztime $(FUZZCOUNT) ./internal/grants
+	$(GO) test -run '^$$' -fuzz '^FuzzBodyDecodesAsChecked$$' -fuzztime $(FUZZCOUNT) ./internal/grants
+	$(GO) test -run '^$$' -fuzz '^FuzzFoldKey$$' -fuzztime $(FUZZCOUNT) ./internal/grants
 	$(GO) test -run '^$$' -fuzz '^FuzzEventEncoding$$' -fuzztime $(FUZZCOUNT) ./internal/audit
 
 # Hot-path benchmarks (figures in the README and issue notes).
