@@ -159,10 +159,16 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 		case locQuery:
 			n := 0
 			for _, q := range c.Query {
-				if q.Key == ch.p.name {
-					v, present = q.Value, true
-					n++
+				if !foldEqual(q.Key, ch.p.name) {
+					continue
 				}
+				if q.Key != ch.p.name {
+					// Read as this parameter by a case-insensitive upstream (ASP.NET, many
+					// frameworks): never checked under one name and read under another.
+					return nil, misspelled(ch.p.key)
+				}
+				v, present = q.Value, true
+				n++
 			}
 			if n > 1 {
 				return nil, &Violation{Param: ch.p.key, Constraint: "single", Msg: "a constrained query parameter may appear only once"}
@@ -267,12 +273,16 @@ func (d *Decision) amountsFor(g *Live, c *Call) error {
 		switch p.loc {
 		case locQuery:
 			for _, q := range d.Query {
-				if q.Key == p.name {
-					if present {
-						return &Violation{Param: key, Constraint: "budget", Msg: "a budgeted parameter may appear only once"}
-					}
-					v, present = q.Value, true
+				if !foldEqual(q.Key, p.name) {
+					continue
 				}
+				if q.Key != p.name {
+					return misspelled(key)
+				}
+				if present {
+					return &Violation{Param: key, Constraint: "budget", Msg: "a budgeted parameter may appear only once"}
+				}
+				v, present = q.Value, true
 			}
 		case locBody:
 			var exact bool
