@@ -160,26 +160,32 @@ func charForms(c byte) []string {
 }
 
 // runeForms are the ways a non-ASCII character (raw: its UTF-8 bytes) is
-// written in text.
+// written in text: raw, each byte percent-encoded (each escape in either
+// case), \uXXXX (a surrogate pair beyond the BMP) in either case, or an
+// HTML/XML character reference.
 func runeForms(r rune, raw string) []string {
-	var up, low strings.Builder
-	for i := 0; i < len(raw); i++ {
-		c := raw[i]
-		up.WriteString("%" + string(hexUpper[c>>4]) + string(hexUpper[c&15]))
-		low.WriteString("%" + string(hexLower[c>>4]) + string(hexLower[c&15]))
-	}
-	f := []string{raw, up.String(), low.String(),
+	f := []string{raw,
 		"&#" + strconv.Itoa(int(r)) + ";",
 		"&#x" + strconv.FormatInt(int64(r), 16) + ";",
 		"&#x" + strings.ToUpper(strconv.FormatInt(int64(r), 16)) + ";",
 	}
-	esc := func(v rune) string { return `\u` + leftPad(strconv.FormatInt(int64(v), 16), 4) }
-	jsonLow := esc(r)
+	for mask := 0; mask < 1<<len(raw); mask++ {
+		var b strings.Builder
+		for i := 0; i < len(raw); i++ {
+			digits := hexUpper
+			if mask&(1<<i) != 0 {
+				digits = hexLower
+			}
+			b.WriteString("%" + string(digits[raw[i]>>4]) + string(digits[raw[i]&15]))
+		}
+		f = append(f, b.String())
+	}
+	esc := func(v rune) string { return leftPad(strconv.FormatInt(int64(v), 16), 4) }
 	if r > 0xFFFF {
 		r1, r2 := utf16.EncodeRune(r)
-		jsonLow = esc(r1) + esc(r2)
+		return append(f, `\u`+esc(r1)+`\u`+esc(r2), `\u`+strings.ToUpper(esc(r1))+`\u`+strings.ToUpper(esc(r2)))
 	}
-	return append(f, jsonLow, `\u`+strings.ToUpper(jsonLow[2:]))
+	return append(f, `\u`+esc(r), `\u`+strings.ToUpper(esc(r)))
 }
 
 func leftPad(s string, n int) string {
