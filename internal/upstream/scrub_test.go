@@ -31,6 +31,14 @@ const canary = "CANARY-s3cr3t/with+chars=&ok"
 // encoders disagree on escaping.
 const canaryUnicode = "CANARY é😀 \"q\\x<y>'~(z)*!"
 
+// canaryControl has the control characters JSON escapes in short form.
+const canaryControl = "CANARY-ctl\t\r\n\b\f-end"
+
+// jsonShortEscapes writes \b \f \n \r \t \" \\ \/ in their short forms.
+func jsonShortEscapes(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "/", `\/`, "\b", `\b`, "\f", `\f`, "\n", `\n`, "\r", `\r`, "\t", `\t`).Replace(s)
+}
+
 // forms are the encodings of secret that encoders really write; a response
 // must carry none of them.
 func forms(secret string) []string {
@@ -43,8 +51,8 @@ func forms(secret string) []string {
 		jsonString(secret, true), jsonString(secret, false),
 		strings.ReplaceAll(jsonString(secret, false), "/", `\/`), // PHP's json_encode
 		jsonAllEscaped(secret, false), jsonAllEscaped(secret, true),
-		html.EscapeString(secret), template.HTMLEscapeString(secret), xmlDecimal(secret),
-		hex.EncodeToString([]byte(secret)), strings.ToUpper(hex.EncodeToString([]byte(secret))),
+		html.EscapeString(secret), template.HTMLEscapeString(secret), xmlDecimal(secret), xmlHex(secret, false), xmlHex(secret, true),
+		hex.EncodeToString([]byte(secret)), strings.ToUpper(hex.EncodeToString([]byte(secret))), mixedCaseHex(secret),
 		utf16Bytes(secret, false), utf16Bytes(secret, true),
 	}
 	for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.URLEncoding, base64.RawStdEncoding, base64.RawURLEncoding} {
@@ -129,6 +137,28 @@ func xmlDecimal(s string) string {
 	return b.String()
 }
 
+func xmlHex(s string, upper bool) string {
+	var b strings.Builder
+	for _, r := range s {
+		h := fmt.Sprintf("%x", r)
+		if upper {
+			h = strings.ToUpper(h)
+		}
+		b.WriteString("&#x" + h + ";")
+	}
+	return b.String()
+}
+
+func mixedCaseHex(s string) string {
+	b := []byte(hex.EncodeToString([]byte(s)))
+	for i := range b {
+		if i%3 == 0 {
+			b[i] = bytes.ToUpper(b[i : i+1])[0]
+		}
+	}
+	return string(b)
+}
+
 func utf16Bytes(s string, bigEndian bool) string {
 	var b []byte
 	for _, u := range utf16.Encode([]rune(s)) {
@@ -142,9 +172,9 @@ func utf16Bytes(s string, bigEndian bool) string {
 }
 
 func TestScrubberEveryForm(t *testing.T) {
-	for _, secret := range []string{canary, canaryUnicode} {
+	for _, secret := range []string{canary, canaryUnicode, canaryControl} {
 		s := NewScrubber(secret)
-		for i, f := range forms(secret) {
+		for i, f := range append(forms(secret), jsonShortEscapes(secret)) {
 			pad := f[len(strings.TrimRight(f, "=")):] // base64 padding carries no secret
 			want := "before " + Redacted + pad + " after"
 			if got := s.String("before " + f + " after"); got != want {
