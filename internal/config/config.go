@@ -40,6 +40,7 @@ type Config struct {
 	UI               UI            `yaml:"ui"`
 	Upstreams        []Upstream    `yaml:"upstreams"`
 	Vault            *Vault        `yaml:"vault"`
+	Scrub            Scrub         `yaml:"scrub"`
 	LogLevel         string        `yaml:"log_level"`
 	Debug            Debug         `yaml:"debug"`
 }
@@ -54,6 +55,13 @@ type Audit struct {
 	Durability         string        `yaml:"durability"`
 	CheckpointEvery    uint64        `yaml:"checkpoint_every"`    // sign the chain head every N records (default 1000)
 	CheckpointInterval time.Duration `yaml:"checkpoint_interval"` // and at least this often (default 1m)
+}
+
+// Scrub configures the scrubbing of upstreams' answers.
+type Scrub struct {
+	// RotationGrace is how long a credential replaced by rotation is still
+	// scrubbed from answers (default 24h; an upstream may set its own).
+	RotationGrace time.Duration `yaml:"rotation_grace"`
 }
 
 // RateLimit bounds each session's sandbox calls (0: unlimited).
@@ -91,6 +99,7 @@ type Upstream struct {
 	ForwardHeaders []string      `yaml:"forward_headers"`
 	Credential     Credential    `yaml:"credential"`
 	Inject         Inject        `yaml:"inject"`
+	Scrub          Scrub         `yaml:"scrub"` // rotation_grace: this upstream's (default: the top-level one)
 
 	// AllowPathSemicolons lets sandbox paths carry ";" in a segment (matrix
 	// parameters, "name;v=2"), for upstreams that need them. Off by default:
@@ -344,8 +353,19 @@ func (c *Config) Validate(getenv func(string) string) error {
 	default:
 		return fieldErr("log_level", "must be debug, info, warn or error")
 	}
+	if c.Scrub.RotationGrace == 0 {
+		c.Scrub.RotationGrace = upstream.DefaultRotationGrace
+	}
+	if c.Scrub.RotationGrace < 0 {
+		return fieldErr("scrub.rotation_grace", "must be positive")
+	}
 	seen := map[string]bool{}
 	for i := range c.Upstreams {
+		if g := &c.Upstreams[i].Scrub.RotationGrace; *g == 0 {
+			*g = c.Scrub.RotationGrace
+		} else if *g < 0 {
+			return fieldErr(fmt.Sprintf("upstreams[%d].scrub.rotation_grace", i), "must be positive")
+		}
 		if err := c.Upstreams[i].validate(fmt.Sprintf("upstreams[%d]", i), seen); err != nil {
 			return err
 		}
@@ -611,7 +631,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			Name: u.Name, Kind: u.Type, BaseURL: bu, Sensitive: *u.Sensitive,
 			Timeout: u.Timeout, MaxBody: u.MaxBody, ForwardHeaders: fwd, Source: src,
 			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser},
-			AWS:    awsCfg,
+			AWS:    awsCfg, RotationGrace: u.Scrub.RotationGrace,
 		}
 		up.AllowPathSemicolons = u.AllowPathSemicolons
 		up.SetTransport(upstream.NewTransport())

@@ -94,3 +94,36 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		})
 	}
 }
+
+func TestScrubRotationGrace(t *testing.T) {
+	getenv := env(map[string]string{"ADMIN": "a-long-admin-token-123", "GITHUB_TOKEN": "x"})
+	build := func(yaml string) (map[string]time.Duration, error) {
+		c, err := Parse([]byte(yaml), getenv)
+		if err != nil {
+			return nil, err
+		}
+		ups, _, err := c.Build(getenv, slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			return nil, err
+		}
+		out := map[string]time.Duration{}
+		for n, u := range ups {
+			out[n] = u.RotationGrace
+		}
+		return out, nil
+	}
+	got, err := build(base)
+	if err != nil || got["github"] != 24*time.Hour {
+		t.Fatalf("default: %v, %v", got, err)
+	}
+	got, err = build(base + "    scrub: {rotation_grace: 1h}\n  - name: other\n    base_url: https://x.example\n    credential: {source: env, name: GITHUB_TOKEN}\nscrub: {rotation_grace: 2h}\n")
+	if err != nil || got["github"] != time.Hour || got["other"] != 2*time.Hour {
+		t.Fatalf("per upstream and global: %v, %v", got, err)
+	}
+	for _, y := range []string{base + "scrub: {rotation_grace: -1h}\n", base + "    scrub: {rotation_grace: -1s}\n"} {
+		var fe *FieldError
+		if _, err := build(y); !errors.As(err, &fe) || !strings.Contains(fe.Field, "scrub.rotation_grace") {
+			t.Errorf("negative grace: %v", err)
+		}
+	}
+}

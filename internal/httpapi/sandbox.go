@@ -155,10 +155,22 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live,
 	if s.log.Enabled(r.Context(), slog.LevelDebug) { // no argument boxing on the hot path otherwise
 		s.log.Debug("call", "request_id", rec.RequestID, "session_id", l.Session.ID, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
 	}
+	if errors.Is(werr, errStreamCut) {
+		// The answer was cut off after its headers: end the connection without
+		// the end of the body, so the client cannot take it for complete.
+		panic(http.ErrAbortHandler)
+	}
 }
+
+// errStreamCut is a streamed answer that ended in an error after its
+// headers were sent.
+var errStreamCut = errors.New("streamed answer cut off")
 
 // writeBody sends the scrubbed answer: whole with a Content-Length when
 // small and of known length, streamed (flushed as it arrives) otherwise.
+// Either way a read error sends nothing more of what was read: a small
+// answer becomes a 502 problem, a streamed one stops where the scrubber had
+// got to, never sending bytes it held back (errStreamCut).
 func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scrub *upstream.Scrubber) (int64, error) {
 	if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
 		if cl := resp.Header.Get("Content-Length"); cl != "" && r.Method == http.MethodHead {
@@ -189,7 +201,7 @@ func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scru
 		n, err := src.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return total, werr
+				return total, errors.Join(errStreamCut, werr)
 			}
 			total += int64(n)
 			_ = rc.Flush()
@@ -198,7 +210,7 @@ func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scru
 			return total, nil
 		}
 		if err != nil {
-			return total, err
+			return total, errors.Join(errStreamCut, err)
 		}
 	}
 }

@@ -13,7 +13,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -54,17 +56,43 @@ type Upstream struct {
 	Source         Source
 	Inject         Injection
 	AWS            *AWS // set for aws upstreams: requests are SigV4-signed instead of injected
+	// RotationGrace is how long a credential replaced by rotation is still
+	// scrubbed from answers (0: not at all).
+	RotationGrace time.Duration
+	// Clock is the clock of the rotation grace (nil: time.Now).
+	Clock func() time.Time
 
 	// AllowPathSemicolons lets path segments carry ";" (grants.PathOptions).
 	AllowPathSemicolons bool
 
 	transport http.RoundTripper
 	scrub     atomic.Pointer[scrubCache]
+	scrubMu   sync.Mutex // serializes rebuilding the scrubber
 }
 
+// DefaultRotationGrace is the default of RotationGrace in configuration.
+const DefaultRotationGrace = 24 * time.Hour
+
+// maxRetired bounds how many replaced credentials are kept for scrubbing;
+// past it the oldest is dropped even within its grace.
+const maxRetired = 16
+
+type scrubKey struct{ secret, sessionToken string }
+
 type scrubCache struct {
-	secret   string
+	key      scrubKey
+	values   []string // the current credential's values
+	retired  []retiredValues
+	expires  time.Time // when the first retired credential leaves (zero: none)
 	scrubber *Scrubber
+}
+
+// retiredValues are the values of a credential replaced by rotation,
+// scrubbed until until.
+type retiredValues struct {
+	key    scrubKey
+	values []string
+	until  time.Time
 }
 
 // NewTransport is the pooled HTTP transport of an upstream: no proxy from
@@ -126,11 +154,60 @@ func (u *Upstream) Credential(ctx context.Context) (Credential, error) {
 	return c, nil
 }
 
+func (u *Upstream) now() time.Time {
+	if u.Clock != nil {
+		return u.Clock()
+	}
+	return time.Now()
+}
+
+// scrubberFor returns the scrubber of cred's values and of the credentials
+// it replaced within their rotation grace. It is rebuilt only when the
+// credential changes or a retired one's grace ends.
 func (u *Upstream) scrubberFor(cred Credential) *Scrubber {
-	sec := cred.Secret
-	if c := u.scrub.Load(); c != nil && c.secret == sec.Reveal() {
+	// The other values derive from these two.
+	key := scrubKey{cred.Secret.Reveal(), cred.AWS.SessionToken}
+	fresh := func(c *scrubCache) bool {
+		return c != nil && c.key == key && (c.expires.IsZero() || u.now().Before(c.expires))
+	}
+	if c := u.scrub.Load(); fresh(c) {
 		return c.scrubber
 	}
+	u.scrubMu.Lock()
+	defer u.scrubMu.Unlock()
+	old := u.scrub.Load()
+	if fresh(old) {
+		return old.scrubber
+	}
+	now := u.now()
+	values := u.scrubValues(cred)
+	next := &scrubCache{key: key, values: values}
+	if old != nil {
+		if old.key != key && u.RotationGrace > 0 {
+			next.retired = append(next.retired, retiredValues{key: old.key, values: old.values, until: now.Add(u.RotationGrace)})
+		}
+		for _, r := range old.retired {
+			if now.Before(r.until) && r.key != key && len(next.retired) < maxRetired && !slices.ContainsFunc(next.retired, func(x retiredValues) bool { return x.key == r.key }) {
+				next.retired = append(next.retired, r)
+			}
+		}
+	}
+	all := append([]string(nil), values...)
+	for _, r := range next.retired {
+		all = append(all, r.values...)
+		if next.expires.IsZero() || r.until.Before(next.expires) {
+			next.expires = r.until
+		}
+	}
+	next.scrubber = NewScrubber(all...)
+	u.scrub.Store(next)
+	return next.scrubber
+}
+
+// scrubValues are the values of cred that an answer must not carry: the
+// secret and what was sent derived from it.
+func (u *Upstream) scrubValues(cred Credential) []string {
+	sec := cred.Secret
 	values := []string{sec.Reveal()}
 	if cred.AWS.SessionToken != "" {
 		values = append(values, cred.AWS.SessionToken)
@@ -141,14 +218,12 @@ func (u *Upstream) scrubberFor(cred Credential) *Scrubber {
 	if u.Inject.Header != "" && u.Inject.Format != "" {
 		values = append(values, strings.ReplaceAll(u.Inject.Format, "{secret}", sec.Reveal()))
 	}
-	c := &scrubCache{secret: sec.Reveal(), scrubber: NewScrubber(values...)}
-	u.scrub.Store(c)
-	return c.scrubber
+	return values
 }
 
-// Do sends out with the credential injected. The response is the raw
-// upstream response (the caller scrubs it with the returned Scrubber).
-// Redirects are never followed.
+// Do sends out with the credential injected. The response is the
+// upstream's, its body decoded (see decodeResponse); the caller scrubs it
+// with the credential's Scrubber. Redirects are never followed.
 func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*http.Response, error) {
 	sec := cred.Secret
 	query := out.Query
@@ -181,6 +256,12 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 	case u.Inject.Header != "":
 		req.Header.Set(u.Inject.Header, strings.ReplaceAll(u.Inject.Format, "{secret}", sec.Reveal()))
 	}
+	// Asked for explicitly (after signing, as the transport would), gzip is
+	// decoded here, where every coding of the answer is seen, and never by
+	// the transport, which decodes one and drops the header naming others.
+	if req.Header.Get("Accept-Encoding") == "" && req.Header.Get("Range") == "" && req.Method != http.MethodHead {
+		req.Header.Set("Accept-Encoding", "gzip")
+	}
 	resp, err := u.transport.RoundTrip(req)
 	if err != nil {
 		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
@@ -195,9 +276,9 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 		}
 		return nil, ErrUpstream
 	}
-	if enc := resp.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+	if err := decodeResponse(resp); err != nil {
 		resp.Body.Close()
-		return nil, fmt.Errorf("%w: unsupported content encoding", ErrUpstream)
+		return nil, err
 	}
 	return resp, nil
 }
@@ -210,8 +291,9 @@ var hopHeaders = map[string]bool{
 }
 
 // ResponseHeader copies an upstream's response headers for the sandbox:
-// hop-by-hop headers, those named in Connection, and Set-Cookie dropped,
-// every value scrubbed.
+// hop-by-hop headers, those named in Connection, Set-Cookie and every header
+// whose name carries a secret (in any form and ASCII case) dropped, every
+// value scrubbed.
 func ResponseHeader(dst, src http.Header, s *Scrubber) {
 	named := map[string]bool{}
 	for _, v := range src.Values("Connection") {
@@ -220,7 +302,7 @@ func ResponseHeader(dst, src http.Header, s *Scrubber) {
 		}
 	}
 	for k, vs := range src {
-		if hopHeaders[k] || named[k] {
+		if hopHeaders[k] || named[k] || s.NameHasSecret(k) {
 			continue
 		}
 		for _, v := range vs {
