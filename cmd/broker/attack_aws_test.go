@@ -561,3 +561,36 @@ func TestAWSAttackNoSelectorWildcard(t *testing.T) {
 		t.Errorf("a request naming no operation reached the upstream")
 	}
 }
+
+// TestAWSAttackImpliedPermissionConstraints: a permission a header implies
+// is checked like any other, constraints included, on the request as it is
+// sent; it counts no use of the grant (the call is one call).
+func TestAWSAttackImpliedPermissionConstraints(t *testing.T) {
+	e := awsAtkStart(t, map[string]any{"upstream": "s3", "max_uses": 2, "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+		map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*", "constraints": map[string]any{
+			"header.x-amz-acl": map[string]any{"one_of": []any{"private", "bucket-owner-full-control"}}}},
+	}})
+	c := e.client(t)
+	ctx := context.Background()
+	put := func(key string, acl s3types.ObjectCannedACL) error {
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String(key), ACL: acl, Body: strings.NewReader("x")})
+		return err
+	}
+	err := put("t-42/public.csv", s3types.ObjectCannedACLPublicRead)
+	awsAtkRefused(t, "a public-read ACL", err, "constraint_violated")
+	if n := len(e.s3.received()); n != 0 {
+		t.Fatalf("a refused ACL reached S3")
+	}
+	if err := put("t-42/private.csv", s3types.ObjectCannedACLPrivate); err != nil {
+		t.Fatalf("a private ACL the grant allows: %v", err)
+	}
+	if got := e.s3.received(); len(got) != 1 || got[0].Header.Get("X-Amz-Acl") != "private" {
+		t.Fatalf("S3 got %+v, want one PutObject with x-amz-acl: private", got)
+	}
+	// The ACL check took no use: one more call fits in max_uses 2, then none.
+	if err := put("t-42/second.csv", ""); err != nil {
+		t.Fatalf("the second call of max_uses 2: %v", err)
+	}
+	awsAtkRefused(t, "a third call of max_uses 2", put("t-42/third.csv", ""), "grant_exhausted")
+}
