@@ -14,62 +14,62 @@ import (
 // parameter. Anything else is refused: an operation the broker cannot
 // name is never mapped to a neighbour.
 
-// s3Action is the action of one method on one sub-resource; version is the
+// s3Action is the IAM action of one method on one sub-resource; version is the
 // action when the request names an object version (?versionId=).
 type s3Action struct{ action, version string }
 
 // s3Bucket: sub-resource key → method → action, for /bucket requests. The
 // empty key is the bucket itself.
 var s3Bucket = map[string]map[string]string{
-	"":                    {"GET": "ListBucket", "HEAD": "ListBucket", "PUT": "CreateBucket", "DELETE": "DeleteBucket"},
-	"accelerate":          {"GET": "GetAccelerateConfiguration", "PUT": "PutAccelerateConfiguration"},
-	"acl":                 {"GET": "GetBucketAcl", "PUT": "PutBucketAcl"},
-	"analytics":           {"GET": "GetAnalyticsConfiguration", "PUT": "PutAnalyticsConfiguration", "DELETE": "PutAnalyticsConfiguration"},
-	"cors":                {"GET": "GetBucketCORS", "PUT": "PutBucketCORS", "DELETE": "PutBucketCORS"},
-	"delete":              {"POST": "DeleteObject"}, // DeleteObjects: on bucket/*, see s3Operation
-	"encryption":          {"GET": "GetEncryptionConfiguration", "PUT": "PutEncryptionConfiguration", "DELETE": "PutEncryptionConfiguration"},
-	"intelligent-tiering": {"GET": "GetIntelligentTieringConfiguration", "PUT": "PutIntelligentTieringConfiguration", "DELETE": "PutIntelligentTieringConfiguration"},
-	"inventory":           {"GET": "GetInventoryConfiguration", "PUT": "PutInventoryConfiguration", "DELETE": "PutInventoryConfiguration"},
-	"lifecycle":           {"GET": "GetLifecycleConfiguration", "PUT": "PutLifecycleConfiguration", "DELETE": "PutLifecycleConfiguration"},
-	"location":            {"GET": "GetBucketLocation"},
-	"logging":             {"GET": "GetBucketLogging", "PUT": "PutBucketLogging"},
-	"metrics":             {"GET": "GetMetricsConfiguration", "PUT": "PutMetricsConfiguration", "DELETE": "PutMetricsConfiguration"},
-	"notification":        {"GET": "GetBucketNotification", "PUT": "PutBucketNotification"},
-	"object-lock":         {"GET": "GetBucketObjectLockConfiguration", "PUT": "PutBucketObjectLockConfiguration"},
-	"ownershipControls":   {"GET": "GetBucketOwnershipControls", "PUT": "PutBucketOwnershipControls", "DELETE": "PutBucketOwnershipControls"},
-	"policy":              {"GET": "GetBucketPolicy", "PUT": "PutBucketPolicy", "DELETE": "DeleteBucketPolicy"},
-	"policyStatus":        {"GET": "GetBucketPolicyStatus"},
-	"publicAccessBlock":   {"GET": "GetBucketPublicAccessBlock", "PUT": "PutBucketPublicAccessBlock", "DELETE": "PutBucketPublicAccessBlock"},
-	"replication":         {"GET": "GetReplicationConfiguration", "PUT": "PutReplicationConfiguration", "DELETE": "PutReplicationConfiguration"},
-	"requestPayment":      {"GET": "GetBucketRequestPayment", "PUT": "PutBucketRequestPayment"},
-	"tagging":             {"GET": "GetBucketTagging", "PUT": "PutBucketTagging", "DELETE": "PutBucketTagging"},
-	"uploads":             {"GET": "ListBucketMultipartUploads"},
-	"versioning":          {"GET": "GetBucketVersioning", "PUT": "PutBucketVersioning"},
-	"versions":            {"GET": "ListBucketVersions"},
-	"website":             {"GET": "GetBucketWebsite", "PUT": "PutBucketWebsite", "DELETE": "DeleteBucketWebsite"},
+	"":                    {"GET": "s3:ListBucket", "HEAD": "s3:ListBucket", "PUT": "s3:CreateBucket", "DELETE": "s3:DeleteBucket"},
+	"accelerate":          {"GET": "s3:GetAccelerateConfiguration", "PUT": "s3:PutAccelerateConfiguration"},
+	"acl":                 {"GET": "s3:GetBucketAcl", "PUT": "s3:PutBucketAcl"},
+	"analytics":           {"GET": "s3:GetAnalyticsConfiguration", "PUT": "s3:PutAnalyticsConfiguration", "DELETE": "s3:PutAnalyticsConfiguration"},
+	"cors":                {"GET": "s3:GetBucketCORS", "PUT": "s3:PutBucketCORS", "DELETE": "s3:PutBucketCORS"},
+	"delete":              {"POST": "s3:DeleteObject"}, // DeleteObjects: on bucket/*, see s3Operation
+	"encryption":          {"GET": "s3:GetEncryptionConfiguration", "PUT": "s3:PutEncryptionConfiguration", "DELETE": "s3:PutEncryptionConfiguration"},
+	"intelligent-tiering": {"GET": "s3:GetIntelligentTieringConfiguration", "PUT": "s3:PutIntelligentTieringConfiguration", "DELETE": "s3:PutIntelligentTieringConfiguration"},
+	"inventory":           {"GET": "s3:GetInventoryConfiguration", "PUT": "s3:PutInventoryConfiguration", "DELETE": "s3:PutInventoryConfiguration"},
+	"lifecycle":           {"GET": "s3:GetLifecycleConfiguration", "PUT": "s3:PutLifecycleConfiguration", "DELETE": "s3:PutLifecycleConfiguration"},
+	"location":            {"GET": "s3:GetBucketLocation"},
+	"logging":             {"GET": "s3:GetBucketLogging", "PUT": "s3:PutBucketLogging"},
+	"metrics":             {"GET": "s3:GetMetricsConfiguration", "PUT": "s3:PutMetricsConfiguration", "DELETE": "s3:PutMetricsConfiguration"},
+	"notification":        {"GET": "s3:GetBucketNotification", "PUT": "s3:PutBucketNotification"},
+	"object-lock":         {"GET": "s3:GetBucketObjectLockConfiguration", "PUT": "s3:PutBucketObjectLockConfiguration"},
+	"ownershipControls":   {"GET": "s3:GetBucketOwnershipControls", "PUT": "s3:PutBucketOwnershipControls", "DELETE": "s3:PutBucketOwnershipControls"},
+	"policy":              {"GET": "s3:GetBucketPolicy", "PUT": "s3:PutBucketPolicy", "DELETE": "s3:DeleteBucketPolicy"},
+	"policyStatus":        {"GET": "s3:GetBucketPolicyStatus"},
+	"publicAccessBlock":   {"GET": "s3:GetBucketPublicAccessBlock", "PUT": "s3:PutBucketPublicAccessBlock", "DELETE": "s3:PutBucketPublicAccessBlock"},
+	"replication":         {"GET": "s3:GetReplicationConfiguration", "PUT": "s3:PutReplicationConfiguration", "DELETE": "s3:PutReplicationConfiguration"},
+	"requestPayment":      {"GET": "s3:GetBucketRequestPayment", "PUT": "s3:PutBucketRequestPayment"},
+	"tagging":             {"GET": "s3:GetBucketTagging", "PUT": "s3:PutBucketTagging", "DELETE": "s3:PutBucketTagging"},
+	"uploads":             {"GET": "s3:ListBucketMultipartUploads"},
+	"versioning":          {"GET": "s3:GetBucketVersioning", "PUT": "s3:PutBucketVersioning"},
+	"versions":            {"GET": "s3:ListBucketVersions"},
+	"website":             {"GET": "s3:GetBucketWebsite", "PUT": "s3:PutBucketWebsite", "DELETE": "s3:DeleteBucketWebsite"},
 }
 
 // s3Object: sub-resource key → method → action, for /bucket/key requests.
 var s3Object = map[string]map[string]s3Action{
-	"": {"GET": {"GetObject", "GetObjectVersion"}, "HEAD": {"GetObject", "GetObjectVersion"},
-		"PUT": {"PutObject", "PutObject"}, "DELETE": {"DeleteObject", "DeleteObjectVersion"}},
-	"acl":        {"GET": {"GetObjectAcl", "GetObjectVersionAcl"}, "PUT": {"PutObjectAcl", "PutObjectVersionAcl"}},
-	"attributes": {"GET": {"GetObjectAttributes", "GetObjectVersionAttributes"}},
-	"legal-hold": {"GET": {"GetObjectLegalHold", "GetObjectLegalHold"}, "PUT": {"PutObjectLegalHold", "PutObjectLegalHold"}},
-	"restore":    {"POST": {"RestoreObject", "RestoreObject"}},
-	"retention":  {"GET": {"GetObjectRetention", "GetObjectRetention"}, "PUT": {"PutObjectRetention", "PutObjectRetention"}},
-	"select":     {"POST": {"GetObject", "GetObjectVersion"}}, // SelectObjectContent
-	"tagging": {"GET": {"GetObjectTagging", "GetObjectVersionTagging"}, "PUT": {"PutObjectTagging", "PutObjectVersionTagging"},
-		"DELETE": {"DeleteObjectTagging", "DeleteObjectVersionTagging"}},
-	"torrent": {"GET": {"GetObjectTorrent", "GetObjectVersionTorrent"}},
-	"uploadId": {"PUT": {"PutObject", "PutObject"}, "POST": {"PutObject", "PutObject"}, // UploadPart(Copy), CompleteMultipartUpload
-		"GET": {"ListMultipartUploadParts", "ListMultipartUploadParts"}, "DELETE": {"AbortMultipartUpload", "AbortMultipartUpload"}},
-	"uploads": {"POST": {"PutObject", "PutObject"}}, // CreateMultipartUpload
+	"": {"GET": {"s3:GetObject", "s3:GetObjectVersion"}, "HEAD": {"s3:GetObject", "s3:GetObjectVersion"},
+		"PUT": {"s3:PutObject", "s3:PutObject"}, "DELETE": {"s3:DeleteObject", "s3:DeleteObjectVersion"}},
+	"acl":        {"GET": {"s3:GetObjectAcl", "s3:GetObjectVersionAcl"}, "PUT": {"s3:PutObjectAcl", "s3:PutObjectVersionAcl"}},
+	"attributes": {"GET": {"s3:GetObjectAttributes", "s3:GetObjectVersionAttributes"}},
+	"legal-hold": {"GET": {"s3:GetObjectLegalHold", "s3:GetObjectLegalHold"}, "PUT": {"s3:PutObjectLegalHold", "s3:PutObjectLegalHold"}},
+	"restore":    {"POST": {"s3:RestoreObject", "s3:RestoreObject"}},
+	"retention":  {"GET": {"s3:GetObjectRetention", "s3:GetObjectRetention"}, "PUT": {"s3:PutObjectRetention", "s3:PutObjectRetention"}},
+	"select":     {"POST": {"s3:GetObject", "s3:GetObjectVersion"}}, // SelectObjectContent
+	"tagging": {"GET": {"s3:GetObjectTagging", "s3:GetObjectVersionTagging"}, "PUT": {"s3:PutObjectTagging", "s3:PutObjectVersionTagging"},
+		"DELETE": {"s3:DeleteObjectTagging", "s3:DeleteObjectVersionTagging"}},
+	"torrent": {"GET": {"s3:GetObjectTorrent", "s3:GetObjectVersionTorrent"}},
+	"uploadId": {"PUT": {"s3:PutObject", "s3:PutObject"}, "POST": {"s3:PutObject", "s3:PutObject"}, // UploadPart(Copy), CompleteMultipartUpload
+		"GET": {"s3:ListMultipartUploadParts", "s3:ListMultipartUploadParts"}, "DELETE": {"s3:AbortMultipartUpload", "s3:AbortMultipartUpload"}},
+	"uploads": {"POST": {"s3:PutObject", "s3:PutObject"}}, // CreateMultipartUpload
 }
 
 // s3Service: sub-resource key → method → action, for requests on / (no bucket).
 var s3Service = map[string]map[string]string{
-	"": {"GET": "ListAllMyBuckets"},
+	"": {"GET": "s3:ListAllMyBuckets"},
 }
 
 // s3Params are the ordinary query parameters: they select within an
@@ -115,7 +115,7 @@ func (a *AWS) s3Operation(r AWSRequest) (Op, error) {
 		if act == "" || version {
 			return Op{}, opErr("%s %s is not an S3 operation the broker knows", r.Method, what(sub, "the service"))
 		}
-		return Op{Action: "s3:" + act, Resource: "*", SendPath: "/"}, nil
+		return Op{Action: act, Resource: "*", SendPath: "/"}, nil
 	}
 	if !validBucket(bucket) {
 		return Op{}, opErr("the bucket name is not a valid S3 bucket name")
@@ -125,7 +125,7 @@ func (a *AWS) s3Operation(r AWSRequest) (Op, error) {
 		if act == "" || version {
 			return Op{}, opErr("%s %s is not an S3 operation the broker knows", r.Method, what(sub, "a bucket"))
 		}
-		op := Op{Action: "s3:" + act, Resource: "arn:aws:s3:::" + bucket, SendPath: "/" + s3Escape(bucket)}
+		op := Op{Action: act, Resource: "arn:aws:s3:::" + bucket, SendPath: "/" + s3Escape(bucket)}
 		if slash {
 			op.SendPath += "/"
 		}
@@ -154,12 +154,16 @@ func (a *AWS) s3Operation(r AWSRequest) (Op, error) {
 		name = act.version
 	}
 	arn := "arn:aws:s3:::" + bucket + "/" + key
-	op := Op{Action: "s3:" + name, Resource: arn, SendPath: "/" + s3Escape(bucket) + "/" + s3Escape(key)}
+	op := Op{Action: name, Resource: arn, SendPath: "/" + s3Escape(bucket) + "/" + s3Escape(key)}
 	if err := a.s3CopySource(&op, r.Header); err != nil {
 		return Op{}, err
 	}
 	a.s3HeaderPermissions(&op, r.Header, bucket, key, arn)
 	return op, nil
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
 func what(sub, target string) string {
@@ -200,24 +204,23 @@ const (
 func (a *AWS) s3HeaderPermissions(op *Op, h http.Header, bucket, key, resource string) {
 	flags := 0
 	for k := range h {
-		lk := strings.ToLower(k)
-		if !strings.HasPrefix(lk, "x-amz-") {
+		if len(k) < 6 || !strings.EqualFold(k[:6], "x-amz-") {
 			continue
 		}
-		switch {
-		case lk == "x-amz-acl", strings.HasPrefix(lk, "x-amz-grant-"):
+		switch n := k[6:]; {
+		case strings.EqualFold(n, "acl"), hasPrefixFold(n, "grant-"):
 			flags |= hdrACL
-		case lk == "x-amz-object-lock-legal-hold":
+		case strings.EqualFold(n, "object-lock-legal-hold"):
 			flags |= hdrLegalHold
-		case strings.HasPrefix(lk, "x-amz-object-lock-"): // -mode, -retain-until-date
+		case hasPrefixFold(n, "object-lock-"): // -mode, -retain-until-date
 			flags |= hdrLockRetention
-		case lk == "x-amz-bypass-governance-retention":
+		case strings.EqualFold(n, "bypass-governance-retention"):
 			flags |= hdrBypass
-		case lk == "x-amz-tagging":
+		case strings.EqualFold(n, "tagging"):
 			flags |= hdrTagging
-		case lk == "x-amz-bucket-object-lock-enabled":
+		case strings.EqualFold(n, "bucket-object-lock-enabled"):
 			flags |= hdrBucketLock
-		case lk == "x-amz-object-ownership":
+		case strings.EqualFold(n, "object-ownership"):
 			flags |= hdrOwnership
 		}
 	}
