@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -264,4 +265,39 @@ func BenchmarkS3Operation(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// FuzzS3Operation: whatever the path and query, a request the broker names
+// is sent to exactly the bucket and key it was named on, and that key has
+// no dot or empty segment.
+func FuzzS3Operation(f *testing.F) {
+	for _, s := range [][3]string{
+		{"PUT", "/reports/t-42/a.csv", "x-id=PutObject"},
+		{"GET", "/reports", "list-type=2&prefix=t-42/"},
+		{"PUT", "/reports/t-42/%2E%2E/x", "acl"},
+		{"DELETE", "/reports/t-42/a b", "versionId=1"},
+		{"POST", "/reports", "delete"},
+		{"GET", "reports/x", ""},
+		{"GET", "//", ""},
+	} {
+		f.Add(s[0], s[1], s[2])
+	}
+	a := &AWS{Service: "s3", Region: "us-east-1"}
+	f.Fuzz(func(t *testing.T, method, path, rawQuery string) {
+		q, err := url.ParseQuery(rawQuery)
+		if err != nil {
+			return
+		}
+		op, err := a.Operation(AWSRequest{Method: method, Path: path, Query: q, Header: http.Header{}})
+		if err != nil {
+			return
+		}
+		sent, err := url.PathUnescape(op.SendPath)
+		if err != nil || sent != path {
+			t.Fatalf("%s %q: sends %q (%q)", method, path, op.SendPath, sent)
+		}
+		if _, key, ok := strings.Cut(strings.TrimPrefix(path, "/"), "/"); ok && key != "" && segmentFault(key) != "" {
+			t.Fatalf("%s %q: a key with a dot or empty segment was named %s", method, path, op.Action)
+		}
+	})
 }

@@ -106,9 +106,12 @@ func (a *AWS) s3Operation(r AWSRequest) (Op, error) {
 	if nsub > 1 {
 		return Op{}, opErr("the query names more than one S3 sub-resource")
 	}
-	bucket, key, slash := strings.Cut(strings.TrimPrefix(r.Path, "/"), "/")
+	if !strings.HasPrefix(r.Path, "/") {
+		return Op{}, opErr("the path is not absolute")
+	}
+	bucket, key, slash := strings.Cut(r.Path[1:], "/")
 	if bucket == "" {
-		if slash || r.Path != "/" && r.Path != "" {
+		if slash {
 			return Op{}, opErr("the path has an empty bucket name")
 		}
 		act := s3Service[sub][r.Method]
