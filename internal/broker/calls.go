@@ -91,6 +91,15 @@ func (b *Broker) Decide(l *Live, upstreamName string, call *grants.Call) (*grant
 	return grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
 }
 
+// Permit checks a further permission a call needs (see grants.Permit)
+// against the session's grants, reserving nothing.
+func (b *Broker) Permit(l *Live, upstreamName string, call *grants.Call) error {
+	if _, ok := b.upstreams[upstreamName]; !ok {
+		return ErrUnknownUpstream
+	}
+	return grants.Permit(b.now(), l.Grants(), upstreamName, call)
+}
+
 // CallRecord describes a sandbox call for the audit log.
 type CallRecord struct {
 	RequestID string

@@ -113,6 +113,9 @@ type Upstream struct {
 	Service  string `yaml:"service"`
 	Region   string `yaml:"region"`
 	Endpoint string `yaml:"endpoint"`
+	// AllowDotKeys (aws only) lets object keys hold "." / ".." / empty
+	// segments, raw or percent-encoded; refused by default.
+	AllowDotKeys bool `yaml:"allow_dot_keys"`
 }
 
 // Credential names a credential source.
@@ -415,6 +418,9 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	switch u.Type {
 	case "", "http":
 		u.Type = "http"
+		if u.AllowDotKeys {
+			return fieldErr(f+".allow_dot_keys", "applies to aws upstreams only")
+		}
 	case "aws":
 		return u.validateAWS(f)
 	default:
@@ -580,7 +586,7 @@ func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func
 		p = upstream.AssumeRole(p, u.Region, role, u.Credential.AssumeRole.STSEndpoint)
 		desc += " assume " + role
 	}
-	return &upstream.AWS{Service: u.Service, Region: u.Region, Creds: p}, upstream.AWSSource(p, desc), nil
+	return &upstream.AWS{Service: u.Service, Region: u.Region, Creds: p, AllowDotKeys: u.AllowDotKeys}, upstream.AWSSource(p, desc), nil
 }
 
 // Build makes the runtime upstreams, resolving credential sources, and the

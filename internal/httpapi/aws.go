@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"net/url"
 	"strings"
@@ -81,12 +83,19 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var form url.Values
-	if strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
-		form, _ = url.ParseQuery(string(body))
+	if !u.AWS.S3() && len(body) > 0 && formBody(r.Header.Get("Content-Type")) {
+		form, _ = url.ParseQuery(string(body)) // what parses is what a lenient upstream could read
 	}
-	bucket, key, _ := strings.Cut(strings.TrimPrefix(decoded, "/"), "/")
-	action, resource := u.AWS.Operation(r.Method, bucket, key, query, r.Header, form)
-	call := &grants.Call{Method: r.Method, Action: action, Resource: resource, Query: params, Header: r.Header, HasBody: len(body) > 0}
+	op, err := u.AWS.Operation(upstream.AWSRequest{Method: r.Method, Path: decoded, Query: query, Header: r.Header, Form: form, Body: body})
+	if err != nil {
+		deny(l, err)
+		return
+	}
+	if op.SendPath != "" {
+		rest = op.SendPath // built from the checked bucket and key: the upstream reads what was checked
+	}
+	rec.Path = rest
+	call := &grants.Call{Method: r.Method, Action: op.Action, Resource: op.Resource, Query: params, Header: r.Header, HasBody: len(body) > 0}
 	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 		if v, err := grants.ParseJSON(body); err == nil {
 			call.Body, call.BodyJSON = v, true
@@ -97,21 +106,21 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		deny(l, err)
 		return
 	}
-	// A copy reads its source: that needs s3:GetObject on it too.
-	if src := r.Header.Get("X-Amz-Copy-Source"); src != "" && u.AWS.S3() {
-		srcPath, _ := url.PathUnescape(strings.TrimPrefix(src, "/"))
-		srcPath, _, _ = strings.Cut(srcPath, "?")
-		sd, err := s.b.Decide(l, name, &grants.Call{Method: http.MethodGet, Action: "s3:GetObject", Resource: "arn:aws:s3:::" + srcPath, Header: http.Header{}})
-		if err != nil {
-			d.Release()
-			deny(l, err)
-			return
-		}
-		sd.Release()
-	}
 	out := &upstream.Outbound{Method: r.Method, Path: rest, Query: r.URL.RawQuery, Header: awsForwardHeaders(r.Header, d.Header), Body: body}
 	if len(d.Filled) > 0 {
 		out.Query = grants.EncodeQuery(d.Query)
+	}
+	// Further permissions the request needs (a copy's source, headers that
+	// set an ACL, a lock, tags), checked on the request as it will be sent.
+	// They reserve no use: the call is one call.
+	for _, p := range op.Also {
+		also := &grants.Call{Method: r.Method, Action: p.Action, Resource: p.Resource, Query: d.Query, Header: out.Header,
+			Body: d.Body, BodyJSON: call.BodyJSON, HasBody: call.HasBody}
+		if err := s.b.Permit(l, name, also); err != nil {
+			d.Release()
+			deny(l, fmt.Errorf("%s on %s (required by %s): %w", p.Action, p.Resource, p.Because, err))
+			return
+		}
 	}
 	if s.b.Gated(l, d) {
 		// AWS clients cannot follow a 202: hold the call open for the decision.
@@ -122,6 +131,16 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeAWSError(w, u, p, reqID, false) })
+}
+
+// formBody reports whether a body of this Content-Type may be read as a
+// form by a query-protocol upstream: a form, or no (or an unparsable) type.
+func formBody(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err != nil || mt == "application/x-www-form-urlencoded"
 }
 
 // readAWSBody reads and checks the body against its declared payload hash,

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -21,6 +22,11 @@ type AWS struct {
 	Service string // s3, dynamodb, sqs, ...
 	Region  string
 	Creds   aws.CredentialsProvider
+	// AllowDotKeys lets object keys (and, outside S3, paths) hold "." and
+	// ".." segments and empty segments ("a//b"), raw or percent-encoded.
+	// Off by default: an upstream or a proxy in front of it may resolve
+	// them, so the key it reads is not the key the grant was checked on.
+	AllowDotKeys bool
 }
 
 // S3 reports whether the upstream speaks S3's REST protocol.
@@ -101,61 +107,95 @@ func (u *Upstream) signAWS(ctx context.Context, req *http.Request, body []byte, 
 	return signer.SignHTTP(ctx, c, req, hash, u.AWS.Service, u.AWS.Region, nowUTC())
 }
 
-// Operation maps an AWS request to an IAM action and resource ARN: S3's
-// REST API by method, path and sub-resource; JSON-protocol services by
-// X-Amz-Target; query-protocol services by Action. bucket and key are
-// decoded (S3, path style).
-func (a *AWS) Operation(method, bucket, key string, q url.Values, h http.Header, form url.Values) (action, resource string) {
-	if !a.S3() {
-		if t := h.Get("X-Amz-Target"); t != "" {
-			_, op, _ := strings.Cut(t, ".")
-			return a.Service + ":" + op, "*"
-		}
-		if op := q.Get("Action"); op != "" {
-			return a.Service + ":" + op, "*"
-		}
-		if op := form.Get("Action"); op != "" {
-			return a.Service + ":" + op, "*"
-		}
-		return a.Service + ":Unknown", "*"
+// ErrAWSOperation is an AWS request whose operation the broker cannot name
+// exactly (an unknown S3 sub-resource or parameter, a selector given twice
+// or not at all, a key with dot segments): it is refused before any grant
+// is consulted, never mapped to a neighbouring operation.
+var ErrAWSOperation = fmt.Errorf("%w: AWS operation", grants.ErrBadRequest)
+
+func opErr(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrAWSOperation}, args...)...)
+}
+
+// AWSRequest is what Operation reads of a verified SigV4 request.
+type AWSRequest struct {
+	Method string
+	Path   string      // the decoded path below the upstream's prefix: /bucket/key for S3 (path style)
+	Query  url.Values  // the parsed query
+	Header http.Header // as the sandbox sent it (and as it is forwarded)
+	Form   url.Values  // a form-encoded body (query protocol), or nil
+	Body   []byte
+}
+
+// Op is an AWS request named as IAM names it: the action and resource the
+// call is, the further permissions it needs (Also: a copy's source, a
+// header that sets an ACL, a lock or tags), and the path to send: built
+// from the checked bucket and key, so the upstream reads what was checked.
+type Op struct {
+	Action   string
+	Resource string
+	Also     []Permission
+	SendPath string // escaped; "" keeps the path as received (non-S3)
+}
+
+// Permission is one further action a request needs, and what in the
+// request implies it.
+type Permission struct {
+	Action   string
+	Resource string
+	Because  string // e.g. "header x-amz-acl"
+}
+
+// Operation names an AWS request: S3's REST API by method, path, every
+// sub-resource query key and the headers that change what an operation
+// does; JSON-protocol services by their one X-Amz-Target; query-protocol
+// services by their one Action. Anything it cannot name exactly is an
+// ErrAWSOperation.
+func (a *AWS) Operation(r AWSRequest) (Op, error) {
+	if a.S3() {
+		return a.s3Operation(r)
 	}
-	has := func(k string) bool { _, ok := q[k]; return ok }
+	if !a.AllowDotKeys {
+		if err := checkSegments(strings.TrimPrefix(r.Path, "/")); err != nil {
+			return Op{}, err
+		}
+	}
+	var sel []string
+	for _, t := range r.Header.Values("X-Amz-Target") {
+		_, op, ok := strings.Cut(t, ".")
+		if !ok {
+			return Op{}, opErr("X-Amz-Target names no operation")
+		}
+		sel = append(sel, op)
+	}
+	for _, vs := range []url.Values{r.Query, r.Form} {
+		for k, v := range vs {
+			if strings.EqualFold(k, "Action") {
+				sel = append(sel, v...)
+			}
+		}
+	}
 	switch {
-	case bucket == "":
-		return "s3:ListAllMyBuckets", "*"
-	case key == "":
-		arn := "arn:aws:s3:::" + bucket
-		switch {
-		case method == http.MethodPost && has("delete"):
-			return "s3:DeleteObject", arn + "/*"
-		case has("uploads"):
-			return "s3:ListBucketMultipartUploads", arn
-		case has("location"):
-			return "s3:GetBucketLocation", arn
-		case has("versions"):
-			return "s3:ListBucketVersions", arn
-		case method == http.MethodPut:
-			return "s3:CreateBucket", arn
-		case method == http.MethodDelete:
-			return "s3:DeleteBucket", arn
+	case len(sel) == 0:
+		return Op{}, opErr("no operation selector (X-Amz-Target or Action)")
+	case len(sel) > 1:
+		return Op{}, opErr("the operation selector (X-Amz-Target or Action) is given more than once")
+	case !validOpName(sel[0]):
+		return Op{}, opErr("the operation selector is not an operation name")
+	}
+	return Op{Action: a.Service + ":" + sel[0], Resource: "*"}, nil
+}
+
+// validOpName: AWS operation names are ASCII letters and digits.
+func validOpName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
 		}
-		return "s3:ListBucket", arn
 	}
-	arn := "arn:aws:s3:::" + bucket + "/" + key
-	switch {
-	case has("tagging") && method == http.MethodGet:
-		return "s3:GetObjectTagging", arn
-	case has("tagging"):
-		return "s3:PutObjectTagging", arn
-	case has("uploadId") && method == http.MethodDelete:
-		return "s3:AbortMultipartUpload", arn
-	case has("uploadId") && method == http.MethodGet:
-		return "s3:ListMultipartUploadParts", arn
-	case method == http.MethodGet || method == http.MethodHead:
-		return "s3:GetObject", arn
-	case method == http.MethodDelete:
-		return "s3:DeleteObject", arn
-	}
-	// PUT (object, copy, upload part) and POST (create, complete multipart upload).
-	return "s3:PutObject", arn
+	return true
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -131,40 +130,3 @@ func TestDecodeChunkedSignedVerifiesEveryChunk(t *testing.T) {
 }
 
 func hexEncode(b []byte) string { return hex.EncodeToString(b) }
-
-func TestS3Operations(t *testing.T) {
-	a := &AWS{Service: "s3", Region: "us-east-1"}
-	q := func(s string) url.Values { v, _ := url.ParseQuery(s); return v }
-	tests := []struct {
-		method, bucket, key, query string
-		action, resource           string
-	}{
-		{"GET", "", "", "", "s3:ListAllMyBuckets", "*"},
-		{"GET", "reports", "", "list-type=2&prefix=t-42/", "s3:ListBucket", "arn:aws:s3:::reports"},
-		{"PUT", "reports", "", "", "s3:CreateBucket", "arn:aws:s3:::reports"},
-		{"DELETE", "reports", "", "", "s3:DeleteBucket", "arn:aws:s3:::reports"},
-		{"POST", "reports", "", "delete", "s3:DeleteObject", "arn:aws:s3:::reports/*"},
-		{"GET", "reports", "t-42/a.csv", "", "s3:GetObject", "arn:aws:s3:::reports/t-42/a.csv"},
-		{"HEAD", "reports", "t-42/a.csv", "", "s3:GetObject", "arn:aws:s3:::reports/t-42/a.csv"},
-		{"PUT", "reports", "t-42/a.csv", "", "s3:PutObject", "arn:aws:s3:::reports/t-42/a.csv"},
-		{"POST", "reports", "t-42/big", "uploads", "s3:PutObject", "arn:aws:s3:::reports/t-42/big"},
-		{"PUT", "reports", "t-42/big", "partNumber=1&uploadId=u", "s3:PutObject", "arn:aws:s3:::reports/t-42/big"},
-		{"DELETE", "reports", "t-42/big", "uploadId=u", "s3:AbortMultipartUpload", "arn:aws:s3:::reports/t-42/big"},
-		{"DELETE", "reports", "t-42/a.csv", "", "s3:DeleteObject", "arn:aws:s3:::reports/t-42/a.csv"},
-		{"GET", "reports", "t-42/a.csv", "tagging", "s3:GetObjectTagging", "arn:aws:s3:::reports/t-42/a.csv"},
-	}
-	for _, tt := range tests {
-		action, resource := a.Operation(tt.method, tt.bucket, tt.key, q(tt.query), http.Header{}, nil)
-		if action != tt.action || resource != tt.resource {
-			t.Errorf("%s /%s/%s?%s = %s %s, want %s %s", tt.method, tt.bucket, tt.key, tt.query, action, resource, tt.action, tt.resource)
-		}
-	}
-	d := &AWS{Service: "dynamodb"}
-	if action, _ := d.Operation("POST", "", "", nil, http.Header{"X-Amz-Target": {"DynamoDB_20120810.PutItem"}}, nil); action != "dynamodb:PutItem" {
-		t.Errorf("JSON protocol: %s", action)
-	}
-	sq := &AWS{Service: "sqs"}
-	if action, _ := sq.Operation("POST", "", "", nil, http.Header{}, q("Action=SendMessage")); action != "sqs:SendMessage" {
-		t.Errorf("query protocol: %s", action)
-	}
-}
