@@ -31,16 +31,18 @@ type uiFake struct {
 	logouts   []string
 }
 
-func (f *uiFake) Authenticate(tok string) (auth.Principal, error) { return f.auth.Authenticate(tok) }
-func (f *uiFake) Principal(id string) (auth.Principal, error)     { return f.auth.Lookup(id) }
+func (f *uiFake) Authenticate(tok string) (auth.Principal, error)           { return f.auth.Authenticate(tok) }
+func (f *uiFake) Principal(id string) (auth.Principal, error)               { return f.auth.Lookup(id) }
 func (f *uiFake) RecordLogin(context.Context, auth.Principal, bool, string) {}
 func (f *uiFake) RecordLogout(_ context.Context, p auth.Principal, reason string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.logouts = append(f.logouts, p.ID+": "+reason)
 }
-func (f *uiFake) Actions(context.Context, Status, int) ([]Action, error) { return []Action{uiAction}, nil }
-func (f *uiFake) Action(context.Context, string) (Action, error)         { return uiAction, nil }
+func (f *uiFake) Actions(context.Context, Status, int) ([]Action, error) {
+	return []Action{uiAction}, nil
+}
+func (f *uiFake) Action(context.Context, string) (Action, error) { return uiAction, nil }
 func (f *uiFake) ActionURL(a Action) string {
 	return "https://api.example.com/v2" + a.Request.Path + "?" + a.Request.Query
 }
