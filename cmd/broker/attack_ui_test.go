@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 	"unicode"
+
+	"github.com/chromedp/chromedp"
 )
 
 // Formulas a hostile sandbox or a careless person plants in audited fields.
@@ -442,4 +444,33 @@ func TestAttackUIReviewerSeesRealDestination(t *testing.T) {
 		t.Errorf("the pending list does not show the full URLs:\n%s", list)
 	}
 	assertNoCanary(t, "pending list", []byte(list))
+}
+
+// TestAttackUIRevokedReviewerBrowserLoggedOut: in real Chromium, a reviewer's
+// open page leaves for the log-in form by itself when their token is
+// revoked (the live page reloads on the revocation); the action stays pending.
+func TestAttackUIRevokedReviewerBrowserLoggedOut(t *testing.T) {
+	ctx := browser(t)
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	id := attackUIPending(t, b)
+	tokID, tok := attackUIToken(b, "reviewer", "Rita Reviewer", "")
+	login(t, ctx, b, tok)
+	if err := chromedp.Do(ctx,
+		chromedp.Navigate(b.control+"/ui"),
+		chromedp.WaitVisible(chromedp.CSS(`a[href="/ui/actions/`+id+`"]`)),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if r := b.do("DELETE", b.control+"/v1/tokens/"+tokID, adminToken, nil); r.status >= 300 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	// No navigation by the test: the page itself ends up on the log-in form.
+	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("token"))); err != nil {
+		t.Fatalf("the open page did not leave for the log-in form: %v", err)
+	}
+	screenshot(t, ctx, "ui-revoked-logged-out")
+	if a := decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+id, adminToken, nil)); a.Status != "pending" {
+		t.Fatalf("the action is %s", a.Status)
+	}
 }
