@@ -153,15 +153,19 @@ const CredentialPlaceholder = "{credential}"
 // credential as a query parameter that parameter with CredentialPlaceholder
 // in place of the secret. Reviewers are shown this URL.
 func (u *Upstream) URL(path, query string) string {
-	return u.target(path, query, CredentialPlaceholder)
+	return u.target(path, query, nil)
 }
 
-// target is the outbound URL; cred is the query-escaped credential, used
-// only when the credential is injected as a query parameter.
-func (u *Upstream) target(path, query, cred string) string {
+// target is the outbound URL with sec injected when the credential rides
+// in the query (nil: CredentialPlaceholder).
+func (u *Upstream) target(path, query string, sec *Secret) string {
 	if u.Inject.Query != "" {
 		if query != "" {
 			query += "&"
+		}
+		cred := CredentialPlaceholder
+		if sec != nil {
+			cred = url.QueryEscape(sec.Reveal())
 		}
 		query += url.QueryEscape(u.Inject.Query) + "=" + cred
 	}
@@ -177,7 +181,7 @@ func (u *Upstream) target(path, query, cred string) string {
 // Redirects are never followed.
 func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*http.Response, error) {
 	sec := cred.Secret
-	target := u.target(out.Path, out.Query, url.QueryEscape(sec.Reveal()))
+	target := u.target(out.Path, out.Query, &sec)
 	var body io.Reader
 	if out.Body != nil {
 		body = bytes.NewReader(out.Body)
