@@ -125,7 +125,7 @@ func TestUIApproveInBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(listText, "POST api/payments") || !strings.Contains(listText, "t-gate") {
+	if !strings.Contains(listText, "POST "+up.URL+"/base/payments") || !strings.Contains(listText, "t-gate") {
 		t.Fatalf("pending list: %q", listText)
 	}
 	screenshot(t, ctx, "ui-pending")
@@ -140,7 +140,7 @@ func TestUIApproveInBrowser(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(request, "POST api/payments") || !strings.Contains(request, `"to": "acme"`) {
+	if !strings.Contains(request, "POST "+up.URL+"/base/payments") || !strings.Contains(request, `"to": "acme"`) {
 		t.Fatalf("the page does not show the exact request: %q", request)
 	}
 	if !strings.Contains(pinnedRow, "body.to") || !strings.Contains(pinnedRow, "pinned by operator") {

@@ -56,8 +56,15 @@ type KillswitchView struct {
 // is consumed).
 type Backend interface {
 	Authenticate(token string) (auth.Principal, error)
+	// Principal is the identity of API token id as it stands now: an error
+	// once the token is revoked or expired.
+	Principal(id string) (auth.Principal, error)
 	Actions(ctx context.Context, status Status, limit int) ([]Action, error)
 	Action(ctx context.Context, id string) (Action, error)
+	// ActionURL is the full URL the action's request is sent to (scheme,
+	// host, base path and path, query; never the credential), "" when its
+	// upstream is not configured.
+	ActionURL(a Action) string
 	DecideAction(ctx context.Context, p auth.Principal, id, verdict, comment string) (Action, error)
 	ActiveSessions(ctx context.Context) []SessionSummary
 	KillSession(ctx context.Context, p auth.Principal, id string) error
@@ -66,6 +73,7 @@ type Backend interface {
 	SessionTrail(ctx context.Context, sessionID string, limit int) ([]TrailEntry, error)
 	Changes() <-chan struct{}
 	RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string)
+	RecordLogout(ctx context.Context, p auth.Principal, reason string)
 }
 
 // UI is the reviewers' web page: server-rendered, works without JavaScript,
@@ -83,6 +91,8 @@ type UI struct {
 	sessions map[string]*uiSession
 }
 
+// uiSession is a reviewer's log-in. p.ID is the id of the API token it was
+// made with (never the token): the token is looked up on every request.
 type uiSession struct {
 	p       auth.Principal
 	csrf    string
@@ -103,6 +113,7 @@ func NewUI(b Backend, log *slog.Logger, now func() time.Time, sessionTTL time.Du
 		"until": func(t time.Time) string { return ago(t.Sub(now())) },
 		"ts":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"join":  strings.Join,
+		"url":   b.ActionURL,
 	}
 	for _, page := range []string{"login", "pending", "action", "sessions", "session", "killswitch", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "templates/layout.html", "templates/"+page+".html")
@@ -180,23 +191,48 @@ func (u *UI) message(w http.ResponseWriter, status int, s *uiSession, title, msg
 	u.render(w, status, "message", d)
 }
 
-// session finds the reviewer's login from the cookie.
-func (u *UI) session(r *http.Request) *uiSession {
+// session finds the reviewer's log-in from the cookie, and checks on every
+// request that the API token it was made with still exists, has not
+// expired and still holds the reviewer role (a map read). A log-in whose
+// token fails that check ends at once: it is forgotten, its end audited,
+// and its cookie cleared (when w is not nil). The returned session carries
+// the principal as it stands now.
+func (u *UI) session(w http.ResponseWriter, r *http.Request) *uiSession {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
 		return nil
 	}
 	u.mu.Lock()
-	defer u.mu.Unlock()
 	s, ok := u.sessions[c.Value]
-	if !ok {
-		return nil
-	}
-	if !u.now().Before(s.expires) {
+	if ok && !u.now().Before(s.expires) {
 		delete(u.sessions, c.Value)
+		ok = false
+	}
+	u.mu.Unlock()
+	if !ok {
+		u.clearCookie(w)
 		return nil
 	}
-	return s
+	p, err := u.b.Principal(s.p.ID)
+	if err != nil || !p.Allowed(auth.RoleReviewer) {
+		u.mu.Lock()
+		_, mine := u.sessions[c.Value]
+		delete(u.sessions, c.Value)
+		u.mu.Unlock()
+		if mine { // one request ends it and audits that
+			u.b.RecordLogout(r.Context(), s.p, "token revoked, expired or no longer a reviewer")
+		}
+		u.clearCookie(w)
+		return nil
+	}
+	return &uiSession{p: p, csrf: s.csrf, expires: s.expires}
+}
+
+// clearCookie tells the browser to drop the log-in cookie (w may be nil).
+func (u *UI) clearCookie(w http.ResponseWriter) {
+	if w != nil {
+		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, Secure: u.secure, SameSite: http.SameSiteStrictMode})
+	}
 }
 
 // sameOrigin refuses cross-origin form posts: browsers send Origin on POST
@@ -214,7 +250,7 @@ func sameOrigin(r *http.Request) bool {
 // page wraps GET handlers that need a login.
 func (u *UI) page(fn func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		s := u.session(r)
+		s := u.session(w, r)
 		if s == nil {
 			http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 			return
@@ -227,7 +263,7 @@ func (u *UI) page(fn func(http.ResponseWriter, *http.Request, *uiSession)) http.
 func (u *UI) form(fn func(http.ResponseWriter, *http.Request, *uiSession)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		headers(w)
-		s := u.session(r)
+		s := u.session(w, r)
 		if s == nil {
 			u.message(w, http.StatusForbidden, nil, "Not logged in", "Log in again to do this.")
 			return
@@ -291,7 +327,8 @@ func (u *UI) Logout(w http.ResponseWriter, r *http.Request) {
 			delete(u.sessions, c.Value)
 			u.mu.Unlock()
 		}
-		http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: "/ui", MaxAge: -1, HttpOnly: true, Secure: u.secure, SameSite: http.SameSiteStrictMode})
+		u.b.RecordLogout(r.Context(), s.p, "logged out")
+		u.clearCookie(w)
 		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 	})(w, r)
 }
@@ -514,7 +551,7 @@ func (u *UI) ReleaseKillswitch(w http.ResponseWriter, r *http.Request) {
 
 // Events is GET /ui/events: server-sent events, one per change.
 func (u *UI) Events(w http.ResponseWriter, r *http.Request) {
-	if u.session(r) == nil {
+	if u.session(w, r) == nil {
 		http.Error(w, "not logged in", http.StatusUnauthorized)
 		return
 	}
@@ -536,7 +573,7 @@ func (u *UI) Events(w http.ResponseWriter, r *http.Request) {
 		case <-changed:
 			_, _ = fmt.Fprint(w, "event: changed\ndata: {}\n\n")
 		}
-		if rc.Flush() != nil || u.session(r) == nil {
+		if rc.Flush() != nil || u.session(nil, r) == nil {
 			return
 		}
 	}

@@ -33,6 +33,7 @@ func ValidRole(r string) bool {
 var (
 	ErrInvalidToken = errors.New("invalid API token")
 	ErrNotFound     = errors.New("token not found")
+	ErrExpired      = errors.New("token expired")
 )
 
 // Token is a stored API token: only a digest of its secret is kept.
@@ -67,6 +68,9 @@ func (p Principal) Allowed(roles ...string) bool {
 }
 
 const tokenPrefix = "alk_"
+
+// BootstrapID is the principal id of the bootstrap admin token.
+const BootstrapID = "bootstrap-admin"
 
 // NewSecret makes a token string for id: "alk_<id>.<secret>", and its digest.
 func NewSecret(id string) (token string, digest []byte) {
@@ -146,7 +150,31 @@ func (a *Authenticator) Authenticate(bearer string) (Principal, error) {
 		}
 	}
 	if a.bootstrap != nil && bearer != "" && subtle.ConstantTimeCompare(Digest(bearer), a.bootstrap) == 1 {
-		return Principal{ID: "bootstrap-admin", Name: "bootstrap admin", Role: RoleAdmin}, nil
+		return Principal{ID: BootstrapID, Name: "bootstrap admin", Role: RoleAdmin}, nil
 	}
 	return Principal{}, ErrInvalidToken
+}
+
+// Lookup resolves a principal id (an API token's id) to the principal as
+// it stands now, for callers that authenticated the token earlier and hold
+// only its id (the web page's log-in): ErrNotFound once the token is
+// revoked (or was never stored), ErrExpired once it is past its expiry. It
+// is a map read under a read lock.
+func (a *Authenticator) Lookup(id string) (Principal, error) {
+	if id == BootstrapID {
+		if a.bootstrap == nil {
+			return Principal{}, ErrNotFound
+		}
+		return Principal{ID: BootstrapID, Name: "bootstrap admin", Role: RoleAdmin}, nil
+	}
+	a.mu.RLock()
+	t, found := a.tokens[id]
+	a.mu.RUnlock()
+	switch {
+	case !found:
+		return Principal{}, ErrNotFound
+	case !t.ExpiresAt.IsZero() && !a.now().Before(t.ExpiresAt):
+		return Principal{}, ErrExpired
+	}
+	return Principal{ID: t.ID, Name: t.Name, Role: t.Role}, nil
 }

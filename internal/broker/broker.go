@@ -365,6 +365,17 @@ func (b *Broker) Upstream(name string) (*upstream.Upstream, bool) {
 	return u, ok
 }
 
+// ActionURL is the full URL an action's stored request is sent to when it
+// executes (upstream.URL: the credential never in it), or "" when its
+// upstream is no longer configured (the action then cannot run).
+func (b *Broker) ActionURL(a approval.Action) string {
+	u, ok := b.upstreams[a.Upstream]
+	if !ok {
+		return ""
+	}
+	return u.URL(a.Request.Path, a.Request.Query)
+}
+
 // Audit is the chain writer.
 func (b *Broker) Audit() *audit.Writer { return b.audit }
 

@@ -58,5 +58,22 @@ func (b *Broker) RevokeToken(ctx context.Context, p auth.Principal, id string) e
 	}
 	b.auth.Delete(id)
 	_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenRevoked, Actor: b.actorOf(p), Reason: "token " + b.AuditID(id)}, nil)
+	b.notifier.Notify("") // live web pages reload, and a log-in made with this token ends
 	return err
+}
+
+// Principal is the control-plane identity with API token id id as it
+// stands now (auth.ErrNotFound once revoked, auth.ErrExpired once expired):
+// the web page checks its reviewer's token with it on every request.
+func (b *Broker) Principal(id string) (auth.Principal, error) {
+	return b.auth.Lookup(id)
+}
+
+// RecordLogout audits the end of a reviewer's web log-in: logged out, or
+// ended because its token was revoked, expired or lost its role.
+func (b *Broker) RecordLogout(ctx context.Context, p auth.Principal, reason string) {
+	ev := audit.Event{Type: "ui.logout", Actor: b.actorOf(p), Reason: reason}
+	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
+		b.log.Error("audit of a log-out failed", "err", err)
+	}
 }

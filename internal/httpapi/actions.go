@@ -60,6 +60,7 @@ type actionJSON struct {
 
 type reqJSON struct {
 	Method string      `json:"method"`
+	URL    string      `json:"url,omitempty"`
 	Path   string      `json:"path"`
 	Query  string      `json:"query,omitempty"`
 	Header http.Header `json:"headers,omitempty"`
@@ -108,6 +109,14 @@ func toActionJSON(a approval.Action, full bool) actionJSON {
 	for _, d := range a.Decisions {
 		out.Decisions = append(out.Decisions, decision{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At})
 	}
+	return out
+}
+
+// reviewerAction is what a reviewer sees of a: everything, with the full
+// URL its request is sent to.
+func (s *Server) reviewerAction(a approval.Action) actionJSON {
+	out := toActionJSON(a, true)
+	out.Request.URL = s.b.ActionURL(a)
 	return out
 }
 
@@ -229,7 +238,7 @@ func (s *Server) listApprovals(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}
 	out := listJSON[actionJSON]{Items: []actionJSON{}}
 	for _, a := range as {
-		out.Items = append(out.Items, toActionJSON(a, true))
+		out.Items = append(out.Items, s.reviewerAction(a))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -240,7 +249,7 @@ func (s *Server) getApproval(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toActionJSON(a, true))
+	writeJSON(w, http.StatusOK, s.reviewerAction(a))
 	return nil
 }
 
@@ -260,7 +269,7 @@ func (s *Server) decide(verdict string) func(http.ResponseWriter, *http.Request,
 		if err != nil {
 			return err
 		}
-		writeJSON(w, http.StatusOK, toActionJSON(a, true))
+		writeJSON(w, http.StatusOK, s.reviewerAction(a))
 		return nil
 	}
 }

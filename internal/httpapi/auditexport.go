@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bufio"
-	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
@@ -103,20 +103,12 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request, p auth.Prin
 func newAuditEncoder(format string, w io.Writer) func(raw []byte, e *audit.Event) error {
 	switch format {
 	case "csv":
-		cw := csv.NewWriter(w)
-		header := true
+		buf := appendCSVHeader(make([]byte, 0, 1024))
 		return func(_ []byte, e *audit.Event) error {
-			if header {
-				header = false
-				if err := cw.Write(csvHeader); err != nil {
-					return err
-				}
-			}
-			if err := cw.Write(csvRow(e)); err != nil {
-				return err
-			}
-			cw.Flush()
-			return cw.Error()
+			buf = appendCSVRow(buf, e)
+			_, err := w.Write(buf)
+			buf = buf[:0]
+			return err
 		}
 	case "ocsf":
 		je := json.NewEncoder(w)
@@ -134,24 +126,88 @@ func newAuditEncoder(format string, w io.Writer) func(raw []byte, e *audit.Event
 var csvHeader = []string{"seq", "time", "type", "actor_kind", "actor_id", "request_id", "session_id", "task_id", "grant_id",
 	"action_id", "upstream", "method", "path", "decision", "code", "reason", "status", "latency_us", "bytes_in", "bytes_out", "prev_hash", "hash"}
 
-func csvRow(e *audit.Event) []string {
-	itoa := func(n int64) string {
-		if n == 0 {
-			return ""
+// The CSV export is made to be opened in a spreadsheet, and much of what it
+// holds was chosen by a hostile sandbox (the upstream name in the URL, the
+// method, the path) or by people (task ids, comments, reasons). Every text
+// cell therefore goes through one writer, appendCSVText, which follows
+// OWASP's CSV injection guidance: each non-empty text cell is wrapped in
+// double quotes with inner quotes doubled (RFC 4180 §2.6-2.7), so no
+// separator, ',' or a locale's ';', inside a value can start a new cell; and
+// a cell a spreadsheet could evaluate as a formula is prefixed with a single
+// quote (see csvFormulaLike). The numeric columns (seq, status, latency_us,
+// bytes_in, bytes_out) are written by strconv from integers, unquoted and
+// never prefixed: a spreadsheet reads them as numbers, and a negative one
+// ("-5") is a number, not a formula. JSONL (the hashed form) and OCSF carry
+// every value exactly.
+
+func appendCSVHeader(b []byte) []byte {
+	for i, h := range csvHeader {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		return strconv.FormatInt(n, 10)
+		b = appendCSVText(b, h)
 	}
-	return []string{strconv.FormatUint(e.Seq, 10), e.Time.UTC().Format(time.RFC3339Nano), e.Type, e.Actor.Kind, e.Actor.ID,
-		e.RequestID, e.SessionID, e.TaskID, e.GrantID, e.ActionID, e.Upstream, e.Method, csvSafe(e.Path), e.Decision, e.Code,
-		csvSafe(e.Reason), itoa(int64(e.Status)), itoa(e.LatencyUS), itoa(e.BytesIn), itoa(e.BytesOut), e.PrevHash, e.Hash}
+	return append(b, '\n')
 }
 
-// csvSafe defuses spreadsheet formulas in fields that carry request data.
-func csvSafe(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
+func appendCSVRow(b []byte, e *audit.Event) []byte {
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, ',', '"')
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, '"')
+	for _, s := range [...]string{e.Type, e.Actor.Kind, e.Actor.ID, e.RequestID, e.SessionID, e.TaskID, e.GrantID,
+		e.ActionID, e.Upstream, e.Method, e.Path, e.Decision, e.Code, e.Reason} {
+		b = appendCSVText(append(b, ','), s)
 	}
-	return s
+	for _, n := range [...]int64{int64(e.Status), e.LatencyUS, e.BytesIn, e.BytesOut} {
+		b = append(b, ',')
+		if n != 0 {
+			b = strconv.AppendInt(b, n, 10)
+		}
+	}
+	b = appendCSVText(append(b, ','), e.PrevHash)
+	b = appendCSVText(append(b, ','), e.Hash)
+	return append(b, '\n')
+}
+
+// appendCSVText appends s as one quoted CSV cell (nothing for ""), with a
+// leading single quote when a spreadsheet would run it as a formula.
+func appendCSVText(b []byte, s string) []byte {
+	if s == "" {
+		return b
+	}
+	b = append(b, '"')
+	if csvFormulaLike(s) {
+		b = append(b, '\'')
+	}
+	for {
+		i := strings.IndexByte(s, '"')
+		if i < 0 {
+			break
+		}
+		b = append(append(b, s[:i+1]...), '"')
+		s = s[i+1:]
+	}
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// csvFormulaLike reports whether a spreadsheet could treat s as a formula
+// (OWASP "CSV Injection"): it starts with a tab, CR, LF or NUL, or its
+// first character after any white space is '=', '+', '-' or '@' (or their
+// full-width forms, which some spreadsheets fold to the ASCII ones).
+// Spreadsheets trim leading blanks on import, so " =1+1" counts too.
+func csvFormulaLike(s string) bool {
+	for _, r := range s {
+		switch r {
+		case '\t', '\r', '\n', 0, '=', '+', '-', '@', '\uFF1D', '\uFF0B', '\uFF0D', '\uFF20':
+			return true
+		}
+		if !unicode.IsSpace(r) {
+			return false
+		}
+	}
+	return false
 }
 
 // ocsfEvent is an OCSF 1.1 API Activity (class 6003) event (structs, not

@@ -221,22 +221,45 @@ func (u *Upstream) scrubValues(cred Credential) []string {
 	return values
 }
 
+// CredentialPlaceholder stands for the credential in URL's answer.
+const CredentialPlaceholder = "{credential}"
+
+// URL is the full URL a request to path (canonical, escaped, below the
+// base URL) with query (encoded) is sent to, as Do builds it: the base
+// URL's scheme and host (for AWS, the configured or regional endpoint), its
+// path joined with path, the query, and for an upstream that injects its
+// credential as a query parameter that parameter with CredentialPlaceholder
+// in place of the secret. Reviewers are shown this URL.
+func (u *Upstream) URL(path, query string) string {
+	return u.target(path, query, nil)
+}
+
+// target is the outbound URL with sec injected when the credential rides
+// in the query (nil: CredentialPlaceholder).
+func (u *Upstream) target(path, query string, sec *Secret) string {
+	if u.Inject.Query != "" {
+		if query != "" {
+			query += "&"
+		}
+		cred := CredentialPlaceholder
+		if sec != nil {
+			cred = url.QueryEscape(sec.Reveal())
+		}
+		query += url.QueryEscape(u.Inject.Query) + "=" + cred
+	}
+	target := u.BaseURL.Scheme + "://" + u.BaseURL.Host + strings.TrimSuffix(u.BaseURL.EscapedPath(), "/") + path
+	if query != "" {
+		target += "?" + query
+	}
+	return target
+}
+
 // Do sends out with the credential injected. The response is the
 // upstream's, its body decoded (see decodeResponse); the caller scrubs it
 // with the credential's Scrubber. Redirects are never followed.
 func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*http.Response, error) {
 	sec := cred.Secret
-	query := out.Query
-	if u.Inject.Query != "" {
-		if query != "" {
-			query += "&"
-		}
-		query += url.QueryEscape(u.Inject.Query) + "=" + url.QueryEscape(sec.Reveal())
-	}
-	target := u.BaseURL.Scheme + "://" + u.BaseURL.Host + strings.TrimSuffix(u.BaseURL.EscapedPath(), "/") + out.Path
-	if query != "" {
-		target += "?" + query
-	}
+	target := u.target(out.Path, out.Query, &sec)
 	var body io.Reader
 	if out.Body != nil {
 		body = bytes.NewReader(out.Body)

@@ -1,0 +1,198 @@
+package approval
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/airlock-broker/airlock/internal/auth"
+)
+
+// uiFake is the broker side of the page: a real auth.Authenticator on a
+// test clock, one pending action, and a record of decisions and log-outs.
+// Backend methods the tests do not reach are left to the nil interface.
+type uiFake struct {
+	Backend
+	auth *auth.Authenticator
+
+	mu        sync.Mutex
+	decisions int
+	logouts   []string
+}
+
+func (f *uiFake) Authenticate(tok string) (auth.Principal, error)           { return f.auth.Authenticate(tok) }
+func (f *uiFake) Principal(id string) (auth.Principal, error)               { return f.auth.Lookup(id) }
+func (f *uiFake) RecordLogin(context.Context, auth.Principal, bool, string) {}
+func (f *uiFake) RecordLogout(_ context.Context, p auth.Principal, reason string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.logouts = append(f.logouts, p.ID+": "+reason)
+}
+func (f *uiFake) Actions(context.Context, Status, int) ([]Action, error) {
+	return []Action{uiAction}, nil
+}
+func (f *uiFake) Action(context.Context, string) (Action, error) { return uiAction, nil }
+func (f *uiFake) ActionURL(a Action) string {
+	return "https://api.example.com/v2" + a.Request.Path + "?" + a.Request.Query
+}
+func (f *uiFake) Killswitch(context.Context) (KillswitchView, error) { return KillswitchView{}, nil }
+func (f *uiFake) DecideAction(context.Context, auth.Principal, string, string, string) (Action, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.decisions++
+	return uiAction, nil
+}
+
+var uiAction = Action{ID: "act_1", Upstream: "pay<ments>", Status: Pending, ExpiresAt: t0.Add(time.Hour),
+	Request: Request{Method: "POST", Path: "/transfers", Query: "to=acme&note=%3Cb%3E"}}
+
+type uiHarness struct {
+	t     *testing.T
+	srv   *httptest.Server
+	fake  *uiFake
+	clock *time.Time
+}
+
+func newUIHarness(t *testing.T, tokens ...auth.Token) *uiHarness {
+	t.Helper()
+	clock := t0
+	now := func() time.Time { return clock }
+	f := &uiFake{auth: auth.NewAuthenticator("", tokens, now)}
+	u, err := NewUI(f, slog.New(slog.NewTextHandler(io.Discard, nil)), now, 8*time.Hour, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := chi.NewRouter()
+	r.Get("/ui", u.Pending)
+	r.Get("/ui/login", u.LoginForm)
+	r.Post("/ui/login", u.Login)
+	r.Get("/ui/actions/{id}", u.ActionPage)
+	r.Post("/ui/actions/{id}/approve", u.Approve)
+	srv := httptest.NewServer(r)
+	t.Cleanup(srv.Close)
+	return &uiHarness{t: t, srv: srv, fake: f, clock: &clock}
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// login logs a browser-like client (a cookie jar, no redirects followed)
+// in with token and returns it with the page's CSRF token.
+func (h *uiHarness) login(token string) (*http.Client, string) {
+	h.t.Helper()
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	_, body := h.get(c, "/ui/login")
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		h.t.Fatalf("no CSRF token on the login form: %s", body)
+	}
+	resp, err := c.PostForm(h.srv.URL+"/ui/login", url.Values{"csrf": {m[1]}, "token": {token}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther {
+		h.t.Fatalf("log in: %d", resp.StatusCode)
+	}
+	resp, body = h.get(c, "/ui")
+	if resp.StatusCode != http.StatusOK {
+		h.t.Fatalf("after log-in /ui answers %d", resp.StatusCode)
+	}
+	m = csrfField.FindStringSubmatch(body)
+	if m == nil {
+		h.t.Fatalf("no CSRF token on the page: %s", body)
+	}
+	return c, m[1]
+}
+
+func (h *uiHarness) get(c *http.Client, path string) (*http.Response, string) {
+	h.t.Helper()
+	resp, err := c.Get(h.srv.URL + path)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func (h *uiHarness) approve(c *http.Client, csrf string) *http.Response {
+	h.t.Helper()
+	resp, err := c.PostForm(h.srv.URL+"/ui/actions/act_1/approve", url.Values{"csrf": {csrf}, "comment": {"ok"}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+// TestUILoginDiesWithToken: once the reviewer's API token is revoked,
+// expired or no longer a reviewer's, the cookie log-in made with it is
+// gone on the very next request: pages redirect to the log-in form, the
+// cookie is cleared, a decision is refused, and the end is audited once.
+func TestUILoginDiesWithToken(t *testing.T) {
+	tests := []struct {
+		name string
+		kill func(h *uiHarness)
+	}{
+		{"fail-revoked", func(h *uiHarness) { h.fake.auth.Delete("tok_rev") }},
+		{"fail-expired", func(h *uiHarness) { *h.clock = t0.Add(time.Hour) }},
+		{"fail-role-changed", func(h *uiHarness) {
+			h.fake.auth.Put(auth.Token{ID: "tok_rev", Name: "Rita", Role: auth.RoleAuditor, Digest: auth.Digest("x")})
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok, digest := auth.NewSecret("tok_rev")
+			h := newUIHarness(t, auth.Token{ID: "tok_rev", Name: "Rita", Role: auth.RoleReviewer, Digest: digest, ExpiresAt: t0.Add(time.Hour)})
+			c, csrf := h.login(tok)
+			if resp := h.approve(c, csrf); resp.StatusCode != http.StatusSeeOther || h.fake.decisions != 1 {
+				t.Fatalf("a live log-in cannot decide: %d, %d decisions", resp.StatusCode, h.fake.decisions)
+			}
+
+			tt.kill(h)
+			resp, _ := h.get(c, "/ui/actions/act_1")
+			if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/ui/login" {
+				t.Fatalf("the action page answers %d (Location %q), want a redirect to the log-in", resp.StatusCode, resp.Header.Get("Location"))
+			}
+			if sc := resp.Header.Get("Set-Cookie"); !strings.Contains(sc, cookieName+"=;") || !strings.Contains(sc, "Max-Age=0") {
+				t.Errorf("the log-in cookie is not cleared: %q", sc)
+			}
+			if resp := h.approve(c, csrf); resp.StatusCode != http.StatusForbidden || h.fake.decisions != 1 {
+				t.Fatalf("a dead log-in decided: %d, %d decisions", resp.StatusCode, h.fake.decisions)
+			}
+			if got := strings.Join(h.fake.logouts, "|"); got != "tok_rev: token revoked, expired or no longer a reviewer" {
+				t.Errorf("log-outs audited: %q", got)
+			}
+		})
+	}
+}
+
+// TestUIShowsDestination: the list and the action page show the upstream's
+// name and the full URL from the backend, HTML-escaped.
+func TestUIShowsDestination(t *testing.T) {
+	tok, digest := auth.NewSecret("tok_rev")
+	h := newUIHarness(t, auth.Token{ID: "tok_rev", Name: "Rita", Role: auth.RoleReviewer, Digest: digest})
+	c, _ := h.login(tok)
+	want := "https://api.example.com/v2/transfers?to=acme&amp;note=%3Cb%3E"
+	for _, path := range []string{"/ui", "/ui/actions/act_1"} {
+		_, body := h.get(c, path)
+		if !strings.Contains(body, want) || !strings.Contains(body, "pay&lt;ments&gt;") {
+			t.Errorf("%s does not show the upstream and the full URL %s:\n%s", path, want, body)
+		}
+		if strings.Contains(body, "pay<ments>") {
+			t.Errorf("%s shows the upstream name unescaped", path)
+		}
+	}
+}
