@@ -66,43 +66,73 @@ func checkBolt(t *testing.T, path string) {
 	}
 }
 
+// Limits of the grants the crash trials spend (one pair per trial).
+const (
+	crashMaxUses = 50
+	crashBudget  = 100
+)
+
+// crashLimited is a session with a max_uses grant (GET /lim/N) and a budget
+// grant (POST /spend/N, amounts 1 to 3), not gated.
+type crashLimited struct {
+	token      string
+	lim, spend string
+}
+
 // TestCrashTrials runs concurrent sandbox calls against a real broker
 // process, kills it with SIGKILL at a random moment, restarts it, and checks
 // that every call the client saw succeed has its durable record, that the
-// chain verifies and that the bbolt file is consistent.
+// chain verifies, that the bbolt file is consistent, and that across all
+// kills no max_uses grant reached the upstream more than max_uses times and
+// no budget grant spent more than its budget there. Trials alternate the
+// audit durability modes (fsync, buffered).
 func TestCrashTrials(t *testing.T) {
 	up := newUpstream(t)
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "airlock.yaml")
-	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`sandbox_listen: 127.0.0.1:0
+	writeCfg := func(durability string) {
+		t.Helper()
+		err := os.WriteFile(cfg, []byte(fmt.Sprintf(`sandbox_listen: 127.0.0.1:0
 control_listen: 127.0.0.1:0
 data_dir: %s
 admin_token: %s
 enforce_isolation: false
 log_level: error
-audit: {durability: fsync, checkpoint_every: 50}
+audit: {durability: %s, checkpoint_every: 50}
 upstreams:
   - name: api
     base_url: %s
     credential: {source: env, name: CANARY_TOKEN}
-`, dataDir, adminToken, up.URL)), 0o600)
-	if err != nil {
-		t.Fatal(err)
+`, dataDir, adminToken, durability, up.URL)), 0o600)
+		if err != nil {
+			t.Fatal(err)
+		}
 	}
 	env := []string{"CANARY_TOKEN=" + canary}
 	client := &http.Client{Timeout: 5 * time.Second}
 	var token string
+	var limited []crashLimited
 	succeeded := map[string]bool{}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	for trial := 0; trial < *crashTrials; trial++ {
+		writeCfg([]string{store.DurabilityFsync, store.DurabilityBuffered}[trial%2])
 		p := startProc(t, cfg, env)
+		b := &brokerProc{t: t, control: p.control, http: client}
 		if token == "" {
-			b := &brokerProc{t: t, control: p.control, http: client}
 			s := b.session(map[string]any{"task_id": "crash", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
 				"grants": []any{apiGrant(map[string]any{"method": "GET", "path": "/ok"})}})
 			token = s.Token
 		}
+		lim, spend := fmt.Sprintf("/lim/%d", trial), fmt.Sprintf("/spend/%d", trial)
+		ls := b.session(map[string]any{"task_id": "crash-limits", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
+			"grants": []any{
+				map[string]any{"upstream": "api", "max_uses": crashMaxUses, "rules": []any{map[string]any{"method": "GET", "path": lim}}},
+				map[string]any{"upstream": "api", "budget": map[string]any{"body.amount": crashBudget},
+					"rules": []any{map[string]any{"method": "POST", "path": spend, "irreversible": false}}},
+			}})
+		limited = append(limited, crashLimited{token: ls.Token, lim: lim, spend: spend})
+		targets := append([]crashLimited(nil), limited...)
 		var (
 			mu   sync.Mutex
 			wg   sync.WaitGroup
@@ -120,6 +150,21 @@ upstreams:
 					}
 					req, _ := http.NewRequest("GET", p.sandbox+"/v1/proxy/api/ok", nil)
 					req.Header.Set("Authorization", "Bearer "+token)
+					// Two calls in three spend a limited grant, this trial's
+					// most often, earlier ones (exhausted before a kill) too.
+					tg := targets[len(targets)-1]
+					if len(targets) > 1 && rand.IntN(4) == 0 {
+						tg = targets[rand.IntN(len(targets)-1)]
+					}
+					switch rand.IntN(3) {
+					case 1:
+						req, _ = http.NewRequest("GET", p.sandbox+"/v1/proxy/api"+tg.lim, nil)
+						req.Header.Set("Authorization", "Bearer "+tg.token)
+					case 2:
+						req, _ = http.NewRequest("POST", p.sandbox+"/v1/proxy/api"+tg.spend, strings.NewReader(fmt.Sprintf(`{"amount": %d}`, 1+rand.IntN(3))))
+						req.Header.Set("Authorization", "Bearer "+tg.token)
+						req.Header.Set("Content-Type", "application/json")
+					}
 					resp, err := client.Do(req)
 					if err != nil {
 						continue
@@ -143,7 +188,8 @@ upstreams:
 
 	p := startProc(t, cfg, env)
 	defer func() { _ = p.cmd.Process.Signal(os.Interrupt); _ = p.cmd.Wait() }()
-	b := &brokerProc{t: t, control: p.control, http: client}
+	b := &brokerProc{t: t, sandbox: p.sandbox, control: p.control, http: client}
+	crashCheckLimits(t, b, up, limited)
 	var rep struct {
 		OK      bool   `json:"ok"`
 		Records uint64 `json:"records"`
@@ -173,4 +219,47 @@ upstreams:
 	}
 	t.Logf("crash trials: %d SIGKILLs, %d calls succeeded, all with their durable record; chain of %d records verifies; bbolt consistent after every kill",
 		*crashTrials, len(succeeded), rep.Records)
+}
+
+// crashCheckLimits spends what the limited grants have left after the
+// last restart, then checks what the upstream received in all: never more
+// than max_uses calls or the budget per grant, whatever the kills
+// interrupted. (Fewer is possible: a call whose record was written when the
+// broker was killed counts as used though it was never sent.)
+func crashCheckLimits(t *testing.T, b *brokerProc, up *upstreamServer, limited []crashLimited) {
+	t.Helper()
+	for _, l := range limited {
+		for i := 0; i <= crashMaxUses; i++ {
+			if r := b.do("GET", b.sandbox+"/v1/proxy/api"+l.lim, l.token, nil); r.status != 200 {
+				r.wantProblem(t, http.StatusForbidden, "grant_exhausted")
+				break
+			}
+		}
+		for i := 0; i <= crashBudget; i++ {
+			if r := b.do("POST", b.sandbox+"/v1/proxy/api"+l.spend, l.token, `{"amount": 1}`); r.status != 200 {
+				r.wantProblem(t, http.StatusForbidden, "budget_exceeded")
+				break
+			}
+		}
+	}
+	uses, spent := map[string]int{}, map[string]float64{}
+	for _, r := range up.requests() {
+		uses[r.RawPath]++
+		if strings.HasPrefix(r.RawPath, "/spend/") {
+			var body struct{ Amount float64 }
+			if err := json.Unmarshal(r.Body, &body); err != nil {
+				t.Fatalf("a spend the upstream received: %q", r.Body)
+			}
+			spent[r.RawPath] += body.Amount
+		}
+	}
+	for _, l := range limited {
+		if uses[l.lim] > crashMaxUses {
+			t.Errorf("%s: the upstream received %d calls across the kills, more than max_uses (%d)", l.lim, uses[l.lim], crashMaxUses)
+		}
+		if spent[l.spend] > crashBudget {
+			t.Errorf("%s: the upstream received amounts summing to %v across the kills, more than the budget (%d)", l.spend, spent[l.spend], crashBudget)
+		}
+		t.Logf("%s: %d of %d uses reached the upstream; %s: %v of %d spent", l.lim, uses[l.lim], crashMaxUses, l.spend, spent[l.spend], crashBudget)
+	}
 }

@@ -93,7 +93,7 @@ type Action struct {
 	Filled            []string // pinned parameters the broker filled in
 	Standing          Standing
 	ApprovalsRequired int
-	Amounts           map[string]float64 // budgeted amounts, reserved at execution
+	Amounts           map[string]float64 // budgeted amounts, reserved while pending, spent at execution
 	Decisions         []Decision
 	Result            *Result
 }

@@ -43,10 +43,16 @@ func (b *Broker) Gated(l *Live, d *grants.Decision) bool {
 }
 
 // Hold turns a gated call into a pending action that stores the request
-// exactly as it will be sent. The decision's reservation is released: uses
-// and budget are taken when the action executes.
+// exactly as it will be sent. The action keeps the decision's reservation
+// (one use and its budgeted amounts count against the grant while it is
+// pending) and takes a slot of the session's pending limit; it refuses with
+// ErrTooManyPending when none is left. See pending.go.
 func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord) (approval.Action, error) {
-	d.Release()
+	if !l.takePendingSlot(b.maxPending) {
+		d.Release()
+		return approval.Action{}, fmt.Errorf("%w (at most %d)", ErrTooManyPending, b.maxPending)
+	}
+	d.Pend()
 	now := b.now().UTC()
 	r2 := b.ruleOfTwo(&l.Session, l.Grants())
 	a := approval.Action{
@@ -59,15 +65,22 @@ func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *ups
 		ApprovalsRequired: d.Grant.Grant.ApprovalsRequired, Amounts: d.Amounts(),
 	}
 	if err := b.store.PutAction(ctx, &a); err != nil {
+		b.releasePending(a)
 		return a, fmt.Errorf("store action: %w", err)
 	}
 	ev := b.callEvent(l, rec)
 	ev.Type, ev.ActionID, ev.GrantID, ev.Decision = typeActionPending, a.ID, a.GrantID, "hold"
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
-		_, _ = b.store.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
+		// A reviewer may have decided meanwhile: then that decision released it.
+		if _, uerr := b.store.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
+			if x.Status != approval.Pending {
+				return errUnchanged
+			}
 			x.Status, x.Reason = approval.Failed, "audit unavailable"
 			return nil
-		})
+		}); uerr == nil {
+			b.releasePending(a)
+		}
 		return a, err
 	}
 	b.scheduleExpiry(a.ID, a.ExpiresAt)
@@ -119,6 +132,7 @@ func (b *Broker) expire(id string) {
 		}
 		return
 	}
+	b.releasePending(a)
 	b.recordAction(a, typeActionExpired, audit.Actor{Kind: "system"}, "")
 	b.announce(a, typeActionExpired, "")
 }
@@ -156,6 +170,12 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 	if err != nil {
 		return a, err
 	}
+	switch {
+	case a.Status == approval.Denied:
+		b.releasePending(a)
+	case execute: // the grant's reservation goes to execute
+		b.freeSlot(a.SessionID)
+	}
 	typ := typeActionApproved
 	if verdict == "deny" {
 		typ = typeActionDenied
@@ -165,6 +185,9 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
+			if g := b.liveGrant(a.GrantID); g != nil {
+				g.ReleasePending(a.Amounts)
+			}
 			b.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: b.now().UTC()}, approval.Failed, "audit unavailable")
 		}
 		return a, err
@@ -177,19 +200,27 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 	return a, nil
 }
 
-// execute sends an approved action's stored request once.
+// execute sends an approved action's stored request once. The action's
+// reservation on its grant (held since Hold) becomes usage when it is sent,
+// and is released when it is not.
 func (b *Broker) execute(a approval.Action) {
 	start := b.now()
 	fail := func(code, reason string) {
 		b.finish(a.ID, &approval.Result{Code: code, ExecutedAt: b.now().UTC()}, approval.Failed, reason)
 	}
+	unsent := func(code, reason string) {
+		if g := b.liveGrant(a.GrantID); g != nil {
+			g.ReleasePending(a.Amounts)
+		}
+		fail(code, reason)
+	}
 	if b.killswitch.Load() {
-		fail("killswitch_engaged", "kill-switch engaged")
+		unsent("killswitch_engaged", "kill-switch engaged")
 		return
 	}
 	l, ok := b.live(a.SessionID)
 	if !ok || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
-		fail("session_revoked", "the session ended before execution")
+		unsent("session_revoked", "the session ended before execution")
 		return
 	}
 	var g *grants.Live
@@ -199,15 +230,15 @@ func (b *Broker) execute(a approval.Action) {
 		}
 	}
 	if g == nil || g.Revoked() || !b.now().Before(g.Grant.ExpiresAt) {
-		fail("grant_expired", "the grant ended before execution")
+		unsent("grant_expired", "the grant ended before execution")
 		return
 	}
-	if err := g.Reserve(a.Amounts); err != nil {
+	if err := g.ConsumePending(a.Amounts); err != nil {
 		code := "grant_exhausted"
 		if errors.Is(err, grants.ErrBudgetExceeded) {
 			code = "budget_exceeded"
 		}
-		fail(code, err.Error())
+		unsent(code, err.Error())
 		return
 	}
 	u := b.upstreams[a.Upstream]
@@ -309,13 +340,15 @@ func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessi
 		if err != nil {
 			continue
 		}
+		b.releasePending(a)
 		b.stopExpiry(a.ID)
 		b.recordAction(a, typeActionDenied, b.actorOf(p), "session killed")
 		b.announce(a, typeActionDenied, p.ID)
 	}
 }
 
-// loadActions re-arms expiry of pending actions after a restart, and marks
+// loadActions re-arms expiry of pending actions after a restart and counts
+// their reservations again (session slot, grant use and amounts), and marks
 // actions that were executing as failed: their outcome is unknown and they
 // are never sent again.
 func (b *Broker) loadActions(ctx context.Context) error {
@@ -326,6 +359,7 @@ func (b *Broker) loadActions(ctx context.Context) error {
 	for _, a := range all {
 		switch a.Status {
 		case approval.Pending:
+			b.restorePending(a)
 			b.scheduleExpiry(a.ID, a.ExpiresAt)
 		case approval.Executing:
 			b.finish(a.ID, &approval.Result{Code: "upstream_error", ExecutedAt: b.now().UTC()}, approval.Failed,

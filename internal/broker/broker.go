@@ -51,6 +51,7 @@ type Options struct {
 	DefaultTTL       time.Duration
 	EnforceIsolation bool
 	ApprovalTTL      time.Duration // how long a pending action waits (default 15m)
+	MaxPending       int           // pending actions per session (default DefaultMaxPending)
 	RateLimit        rate.Limit    // sandbox calls per second per session (0: unlimited)
 	RateBurst        int           // burst of the per-session limit
 	Metrics          prometheus.Registerer
@@ -79,6 +80,7 @@ type Broker struct {
 	halt       atomic.Pointer[halt] // cancelled when the kill-switch is engaged
 
 	approvalTTL time.Duration
+	maxPending  int64
 	rateLimit   rate.Limit
 	rateBurst   int
 	metrics     *metrics
@@ -110,6 +112,7 @@ type Live struct {
 	revoked atomic.Bool
 	killed  atomic.Int64  // unix nanoseconds of the kill, 0 if alive
 	limiter *rate.Limiter // per-session call rate, nil when unlimited
+	pending atomic.Int64  // pending actions (see pending.go)
 	ctx     context.Context
 	cancel  context.CancelFunc
 	grants  atomic.Pointer[[]*grants.Live]
@@ -189,6 +192,9 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	})
 	if b.approvalTTL <= 0 {
 		b.approvalTTL = 15 * time.Minute
+	}
+	if b.maxPending = int64(o.MaxPending); b.maxPending <= 0 {
+		b.maxPending = DefaultMaxPending
 	}
 	if ks, err := o.Store.Meta(ctx, metaKillswitch); err == nil {
 		var st KillswitchState

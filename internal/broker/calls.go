@@ -110,8 +110,11 @@ type CallRecord struct {
 }
 
 // RecordAllowed writes the durable "allowed" record of a call before it is
-// forwarded. If it cannot be written the reservation is released and the
-// error wraps audit.ErrUnavailable: the call must not happen.
+// forwarded, with the grant's usage (taken after the decision's
+// reservation, so it counts this call; versioned, so a concurrent call's
+// older snapshot sequenced after it cannot replace it in the store). If it
+// cannot be written the reservation is released and the error wraps
+// audit.ErrUnavailable: the call must not happen.
 func (b *Broker) RecordAllowed(ctx context.Context, l *Live, d *grants.Decision, c CallRecord) error {
 	ev := b.callEvent(l, c)
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
@@ -172,7 +175,7 @@ func denialReason(err error) string {
 	if err == nil {
 		return ""
 	}
-	for _, known := range []error{ErrKillswitch, ErrRateLimited, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
+	for _, known := range []error{ErrKillswitch, ErrRateLimited, ErrTooManyPending, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
 		grants.ErrGrantExpired, grants.ErrGrantExhausted, grants.ErrBudgetExceeded, session.ErrInvalidToken,
 		session.ErrExpired, session.ErrRevoked, session.ErrWrongSource} {
 		if errors.Is(err, known) {

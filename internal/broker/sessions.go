@@ -42,9 +42,10 @@ type SessionView struct {
 
 // GrantView is a grant with its usage and state.
 type GrantView struct {
-	Grant  grants.Grant
-	Usage  grants.Usage
-	Status string // active, revoked or expired
+	Grant   grants.Grant
+	Usage   grants.Usage
+	Pending grants.Usage // uses and amounts held by pending actions
+	Status  string       // active, revoked or expired
 }
 
 // FieldError names the offending field of a request.
@@ -207,7 +208,7 @@ func (b *Broker) view(l *Live) SessionView {
 }
 
 func (b *Broker) grantView(g *grants.Live, sessionOver bool) GrantView {
-	return GrantView{Grant: g.Grant, Usage: g.Usage(),
+	return GrantView{Grant: g.Grant, Usage: g.Usage(), Pending: g.Pending(),
 		Status: status(g.Revoked() || !g.Grant.RevokedAt.IsZero() || sessionOver, g.Grant.ExpiresAt, b.now())}
 }
 

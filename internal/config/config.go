@@ -73,7 +73,9 @@ type RateLimit struct {
 // Approval configures the human gate.
 type Approval struct {
 	Timeout time.Duration `yaml:"timeout"` // how long a pending action waits (default 15m)
-	Webhook Webhook       `yaml:"webhook"`
+	// MaxPendingPerSession bounds a session's pending actions (default 16).
+	MaxPendingPerSession int     `yaml:"max_pending_per_session"`
+	Webhook              Webhook `yaml:"webhook"`
 }
 
 // Webhook announces pending actions and decisions.
@@ -323,6 +325,12 @@ func (c *Config) Validate(getenv func(string) string) error {
 	}
 	if c.Approval.Timeout < 0 || c.Approval.Timeout > 24*time.Hour {
 		return fieldErr("approval.timeout", "must be between 1s and 24h")
+	}
+	if c.Approval.MaxPendingPerSession == 0 {
+		c.Approval.MaxPendingPerSession = 16
+	}
+	if c.Approval.MaxPendingPerSession < 0 || c.Approval.MaxPendingPerSession > 10000 {
+		return fieldErr("approval.max_pending_per_session", "must be between 1 and 10000")
 	}
 	if w := c.Approval.Webhook; w.URL != "" {
 		u, err := url.Parse(w.URL)

@@ -306,24 +306,6 @@ func (d *Decision) amountsFor(g *Live, c *Call) error {
 	return nil
 }
 
-func (l *Live) reserve(amounts []amount) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.Grant.MaxUses > 0 && l.usage.Uses >= l.Grant.MaxUses {
-		return ErrGrantExhausted
-	}
-	for _, a := range amounts {
-		if l.usage.Spent[a.key]+a.v > l.Grant.Budget[a.key] {
-			return fmt.Errorf("%w: %s", ErrBudgetExceeded, a.key)
-		}
-	}
-	l.usage.Uses++
-	for _, a := range amounts {
-		l.usage.Spent[a.key] += a.v
-	}
-	return nil
-}
-
 // Release gives back the reservation of a call that did not happen.
 // It is safe to call more than once.
 func (d *Decision) Release() {
@@ -630,27 +612,6 @@ func (d *Decision) Amounts() map[string]float64 {
 		m[a.key] = a.v
 	}
 	return m
-}
-
-// Reserve takes one use and amounts of the grant (for a call decided
-// earlier and executed now, such as an approved action). Release it with
-// Refund when the call does not happen.
-func (l *Live) Reserve(amounts map[string]float64) error {
-	as := make([]amount, 0, len(amounts))
-	for k, v := range amounts {
-		as = append(as, amount{key: k, v: v})
-	}
-	return l.reserve(as)
-}
-
-// Refund gives back what Reserve took.
-func (l *Live) Refund(amounts map[string]float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.usage.Uses--
-	for k, v := range amounts {
-		l.usage.Spent[k] -= v
-	}
 }
 
 // Glob matches IAM-style patterns: "*" is any run of characters (slashes

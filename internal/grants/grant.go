@@ -106,6 +106,10 @@ type Grant struct {
 type Usage struct {
 	Uses  int64
 	Spent map[string]float64
+	// Version orders snapshots of one grant's usage: it grows with every
+	// change, under the grant's lock. A store keeps the snapshot with the
+	// highest Version, whatever order snapshots reach it in.
+	Version uint64
 }
 
 // FieldError names the offending field of a malformed grant.
@@ -461,6 +465,7 @@ type Live struct {
 	revoked atomic.Bool
 	mu      sync.Mutex
 	usage   Usage
+	pending Usage // held by pending actions (Version unused); see usage.go
 }
 
 type compiledRule struct {
@@ -547,17 +552,6 @@ func (l *Live) Revoke() { l.revoked.Store(true) }
 
 // Revoked reports whether Revoke was called.
 func (l *Live) Revoked() bool { return l.revoked.Load() }
-
-// Usage returns a copy of the grant's consumption.
-func (l *Live) Usage() Usage {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	u := Usage{Uses: l.usage.Uses, Spent: make(map[string]float64, len(l.usage.Spent))}
-	for k, v := range l.usage.Spent {
-		u.Spent[k] = v
-	}
-	return u
-}
 
 // HasIrreversible reports whether any rule of the grant is irreversible.
 func (l *Live) HasIrreversible() bool {

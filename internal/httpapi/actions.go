@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -124,6 +125,10 @@ func (s *Server) reviewerAction(a approval.Action) actionJSON {
 // Prefer: wait=N the executed upstream answer if the decision comes in time.
 func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, out *upstream.Outbound, rec broker.CallRecord, start time.Time) {
 	a, err := s.b.Hold(r.Context(), l, d, out, rec)
+	if errors.Is(err, broker.ErrTooManyPending) { // a refusal like any other: audited with its code
+		writeProblem(w, s.refuse(r, l, &rec, start, err), rec.RequestID)
+		return
+	}
 	if err != nil {
 		s.metrics.call(rec.Upstream, "deny", problemFor(err).Code, time.Since(start))
 		s.fail(w, r, err, rec.RequestID)

@@ -31,6 +31,7 @@ func (m *metrics) label(upstream string) string {
 // "resource-cap hits" KPI).
 var limitKinds = map[string]string{
 	"constraint_violated": "constraint", "budget_exceeded": "budget", "grant_exhausted": "max_uses", "rate_limited": "rate",
+	"too_many_pending": "pending",
 }
 
 func newMetrics(reg prometheus.Registerer, known func(string) bool) *metrics {
@@ -51,7 +52,7 @@ func newMetrics(reg prometheus.Registerer, known func(string) bool) *metrics {
 			Name: "airlock_sessions_created_total", Help: "Sessions created.",
 		}),
 		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "airlock_limit_hits_total", Help: "Calls refused by a cap or limit: constraint, budget, max_uses, rate.",
+			Name: "airlock_limit_hits_total", Help: "Calls refused by a cap or limit: constraint, budget, max_uses, rate, pending.",
 		}, []string{"kind"}),
 	}
 	reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.sessionsCreated, m.limitHits)

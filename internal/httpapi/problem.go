@@ -56,6 +56,7 @@ var codes = []struct {
 	{session.ErrRevoked, 401, "session_revoked", "Session revoked", false},
 	{broker.ErrKillswitch, 503, "killswitch_engaged", "Kill-switch engaged", true},
 	{broker.ErrRateLimited, 429, "rate_limited", "Rate limited", true},
+	{broker.ErrTooManyPending, 429, "too_many_pending", "Too many pending actions", true},
 	{grants.ErrNoMatchingGrant, 403, "no_matching_grant", "No matching grant", true},
 	{grants.ErrConstraintViolated, 403, "constraint_violated", "Constraint violated", true},
 	{grants.ErrGrantExpired, 403, "grant_expired", "Grant expired", true},

@@ -182,6 +182,8 @@ type grantJSON struct {
 	ApprovalsRequired int                `json:"approvals_required"`
 	Budget            map[string]float64 `json:"budget,omitempty"`
 	Spent             map[string]float64 `json:"spent,omitempty"`
+	PendingUses       int64              `json:"pending_uses"`
+	PendingSpent      map[string]float64 `json:"pending_spent,omitempty"`
 	Rules             []ruleJSON         `json:"rules"`
 }
 
@@ -242,6 +244,15 @@ func toGrantJSON(v broker.GrantView) grantJSON {
 	}
 	if len(v.Usage.Spent) > 0 {
 		out.Spent = v.Usage.Spent
+	}
+	out.PendingUses = v.Pending.Uses
+	for k, x := range v.Pending.Spent {
+		if x != 0 {
+			if out.PendingSpent == nil {
+				out.PendingSpent = map[string]float64{}
+			}
+			out.PendingSpent[k] = x
+		}
 	}
 	for _, r := range g.Rules {
 		rj := ruleJSON{Method: r.Method, Path: r.Path, Action: r.Action, Resource: r.Resource, Irreversible: r.IsIrreversible(), DenyUnknown: r.DenyUnknown}

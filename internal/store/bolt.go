@@ -166,7 +166,7 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 				return err
 			}
 			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
-				if err := put(tx, bucketUsage, u.GrantID, u.Usage); err != nil {
+				if err := putUsage(tx, u.GrantID, u.Usage); err != nil {
 					return err
 				}
 			}
@@ -568,10 +568,29 @@ func putGrant(tx *bolt.Tx, g *grants.Grant, u grants.Usage) error {
 	if err := put(tx, bucketGrants, g.ID, g); err != nil {
 		return err
 	}
-	if err := put(tx, bucketUsage, g.ID, u); err != nil {
+	if err := putUsage(tx, g.ID, u); err != nil {
 		return err
 	}
 	return tx.Bucket(bucketSessionGrants).Put([]byte(g.SessionID+"/"+g.ID), nil)
+}
+
+// putUsage stores a grant's usage unless the store already holds a later
+// snapshot (a higher Version). Snapshots reach the store in any order:
+// concurrent calls take theirs before their audit records are sequenced,
+// and grant writes (a kill, a revoke) race with the journal's applier. So
+// the usage a restart loads is always the latest one persisted, never an
+// older, smaller one.
+func putUsage(tx *bolt.Tx, grantID string, u grants.Usage) error {
+	if old := tx.Bucket(bucketUsage).Get([]byte(grantID)); old != nil {
+		var cur struct{ Version uint64 }
+		if err := json.Unmarshal(old, &cur); err != nil {
+			return fmt.Errorf("decode usage of %s: %w", grantID, err)
+		}
+		if cur.Version > u.Version {
+			return nil
+		}
+	}
+	return put(tx, bucketUsage, grantID, u)
 }
 
 // Grant implements Store.

@@ -1,0 +1,72 @@
+package broker
+
+import (
+	"errors"
+
+	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/grants"
+)
+
+// DefaultMaxPending bounds a session's pending actions unless configured
+// (approval.max_pending_per_session).
+const DefaultMaxPending = 16
+
+// ErrTooManyPending refuses a gated call when its session already has its
+// limit of pending actions.
+var ErrTooManyPending = errors.New("the session has too many pending actions")
+
+// A pending action holds two things until it leaves pending: a slot of its
+// session's pending limit (Live.pending) and its grant's reservation of one
+// use and its budgeted amounts (grants.Live pending counters). Hold takes
+// both; the one transition out of pending that wins in the store gives them
+// back: releasePending for denied, expired and failed actions, or, for an
+// approved one, freeSlot at the decision and the grant's reservation turned
+// into usage (or released) by execute. loadActions rebuilds both after a
+// restart from the stored pending actions.
+
+// takePendingSlot counts one more pending action of the session unless it
+// has limit already.
+func (l *Live) takePendingSlot(limit int64) bool {
+	for {
+		n := l.pending.Load()
+		if n >= limit {
+			return false
+		}
+		if l.pending.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// freeSlot gives back the session's slot of an action that left pending.
+func (b *Broker) freeSlot(sessionID string) {
+	if l, ok := b.live(sessionID); ok {
+		l.pending.Add(-1)
+	}
+}
+
+// liveGrant finds a grant of an active session in memory, or nil.
+func (b *Broker) liveGrant(id string) *grants.Live {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return b.grantIdx[id]
+}
+
+// releasePending gives back everything a pending action held, when it left
+// pending without being sent (denied, expired, failed, its session killed).
+func (b *Broker) releasePending(a approval.Action) {
+	b.freeSlot(a.SessionID)
+	if g := b.liveGrant(a.GrantID); g != nil {
+		g.ReleasePending(a.Amounts)
+	}
+}
+
+// restorePending counts a stored pending action again after a restart.
+func (b *Broker) restorePending(a approval.Action) {
+	if l, ok := b.live(a.SessionID); ok {
+		l.pending.Add(1)
+	}
+	if g := b.liveGrant(a.GrantID); g != nil {
+		g.RestorePending(a.Amounts)
+	}
+}
