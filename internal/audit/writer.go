@@ -370,16 +370,16 @@ func (w *Writer) Close() {
 	for w.writing || w.syncing {
 		w.idle.Wait()
 	}
-	// Records nobody waits for may still be queued: write and sync them.
-	lead := len(w.queue) > 0
-	w.writing = lead
-	w.mu.Unlock()
-	if lead {
+	// Records nobody waits for may still be queued, more than one batch of
+	// them: write and sync them all.
+	for len(w.queue) > 0 && !w.broken {
+		w.writing = true
+		w.mu.Unlock()
 		w.write(nil)
-	}
-	w.mu.Lock()
-	for w.writing || w.syncing {
-		w.idle.Wait()
+		w.mu.Lock()
+		for w.writing || w.syncing {
+			w.idle.Wait()
+		}
 	}
 	w.mu.Unlock()
 	if err := w.sink.SyncAudit(context.Background()); err != nil {
