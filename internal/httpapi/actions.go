@@ -123,15 +123,17 @@ func (s *Server) reviewerAction(a approval.Action) actionJSON {
 
 // hold answers a gated call: 202 with the pending action, or with
 // Prefer: wait=N the executed upstream answer if the decision comes in time.
-func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, out *upstream.Outbound, rec broker.CallRecord, start time.Time) {
+// failed writes a refusal in the protocol of the door the call came through.
+func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, out *upstream.Outbound,
+	rec broker.CallRecord, start time.Time, failed func(Problem)) {
 	a, err := s.b.Hold(r.Context(), l, d, out, rec)
 	if errors.Is(err, broker.ErrTooManyPending) { // a refusal like any other: audited with its code
-		writeProblem(w, s.refuse(r, l, &rec, start, err), rec.RequestID)
+		failed(s.refuse(r, l, &rec, start, err))
 		return
 	}
 	if err != nil {
 		s.metrics.call(rec.Upstream, "deny", problemFor(err).Code, time.Since(start))
-		s.fail(w, r, err, rec.RequestID)
+		s.failWith(r, err, rec.RequestID, failed)
 		return
 	}
 	s.metrics.call(rec.Upstream, "hold", "", time.Since(start))
@@ -144,9 +146,14 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d 
 			err = cut
 		}
 		if err != nil {
-			s.fail(w, r, err, rec.RequestID)
+			s.failWith(r, err, rec.RequestID, failed)
 			return
 		}
+	}
+	switch a.Status {
+	case approval.Denied, approval.Expired, approval.Failed:
+		failed(problemFor(broker.ActionError(a)))
+		return
 	}
 	s.answerAction(w, r, a, rec.RequestID)
 }

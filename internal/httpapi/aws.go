@@ -127,7 +127,7 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Prefer") == "" {
 			r.Header.Set("Prefer", "wait=60")
 		}
-		s.hold(w, r, l, d, out, rec, start)
+		s.hold(w, r, l, d, out, rec, start, func(p Problem) { writeAWSError(w, u, p, reqID, false) })
 		return
 	}
 	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeAWSError(w, u, p, reqID, false) })

@@ -75,7 +75,7 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.b.Gated(l, d) {
-		s.hold(w, r, l, d, out, rec, start)
+		s.hold(w, r, l, d, out, rec, start, func(p Problem) { writeProblem(w, p, reqID) })
 		return
 	}
 	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeProblem(w, p, reqID) })

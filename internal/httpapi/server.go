@@ -176,11 +176,16 @@ func (s *Server) handle(fn func(http.ResponseWriter, *http.Request) error) http.
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, requestID string) {
+	s.failWith(r, err, requestID, func(p Problem) { writeProblem(w, p, requestID) })
+}
+
+// failWith is fail for a door with its own error format.
+func (s *Server) failWith(r *http.Request, err error, requestID string, write func(Problem)) {
 	p := problemFor(err)
 	if p.Status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "route", routePattern(r), "code", p.Code, "request_id", requestID, "err", err)
 	}
-	writeProblem(w, p, requestID)
+	write(p)
 }
 
 // as authenticates a control-plane bearer token and checks its role.
