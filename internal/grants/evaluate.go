@@ -72,8 +72,34 @@ type fill struct {
 // a *Violation (ErrConstraintViolated), ErrGrantExpired, ErrGrantExhausted,
 // ErrBudgetExceeded. The most specific failure wins.
 func Evaluate(now time.Time, live []*Live, upstream string, c *Call) (*Decision, error) {
+	return firstRule(now, live, upstream, c, func(g *Live, r *compiledRule, d *Decision) (int, error) {
+		if err := d.amountsFor(g, c); err != nil {
+			return rankViolation, err
+		}
+		if err := g.reserve(d.amounts); err != nil {
+			return rankExhausted, err
+		}
+		d.Grant = g
+		d.Rule = r.index
+		d.Irreversible = r.irreversible
+		return 0, nil
+	})
+}
+
+// The ranks of a refusal: the most specific one found is returned.
+const (
+	rankExpired = 1 + iota
+	rankViolation
+	rankExhausted // max_uses or budget
+)
+
+// firstRule walks the live, unrevoked grants of upstream for the first rule
+// that matches c, whose constraints c satisfies, and that take accepts
+// (take returns the rank of its refusal). Without one it returns the most
+// specific refusal seen, or ErrNoMatchingGrant.
+func firstRule(now time.Time, live []*Live, upstream string, c *Call, take func(*Live, *compiledRule, *Decision) (int, error)) (*Decision, error) {
 	var firstErr error
-	rank := 0 // 1 expired, 2 violation, 3 exhausted/budget
+	rank := 0
 	note := func(r int, err error) {
 		if r > rank {
 			rank, firstErr = r, err
@@ -89,25 +115,18 @@ func Evaluate(now time.Time, live []*Live, upstream string, c *Call) (*Decision,
 				continue
 			}
 			if expired {
-				note(1, ErrGrantExpired)
+				note(rankExpired, ErrGrantExpired)
 				break
 			}
 			d, err := r.evaluate(c)
 			if err != nil {
-				note(2, err)
+				note(rankViolation, err)
 				continue
 			}
-			if err := d.amountsFor(g, c); err != nil {
-				note(2, err)
+			if rk, err := take(g, r, d); err != nil {
+				note(rk, err)
 				continue
 			}
-			if err := g.reserve(d.amounts); err != nil {
-				note(3, err)
-				continue
-			}
-			d.Grant = g
-			d.Rule = r.index
-			d.Irreversible = r.irreversible
 			return d, nil
 		}
 	}

@@ -10,40 +10,11 @@ import "time"
 // will be sent, must already carry it. Errors: ErrNoMatchingGrant, a
 // *Violation (ErrConstraintViolated), ErrGrantExpired.
 func Permit(now time.Time, live []*Live, upstream string, c *Call) error {
-	var firstErr error
-	rank := 0 // 1 expired, 2 violation
-	note := func(r int, err error) {
-		if r > rank {
-			rank, firstErr = r, err
+	_, err := firstRule(now, live, upstream, c, func(_ *Live, _ *compiledRule, d *Decision) (int, error) {
+		if len(d.Filled) > 0 {
+			return rankViolation, &Violation{Param: d.Filled[0], Constraint: "pin", Msg: "must be sent with the pinned value for this permission"}
 		}
-	}
-	for _, g := range live {
-		if g.Grant.Upstream != upstream || g.Revoked() {
-			continue
-		}
-		expired := !now.Before(g.Grant.ExpiresAt)
-		for _, r := range g.rules {
-			if !r.matches(c) {
-				continue
-			}
-			if expired {
-				note(1, ErrGrantExpired)
-				break
-			}
-			d, err := r.evaluate(c)
-			if err != nil {
-				note(2, err)
-				continue
-			}
-			if len(d.Filled) > 0 {
-				note(2, &Violation{Param: d.Filled[0], Constraint: "pin", Msg: "must be sent with the pinned value for this permission"})
-				continue
-			}
-			return nil
-		}
-	}
-	if firstErr != nil {
-		return firstErr
-	}
-	return ErrNoMatchingGrant
+		return 0, nil
+	})
+	return err
 }

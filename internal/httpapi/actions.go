@@ -139,13 +139,7 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d 
 	s.metrics.call(rec.Upstream, "hold", "", time.Since(start))
 	if wait, ok := preferWait(r); ok && wait > 0 {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		ctx, stop := s.b.Bound(r.Context(), l)
-		a, err = s.b.WaitAction(ctx, a.ID, wait)
-		stop()
-		if cut := broker.Interrupted(ctx); cut != nil && err == nil {
-			err = cut
-		}
-		if err != nil {
+		if a, err = s.awaitDecision(r, l, a.ID, wait); err != nil {
 			s.failWith(r, err, rec.RequestID, failed)
 			return
 		}
@@ -156,6 +150,18 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d 
 		return
 	}
 	s.answerAction(w, r, a, rec.RequestID)
+}
+
+// awaitDecision long-polls an action of the session for up to wait; a kill
+// of the session or the kill-switch ends the wait with its error.
+func (s *Server) awaitDecision(r *http.Request, l *broker.Live, id string, wait time.Duration) (approval.Action, error) {
+	ctx, stop := s.b.Bound(r.Context(), l)
+	defer stop()
+	a, err := s.b.WaitAction(ctx, id, wait)
+	if cut := broker.Interrupted(ctx); cut != nil && err == nil {
+		err = cut
+	}
+	return a, err
 }
 
 // answerAction writes the executed answer, the refusal, or 202 pending.
@@ -203,13 +209,7 @@ func (s *Server) getAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	if wait, ok := preferWait(r); ok && wait > 0 && !a.Status.Terminal() {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		ctx, stop := s.b.Bound(r.Context(), l)
-		a, err = s.b.WaitAction(ctx, a.ID, wait)
-		stop()
-		if cut := broker.Interrupted(ctx); cut != nil && err == nil {
-			err = cut
-		}
-		if err != nil {
+		if a, err = s.awaitDecision(r, l, a.ID, wait); err != nil {
 			return err
 		}
 	}
