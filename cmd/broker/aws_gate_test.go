@@ -4,14 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
-	"strings"
 )
 
 // A gated call through the AWS door that a reviewer denies is answered in
@@ -68,4 +70,47 @@ func TestAWSGatedCallRefusalSpeaksS3(t *testing.T) {
 	if !errors.As(err, &api) || api.ErrorCode() != "AccessDenied" || !strings.Contains(api.ErrorMessage(), "approval_denied") {
 		t.Fatalf("SDK error = %v, want an S3 AccessDenied naming approval_denied", err)
 	}
+}
+
+// A permission a header implies is decided like the operation itself: a
+// header that sets an ACL on an allowed PutObject waits for a reviewer when
+// the grant allowing PutObjectAcl says approval: always, and is refused
+// once that grant's uses are gone, exactly as a direct PUT ?acl would be.
+func TestAWSImpliedPermissionIsGatedAndLimited(t *testing.T) {
+	put := map[string]any{"upstream": "s3", "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	t.Run("approval always", func(t *testing.T) {
+		e := awsAtkStart(t, put, map[string]any{"upstream": "s3", "approval": "always", "rules": []any{
+			map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*"},
+		}})
+		r := e.send(t, "s3", "PUT", e.b.sandbox+"/v1/aws/s3/reports/t-42/a.csv", http.Header{"X-Amz-Acl": {"public-read"}, "Prefer": {"wait=0"}}, "x")
+		if r.status != http.StatusAccepted {
+			t.Fatalf("PutObject with x-amz-acl under an approval: always ACL grant: %d %s, want 202 pending", r.status, r.body)
+		}
+		if n := len(e.s3.received()); n != 0 {
+			t.Fatalf("the ACL change reached S3 without a reviewer")
+		}
+		// Without the header, the PutObject grant alone decides: not gated.
+		if r := e.send(t, "s3", "PUT", e.b.sandbox+"/v1/aws/s3/reports/t-42/b.csv", nil, "x"); r.status != 200 {
+			t.Fatalf("plain PutObject: %d %s", r.status, r.body)
+		}
+	})
+	t.Run("max_uses", func(t *testing.T) {
+		e := awsAtkStart(t, put, map[string]any{"upstream": "s3", "max_uses": 1, "rules": []any{
+			map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*"},
+		}})
+		c := e.client(t)
+		ctx := context.Background()
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv"), Body: strings.NewReader("x")}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv"), ACL: s3types.ObjectCannedACLPrivate}); err != nil {
+			t.Fatalf("the ACL grant's one use: %v", err)
+		}
+		before := len(e.s3.received())
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b.csv"), ACL: s3types.ObjectCannedACLPublicRead, Body: strings.NewReader("x")})
+		awsAtkRefused(t, "an ACL header after the ACL grant is used up", err, "grant_exhausted")
+		awsAtkNothingSent(t, "an ACL header after the ACL grant is used up", e.s3.received(), before)
+	})
 }

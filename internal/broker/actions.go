@@ -36,10 +36,23 @@ const (
 // maxResultBody bounds the stored answer of an executed action.
 const maxResultBody = 1 << 20
 
-// Gated reports whether an allowed decision must wait for a human: an
-// irreversible rule under Rule of Two (A∧B∧C) or a grant with approval: always.
-func (b *Broker) Gated(l *Live, d *grants.Decision) bool {
-	return d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || b.ruleOfTwo(&l.Session, l.Grants()).Gated())
+// Gated reports whether an allowed call must wait for a human: one of its
+// decisions (the one that reserved its use, and those of further
+// permissions it needs, see Permit) is an irreversible rule under Rule of
+// Two (A∧B∧C) or of a grant with approval: always.
+func (b *Broker) Gated(l *Live, d *grants.Decision, also ...*grants.Decision) bool {
+	gated := func(d *grants.Decision) bool {
+		return d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || b.ruleOfTwo(&l.Session, l.Grants()).Gated())
+	}
+	if gated(d) {
+		return true
+	}
+	for _, x := range also {
+		if gated(x) {
+			return true
+		}
+	}
+	return false
 }
 
 // Hold turns a gated call into a pending action that stores the request

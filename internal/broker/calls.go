@@ -93,11 +93,11 @@ func (b *Broker) Decide(l *Live, upstreamName string, call *grants.Call) (*grant
 
 // Permit checks a further permission a call needs (see grants.Permit)
 // against the session's grants, reserving nothing.
-func (b *Broker) Permit(l *Live, upstreamName string, call *grants.Call) error {
+func (b *Broker) Permit(l *Live, upstreamName string, call *grants.Call, held *grants.Decision) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
-		return ErrUnknownUpstream
+		return nil, ErrUnknownUpstream
 	}
-	return grants.Permit(b.now(), l.Grants(), upstreamName, call)
+	return grants.Permit(b.now(), l.Grants(), upstreamName, call, held.Grant)
 }
 
 // CallRecord describes a sandbox call for the audit log.

@@ -2,19 +2,27 @@ package grants
 
 import "time"
 
-// Permit reports whether a live grant of upstream has a rule that allows c,
-// as Evaluate decides, but reserves nothing and counts no use: it is for a
-// permission a call needs besides the one Evaluate reserved for it (an AWS
-// copy's source, a header that sets an object's ACL). A rule that would
-// have to fill in a pinned parameter does not permit: the request, as it
-// will be sent, must already carry it. Errors: ErrNoMatchingGrant, a
-// *Violation (ErrConstraintViolated), ErrGrantExpired.
-func Permit(now time.Time, live []*Live, upstream string, c *Call) error {
-	_, err := firstRule(now, live, upstream, c, func(_ *Live, _ *compiledRule, d *Decision) (int, error) {
+// Permit finds, as Evaluate does, a live grant rule of upstream that allows
+// c, but reserves nothing: it is for a permission a call needs besides the
+// one Evaluate reserved for it (an AWS copy's source, a header that sets an
+// object's ACL); held is the grant that reserved the call's use (nil when
+// none did). The call takes no further use, but another grant that is
+// exhausted permits nothing, and the decision (its grant, its rule's
+// irreversibility) gates the call like the main one (Broker.Gated). A rule
+// that would have to fill in a pinned parameter does not permit: the
+// request, as it will be sent, must already carry it. Releasing the
+// decision is a no-op. Errors: ErrNoMatchingGrant, a *Violation
+// (ErrConstraintViolated), ErrGrantExpired, ErrGrantExhausted.
+func Permit(now time.Time, live []*Live, upstream string, c *Call, held *Live) (*Decision, error) {
+	return firstRule(now, live, upstream, c, func(g *Live, r *compiledRule, d *Decision) (int, error) {
 		if len(d.Filled) > 0 {
 			return rankViolation, &Violation{Param: d.Filled[0], Constraint: "pin", Msg: "must be sent with the pinned value for this permission"}
 		}
+		if g != held && g.exhausted() {
+			return rankExhausted, ErrGrantExhausted
+		}
+		d.Grant, d.Rule, d.Irreversible = g, r.index, r.irreversible
+		d.released = true // nothing reserved, nothing to give back
 		return 0, nil
 	})
-	return err
 }

@@ -56,7 +56,7 @@ func TestPermit(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := Permit(t0, tt.live, "s3", tt.c)
+			_, err := Permit(t0, tt.live, "s3", tt.c, live)
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Fatalf("Permit = %v, want %v", err, tt.want)
 			}
@@ -67,7 +67,21 @@ func TestPermit(t *testing.T) {
 	}
 	revoked := mustAWSLive(t, spec, t0.Add(time.Hour))
 	revoked.Revoke()
-	if err := Permit(t0, []*Live{revoked}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}})); !errors.Is(err, ErrNoMatchingGrant) {
+	if _, err := Permit(t0, []*Live{revoked}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}}), nil); !errors.Is(err, ErrNoMatchingGrant) {
 		t.Fatalf("a revoked grant: %v", err)
+	}
+	// Another grant whose uses are all taken permits nothing; the permitting
+	// decision carries its rule for the gate, and releasing it gives nothing back.
+	if _, err := Permit(t0, []*Live{live}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}}), nil); !errors.Is(err, ErrGrantExhausted) {
+		t.Fatalf("an exhausted grant that does not hold the call: %v", err)
+	}
+	other := mustAWSLive(t, spec, t0.Add(time.Hour))
+	pd, err := Permit(t0, []*Live{other}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}}), live)
+	if err != nil || pd.Grant != other || !pd.Irreversible {
+		t.Fatalf("Permit = %+v, %v", pd, err)
+	}
+	pd.Release()
+	if u := other.Usage(); u.Uses != 0 {
+		t.Fatalf("releasing a permit changed the grant's uses: %d", u.Uses)
 	}
 }

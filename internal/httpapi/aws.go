@@ -112,17 +112,21 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 	}
 	// Further permissions the request needs (a copy's source, headers that
 	// set an ACL, a lock, tags), checked on the request as it will be sent.
-	// They reserve no use: the call is one call.
+	// They reserve no use (the call is one call), but an exhausted grant
+	// permits nothing and a permitting rule gates the call as its own would.
+	var permits []*grants.Decision
 	for _, p := range op.Also {
 		also := &grants.Call{Method: r.Method, Action: p.Action, Resource: p.Resource, Query: d.Query, Header: out.Header,
 			Body: d.Body, BodyJSON: call.BodyJSON, HasBody: call.HasBody}
-		if err := s.b.Permit(l, name, also); err != nil {
+		pd, err := s.b.Permit(l, name, also, d)
+		if err != nil {
 			d.Release()
 			deny(l, fmt.Errorf("%s on %s (required by %s): %w", p.Action, p.Resource, p.Because, err))
 			return
 		}
+		permits = append(permits, pd)
 	}
-	if s.b.Gated(l, d) {
+	if s.b.Gated(l, d, permits...) {
 		// AWS clients cannot follow a 202: hold the call open for the decision.
 		if r.Header.Get("Prefer") == "" {
 			r.Header.Set("Prefer", "wait=60")
