@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 )
@@ -213,4 +216,38 @@ func TestRedTeamPathDotLookalikes(t *testing.T) {
 		{method: "GET", path: "/v1/proxy/api/public/a.b"},
 		{method: "GET", path: "/v1/proxy/api/public/%E2%80%A6"},
 	})
+}
+
+// TestRedTeamScrubNestedURL (class 4's neighbour): the broker injects the
+// credential in the query (inject: {query: ...}); an upstream that carries
+// the request's URL inside another URL (a redirect's "next=", an echo of the
+// request) writes it percent-encoded twice ("%252F"), and an HTML encoder
+// may write "&#X2F;". Both reached the sandbox.
+func TestRedTeamScrubNestedURL(t *testing.T) {
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next := url.QueryEscape(r.URL.RequestURI()) // the secret, encoded twice
+		html := strings.ReplaceAll(r.URL.Query().Get("api_key"), "/", "&#X2F;")
+		w.Header().Set("Location", "/login?next="+next)
+		w.Header().Set("X-Next", next)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusFound)
+		fmt.Fprintf(w, `<a href="/login?next=%s">login</a> <code>%s</code>`, next, html)
+	}))
+	t.Cleanup(echo.Close)
+	b := startBroker(t, harnessOpts{upstream: echo.URL})
+	s := b.session(trustedSession(map[string]any{"upstream": "open", "rules": []any{map[string]any{"method": "GET", "path": "/private"}}}))
+	r := b.do("GET", b.sandbox+"/v1/proxy/open/private", s.Token, nil)
+	if r.status != http.StatusFound {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	all := string(r.body) + fmt.Sprint(r.header)
+	for _, form := range []string{"%252F", "&#X2F;"} {
+		if strings.Contains(all, "0f1e2d3c"+form) {
+			t.Errorf("the answer holds the secret written with %s: %s", form, all)
+		}
+	}
+	if !strings.Contains(r.header.Get("Location"), "[REDACTED]") || !strings.Contains(string(r.body), "[REDACTED]") {
+		t.Errorf("nothing was redacted: %s", all)
+	}
+	assertNoCanary(t, "answer", []byte(all))
 }
