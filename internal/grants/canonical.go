@@ -78,12 +78,12 @@ func canonicalSegment(raw string, opts PathOptions) (string, error) {
 	if err != nil {
 		return "", badRequest("invalid escape in path")
 	}
-	if seg == "." || seg == ".." {
+	if dotLike(seg) {
 		return "", badRequest("dot segment in path")
 	}
 	if name, _, params := strings.Cut(seg, ";"); params {
 		// What a server that strips path parameters resolves.
-		if name == "." || name == ".." {
+		if dotLike(name) {
 			return "", badRequest("dot segment with parameters in path")
 		}
 		if !opts.AllowSemicolons {
@@ -105,6 +105,27 @@ func canonicalSegment(raw string, opts PathOptions) (string, error) {
 		return "", badRequest("path is not in canonical form")
 	}
 	return seg, nil
+}
+
+// dotLike reports whether a decoded segment is, or is read by some server
+// as, a "." or ".." segment: those, also with trailing spaces (". ", ".. ",
+// which Windows and IIS trim), and with dots that Unicode compatibility
+// normalization (NFKC, IIS's best-fit mapping) turns into ASCII dots:
+// U+FF0E "．", U+FE52 "﹒", U+2024 "․" (one dot each), U+2025 "‥" (two).
+func dotLike(seg string) bool {
+	seg = strings.TrimRight(seg, " ")
+	dots := 0
+	for _, r := range seg {
+		switch r {
+		case '.', '\uFF0E', '\uFE52', '\u2024':
+			dots++
+		case '\u2025':
+			dots += 2
+		default:
+			return false
+		}
+	}
+	return dots == 1 || dots == 2
 }
 
 // upperEscapes upper-cases the hex digits of percent escapes, the one
@@ -406,6 +427,101 @@ func parseDecimal(s string) (float64, bool) {
 		return 0, false
 	}
 	return f, true
+}
+
+// exactNumber reports whether the decimal s (JSON's number grammar) has
+// exactly the value of f, its nearest float64, written as the shortest
+// decimal that reads back as f. Then a reader that parses s exactly
+// (a decimal or big-integer type, an int64) and the broker, which compares
+// f, read the same number, and comparisons with the grant's values (also
+// float64, written as the operator wrote them) are exact. A number with
+// more precision than a float64 holds ("100.00000000000000001",
+// 9007199254740993) is not exact: checked as its rounding, it would be
+// read as itself. It allocates nothing.
+func exactNumber(s string, f float64) bool {
+	var buf [32]byte
+	a, ok := parseDec(s)
+	if !ok {
+		return false
+	}
+	b, ok := parseDec(strconv.AppendFloat(buf[:0], f, 'e', -1, 64))
+	return ok && a == b
+}
+
+// dec is a decimal's value as 0.d[0]d[1]...d[n-1] × 10^exp, with no leading
+// or trailing zero digits (zero: n == 0, exp == 0, not negative).
+type dec struct {
+	neg bool
+	n   int
+	d   [24]byte
+	exp int
+}
+
+// parseDec reads a number in JSON's grammar (or strconv's 'e' format); it
+// fails on more than len(dec.d) significant digits, which no float64's
+// shortest decimal has.
+func parseDec[T string | []byte](s T) (dec, bool) {
+	var x dec
+	i := 0
+	if i < len(s) && s[i] == '-' {
+		x.neg = true
+		i++
+	}
+	point, zeros := false, 0
+	for ; i < len(s); i++ {
+		c := s[i]
+		if c == '.' {
+			point = true
+			continue
+		}
+		if c < '0' || c > '9' {
+			break
+		}
+		switch {
+		case c == '0' && x.n == 0: // a leading zero
+			if point {
+				x.exp--
+			}
+			continue
+		case c == '0':
+			zeros++
+		default:
+			if x.n+zeros+1 > len(x.d) {
+				return dec{}, false
+			}
+			for ; zeros > 0; zeros-- {
+				x.d[x.n] = '0'
+				x.n++
+			}
+			x.d[x.n] = c
+			x.n++
+		}
+		if !point {
+			x.exp++
+		}
+	}
+	if i < len(s) && (s[i] == 'e' || s[i] == 'E') {
+		i++
+		neg := false
+		if i < len(s) && (s[i] == '+' || s[i] == '-') {
+			neg = s[i] == '-'
+			i++
+		}
+		e := 0
+		for ; i < len(s) && s[i] >= '0' && s[i] <= '9'; i++ {
+			if e < 1e6 {
+				e = 10*e + int(s[i]-'0')
+			}
+		}
+		if neg {
+			e = -e
+		}
+		x.exp += e
+	}
+	if x.n == 0 {
+		return dec{}, true
+	}
+	return x, true
 }
 
 func isJSONNumber(s string) bool {

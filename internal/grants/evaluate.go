@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -165,6 +166,9 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 	if c.HasBody && !c.BodyJSON && (r.hasBody || r.denyUnknown) {
 		return nil, &Violation{Param: "body", Constraint: "type", Msg: "this rule only accepts a JSON body"}
 	}
+	if err := r.crossCheck(c); err != nil {
+		return nil, err
+	}
 	var fills []fill
 	for i := range r.checks {
 		ch := &r.checks[i]
@@ -251,6 +255,62 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 		}
 	}
 	return d, nil
+}
+
+// crossCheck refuses a call that carries a parameter constrained in the
+// query also in the body, or one constrained in the body also in the query
+// (see compiledRule.queryOnly): a server that merges the two would read
+// the unchecked one. A query key counts by its name before any "[" (Rails
+// and PHP read "to[x]" as "to"); a body counts by its top-level keys, and a
+// form (or multipart) body, whose fields the broker does not read, is
+// refused beside constrained query parameters. Names compare by fold key.
+func (r *compiledRule) crossCheck(c *Call) error {
+	if len(r.bodyOnly) > 0 {
+		for _, q := range c.Query {
+			root := q.Key
+			if i := strings.IndexByte(root, '['); i > 0 {
+				root = root[:i]
+			}
+			for _, n := range r.bodyOnly {
+				if foldEqual(root, n.name) {
+					return crossed(n.key, "query")
+				}
+			}
+		}
+	}
+	if len(r.queryOnly) == 0 || !c.HasBody {
+		return nil
+	}
+	if !c.BodyJSON {
+		if formLike(c.Header.Get("Content-Type")) {
+			return &Violation{Param: "body", Constraint: "type", Msg: "a form body is not accepted beside constrained query parameters (many servers read its fields as query parameters)"}
+		}
+		return nil
+	}
+	if m, ok := c.Body.(map[string]any); ok {
+		for k := range m {
+			for _, n := range r.queryOnly {
+				if foldEqual(k, n.name) {
+					return crossed(n.key, "body")
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func crossed(key, where string) error {
+	return &Violation{Param: key, Constraint: "location", Msg: "the parameter is also sent in the " + where + ", where a server that merges query and body parameters could read it instead"}
+}
+
+// formLike reports whether a body of this Content-Type may be parsed as
+// form fields: a form, multipart, or a type the broker cannot parse.
+func formLike(ct string) bool {
+	if ct == "" {
+		return false
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	return err != nil || mt == "application/x-www-form-urlencoded" || strings.HasPrefix(mt, "multipart/")
 }
 
 func (d *Decision) apply(f fill, c *Call) error {
@@ -373,7 +433,7 @@ func (ch *check) check(v any) error {
 			ok = false // a JSON body must carry a number, not a string an upstream may read differently
 		}
 		if !ok {
-			return viol("min/max", "must be a number")
+			return viol("min/max", "must be a number, written with no more precision than a 64-bit float holds")
 		}
 		if c.Min != nil && f < *c.Min {
 			return viol("min", fmt.Sprintf("is below the minimum %v", *c.Min))
@@ -399,7 +459,10 @@ func (ch *check) check(v any) error {
 	return nil
 }
 
-// number reads a finite number from a JSON number or a decimal string.
+// number reads a finite number from a JSON number or a decimal string,
+// one whose value a float64 holds exactly (see exactNumber): a number
+// written with more precision is not one the broker can check as every
+// reader reads it.
 func number(v any) (float64, bool) {
 	var s string
 	switch x := v.(type) {
@@ -413,7 +476,7 @@ func number(v any) (float64, bool) {
 		return 0, false
 	}
 	f, ok := parseDecimal(s)
-	if !ok || math.IsInf(f, 0) {
+	if !ok || math.IsInf(f, 0) || !exactNumber(s, f) {
 		return 0, false
 	}
 	return f, true

@@ -479,7 +479,20 @@ type compiledRule struct {
 	checks       []check
 	bodyNamed    map[string]bool // dotted body paths named by a constraint, by fold key
 	hasBody      bool
+	// A parameter constrained (or budgeted) in the query but not the body,
+	// or in the body but not the query, must not also be sent in the other
+	// place: many servers merge query and body parameters into one map,
+	// where one place overrides the other (Rails: the query wins over a
+	// JSON body; Laravel: a JSON body wins over the query; PHP's $_REQUEST:
+	// a form wins). queryOnly and bodyOnly hold such names (a body path's
+	// first segment) and the parameter keys that name them.
+	queryOnly []crossName
+	bodyOnly  []crossName
 }
+
+// crossName is a constrained parameter's name as the other place would
+// carry it, and the constraint's key.
+type crossName struct{ name, key string }
 
 type check struct {
 	p        param
@@ -542,9 +555,36 @@ func Compile(g Grant, u Usage) (*Live, error) {
 			}
 			cr.checks = append(cr.checks, ch)
 		}
+		cr.crossNames(l.budget)
 		l.rules = append(l.rules, cr)
 	}
 	return l, nil
+}
+
+// crossNames fills queryOnly and bodyOnly from the rule's checks and the
+// grant's budgeted parameters.
+func (r *compiledRule) crossNames(budget []param) {
+	ps := make([]param, 0, len(r.checks)+len(budget))
+	for _, ch := range r.checks {
+		ps = append(ps, ch.p)
+	}
+	ps = append(ps, budget...)
+	in := func(loc int, name string) bool {
+		for _, p := range ps {
+			if p.loc == loc && (loc == locQuery && foldEqual(p.name, name) || loc == locBody && foldEqual(p.body[0], name)) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range ps {
+		switch {
+		case p.loc == locQuery && !in(locBody, p.name):
+			r.queryOnly = append(r.queryOnly, crossName{name: p.name, key: p.key})
+		case p.loc == locBody && !in(locQuery, p.body[0]):
+			r.bodyOnly = append(r.bodyOnly, crossName{name: p.body[0], key: p.key})
+		}
+	}
 }
 
 // Revoke marks the grant unusable at once.

@@ -266,9 +266,18 @@ func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64
 		}
 		c.raw = body
 	}
+	if len(r.Header.Values("Content-Type")) > 1 {
+		// One reader takes the first, another the last: which body is it?
+		return nil, errors.Join(grants.ErrBadRequest, errors.New("Content-Type is given more than once"))
+	}
 	if len(c.raw) > 0 {
 		c.HasBody = true
-		if isJSON(r.Header.Get("Content-Type")) {
+		if ct := r.Header.Get("Content-Type"); isJSON(ct) {
+			if !utf8Charset(ct) {
+				// The broker reads JSON as UTF-8; an upstream honouring another
+				// charset would read other keys and values.
+				return nil, errors.Join(grants.ErrBadRequest, errors.New("a JSON body must be UTF-8 (no other charset)"))
+			}
 			v, err := grants.ParseJSON(c.raw)
 			if err != nil {
 				return nil, err
@@ -288,6 +297,13 @@ func isJSON(ct string) bool {
 		return false
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json")
+}
+
+// utf8Charset reports whether a media type names no charset or UTF-8.
+func utf8Charset(ct string) bool {
+	_, params, err := mime.ParseMediaType(ct)
+	cs, ok := params["charset"]
+	return err == nil && (!ok || strings.EqualFold(cs, "utf-8") || strings.EqualFold(cs, "utf8"))
 }
 
 // outbound builds the request to send from what was checked: canonical

@@ -23,9 +23,10 @@ const minEncodedNeedle = 8
 // For each value (the secret and what was sent derived from it):
 //
 //   - text: every character written raw, percent-encoded (%XX in upper or
-//     lower hex, '+' for a space), JSON-escaped (\uXXXX in either case, \/
+//     lower hex, '+' for a space; a character other than a letter or digit
+//     also percent-encoded twice, %25XX), JSON-escaped (\uXXXX in either case, \/
 //     \" \\ \b \f \n \r \t) or as an HTML/XML character reference (&#D;
-//     &#xH; in either case, &amp; &lt; &gt; &quot; &apos;), in any mix, so
+//     &#xH; &#XH; in either case, &amp; &lt; &gt; &quot; &apos;), in any mix, so
 //     that every encoder's choice of safe characters is covered;
 //   - base64, standard and URL alphabets, at each of the three byte
 //     alignments the value can have inside a longer encoded value (so an
@@ -127,6 +128,14 @@ func charForms(c byte) []string {
 		"&#" + strconv.Itoa(int(c)) + ";",
 		"&#x" + strconv.FormatInt(int64(c), 16) + ";",
 		"&#x" + strings.ToUpper(strconv.FormatInt(int64(c), 16)) + ";",
+		"&#X" + strconv.FormatInt(int64(c), 16) + ";",
+		"&#X" + strings.ToUpper(strconv.FormatInt(int64(c), 16)) + ";",
+	}
+	if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z') {
+		// Percent-encoded twice: a URL carried in another URL's query (a
+		// redirect's "next=", an echoed request URL) holds the credential
+		// the broker put in the query encoded once more.
+		f = append(f, "%25"+string(hexUpper[c>>4])+string(hexUpper[c&15]), "%25"+string(hexLower[c>>4])+string(hexLower[c&15]))
 	}
 	switch c {
 	case '"':
@@ -168,6 +177,8 @@ func runeForms(r rune, raw string) []string {
 		"&#" + strconv.Itoa(int(r)) + ";",
 		"&#x" + strconv.FormatInt(int64(r), 16) + ";",
 		"&#x" + strings.ToUpper(strconv.FormatInt(int64(r), 16)) + ";",
+		"&#X" + strconv.FormatInt(int64(r), 16) + ";",
+		"&#X" + strings.ToUpper(strconv.FormatInt(int64(r), 16)) + ";",
 	}
 	for mask := 0; mask < 1<<len(raw); mask++ {
 		var b strings.Builder
