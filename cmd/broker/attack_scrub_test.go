@@ -285,7 +285,7 @@ func (u *scrubUpstream) serveRaw(w http.ResponseWriter, path, secret string) {
 		data := lead + half
 		fmt.Fprintf(rw, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n", len(data), data)
 	case "reset-length": // small: fewer bytes than announced
-		fmt.Fprintf(rw, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 9000\r\n\r\n%s%s", lead, half)
+		fmt.Fprintf(rw, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nETag: \"v1\"\r\nContent-Length: 9000\r\n\r\n%s%s", lead, half)
 	case "reset-gzip": // compressed, decodable up to half the secret, then dropped
 		var z bytes.Buffer
 		zw := gzip.NewWriter(&z)
@@ -394,6 +394,19 @@ func TestScrubAttackResetMidSecret(t *testing.T) {
 				if resp.StatusCode != 502 || !bytes.Contains(body, []byte(`"upstream_error"`)) {
 					t.Fatalf("small cut-off answer: %d %s", resp.StatusCode, body)
 				}
+				// The refusal carries none of the upstream's headers, and the audit
+				// records what the sandbox got, not the upstream's status.
+				if resp.Header.Get("ETag") != "" || resp.Header.Get("Content-Type") != "application/problem+json" {
+					t.Fatalf("the 502 carries the upstream's headers: %v", resp.Header)
+				}
+				eventually(t, 10*time.Second, func() bool {
+					for _, rec := range parseAudit(t, b.auditExport()) {
+						if rec.Type == "call.completed" && rec.Path == "/reset-length" {
+							return rec.Status == 502 && rec.Code == "upstream_error"
+						}
+					}
+					return false
+				})
 				return
 			}
 			if resp.StatusCode != 200 || bodyErr == nil {

@@ -78,6 +78,7 @@ type Broker struct {
 
 	killswitch atomic.Bool
 	halt       atomic.Pointer[halt] // cancelled when the kill-switch is engaged
+	ksMu       sync.Mutex           // serializes engaging and releasing the kill-switch
 
 	approvalTTL time.Duration
 	maxPending  int64

@@ -27,6 +27,13 @@ func (c *clock) now() time.Time { return c.t }
 
 func mustBroker(tb testing.TB, c *clock) *broker.Broker {
 	tb.Helper()
+	b, _ := mustBrokerStore(tb, c)
+	return b
+}
+
+// mustBrokerStore is mustBroker that also returns its store.
+func mustBrokerStore(tb testing.TB, c *clock) (*broker.Broker, *store.Bolt) {
+	tb.Helper()
 	st, err := store.OpenBolt(filepath.Join(tb.TempDir(), "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		tb.Fatal(err)
@@ -40,7 +47,7 @@ func mustBroker(tb testing.TB, c *clock) *broker.Broker {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { b.Close(); _ = st.Close() })
-	return b
+	return b, st
 }
 
 var operator = auth.Principal{ID: "op", Role: auth.RoleOperator}

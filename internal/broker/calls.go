@@ -220,6 +220,8 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 	if len(reason) > 500 {
 		return KillswitchState{}, fieldErr("reason", "at most 500 characters")
 	}
+	b.ksMu.Lock() // one change at a time: an engage acknowledged is never undone by a concurrent release
+	defer b.ksMu.Unlock()
 	st := KillswitchState{Engaged: engaged, By: p.ID, Reason: reason, Since: b.now().UTC().Format("2006-01-02T15:04:05.000Z07:00")}
 	if engaged {
 		b.engage() // refuse new calls and cut running ones at once, before the write

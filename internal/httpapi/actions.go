@@ -158,8 +158,8 @@ func (s *Server) awaitDecision(r *http.Request, l *broker.Live, id string, wait 
 	ctx, stop := s.b.Bound(r.Context(), l)
 	defer stop()
 	a, err := s.b.WaitAction(ctx, id, wait)
-	if cut := broker.Interrupted(ctx); cut != nil && err == nil {
-		err = cut
+	if cut := broker.Interrupted(ctx); cut != nil && err == nil && !a.Status.Terminal() {
+		err = cut // an action that did finish is answered as it finished
 	}
 	return a, err
 }

@@ -143,6 +143,20 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live,
 	n, werr := writeBody(w, r, resp, cred.Scrub)
 	upDur := time.Since(upStart)
 	s.metrics.upstream(rec.Upstream, upDur)
+	if errors.Is(werr, errAnswerUnread) {
+		// Nothing was sent yet: refuse in the door's protocol, without the
+		// upstream's headers, and record what the client got.
+		for k := range w.Header() {
+			if k != "X-Airlock-Request-Id" {
+				delete(w.Header(), k)
+			}
+		}
+		p := problemFor(upstream.ErrUpstream)
+		s.b.RecordCompleted(l, d, rec, p.Status, time.Since(start).Microseconds(), 0, p.Code)
+		s.metrics.call(rec.Upstream, "error", p.Code, time.Since(start))
+		failed(p)
+		return
+	}
 	code := ""
 	if werr != nil {
 		code = "stream_interrupted"
@@ -162,6 +176,10 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live,
 	}
 }
 
+// errAnswerUnread is a small answer that could not be read whole: nothing
+// of it was sent, and the caller answers with an error instead.
+var errAnswerUnread = errors.New("upstream answer could not be read")
+
 // errStreamCut is a streamed answer that ended in an error after its
 // headers were sent.
 var errStreamCut = errors.New("streamed answer cut off")
@@ -169,7 +187,7 @@ var errStreamCut = errors.New("streamed answer cut off")
 // writeBody sends the scrubbed answer: whole with a Content-Length when
 // small and of known length, streamed (flushed as it arrives) otherwise.
 // Either way a read error sends nothing more of what was read: a small
-// answer becomes a 502 problem, a streamed one stops where the scrubber had
+// answer is not sent at all (errAnswerUnread), a streamed one stops where the scrubber had
 // got to, never sending bytes it held back (errStreamCut).
 func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scrub *upstream.Scrubber) (int64, error) {
 	if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
@@ -182,9 +200,7 @@ func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scru
 	if resp.ContentLength >= 0 && resp.ContentLength <= smallBody {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength+1))
 		if err != nil {
-			w.Header().Set("Content-Type", "application/problem+json")
-			writeProblem(w, problemFor(upstream.ErrUpstream), w.Header().Get("X-Airlock-Request-Id"))
-			return 0, err
+			return 0, errors.Join(errAnswerUnread, err)
 		}
 		body = scrub.Bytes(body)
 		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
