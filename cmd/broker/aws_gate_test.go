@@ -114,3 +114,26 @@ func TestAWSImpliedPermissionIsGatedAndLimited(t *testing.T) {
 		awsAtkNothingSent(t, "an ACL header after the ACL grant is used up", e.s3.received(), before)
 	})
 }
+
+// A service that routes by path (REST and Smithy RPC v2 protocols) would run
+// the operation the path names and ignore the selector the broker checked:
+// non-S3 requests go to "/" only.
+func TestAWSOperationNeverNamedByPath(t *testing.T) {
+	e := awsAtkStart(t, map[string]any{"upstream": "ddb", "rules": []any{
+		map[string]any{"action": "dynamodb:GetItem", "resource": "*"},
+	}})
+	ddb := e.b.sandbox + "/v1/aws/ddb"
+	target := http.Header{"X-Amz-Target": {"DynamoDB_20120810.GetItem"}, "Content-Type": {"application/x-amz-json-1.0"}}
+	for _, path := range []string{"/service/DynamoDB/operation/DeleteTable", "/2015-03-31/functions/f/invocations", "/x"} {
+		r := e.send(t, "dynamodb", "POST", ddb+path, target, `{"TableName":"t"}`)
+		if r.status != 400 || r.header.Get("X-Airlock-Code") != "bad_request" {
+			t.Errorf("POST %s with a granted X-Amz-Target: %d %s, want 400 bad_request", path, r.status, r.body)
+		}
+	}
+	if n := len(e.other.requests()); n != 0 {
+		t.Fatalf("%d path-routed requests reached the upstream", n)
+	}
+	if r := e.send(t, "dynamodb", "POST", ddb+"/", target, `{"TableName":"t"}`); r.status != 200 {
+		t.Fatalf("the granted operation at /: %d %s", r.status, r.body)
+	}
+}

@@ -155,10 +155,16 @@ func (a *AWS) Operation(r AWSRequest) (Op, error) {
 	if a.S3() {
 		return a.s3Operation(r)
 	}
-	if !a.AllowDotKeys {
-		if err := checkSegments(strings.TrimPrefix(r.Path, "/")); err != nil {
-			return Op{}, err
-		}
+	// JSON- and query-protocol requests are addressed to "/" and name their
+	// operation in a selector. A path could name another operation to a
+	// service that routes by path (REST and rpc-v2 protocols: Lambda's
+	// /functions/{f}/invocations, /service/{s}/operation/{op}), which then
+	// ignores the selector that was checked: refused.
+	if r.Path != "/" {
+		return Op{}, opErr("requests to " + a.Service + " are sent to / (an operation is named by X-Amz-Target or Action, never by the path)")
+	}
+	if r.Header.Get("Smithy-Protocol") != "" {
+		return Op{}, opErr("the Smithy RPC v2 protocol names its operation in the path: not supported")
 	}
 	var sel []string
 	for _, t := range r.Header.Values("X-Amz-Target") {

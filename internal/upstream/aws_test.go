@@ -224,6 +224,10 @@ func TestAWSOperationSelectors(t *testing.T) {
 		{name: "empty action", service: "sqs", form: "Action=", wantErr: true},
 		{name: "action glob", service: "sqs", form: "Action=Delete*", wantErr: true},
 		{name: "dot-dot path", service: "sqs", path: "/123/../q", form: "Action=SendMessage", wantErr: true},
+		{name: "an operation in a REST path", service: "lambda", path: "/2015-03-31/functions/f/invocations", header: http.Header{"X-Amz-Target": {"AWSGirApiService.GetFunction"}}, wantErr: true},
+		{name: "an operation in an rpc-v2 path", service: "dynamodb", path: "/service/DynamoDB/operation/DeleteTable", header: http.Header{"X-Amz-Target": {"DynamoDB_20120810.GetItem"}}, wantErr: true},
+		{name: "a queue url path", service: "sqs", path: "/123456789012/q", form: "Action=SendMessage", wantErr: true},
+		{name: "smithy rpc v2", service: "dynamodb", header: http.Header{"X-Amz-Target": {"DynamoDB_20120810.GetItem"}, "Smithy-Protocol": {"rpc-v2-cbor"}}, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
