@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -151,13 +152,61 @@ func TestKillswitchEndsWaitingCallsAndLongPolls(t *testing.T) {
 	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
 		t.Fatalf("engage: %d %s", r.status, r.body)
 	}
+	waited := 0
 	for i := 0; i < 3; i++ {
 		select {
 		case r := <-results:
 			r.wantProblem(t, 503, "killswitch_engaged")
+			// Set once a call was admitted and began to wait: the refusal cut the
+			// wait, it did not refuse a call that came in after the switch.
+			if r.header.Get("Preference-Applied") == "wait=60" {
+				waited++
+			}
 		case <-time.After(20 * time.Second):
 			t.Fatalf("%d of 3 waiting calls were still waiting after the kill-switch was acknowledged", 3-i)
 		}
+	}
+	if waited != 2 {
+		t.Fatalf("%d of the 2 long-polls were cut while waiting", waited)
+	}
+}
+
+// An approved action being executed is cut by the kill-switch: the upstream
+// sees its request end and the action fails with killswitch_engaged.
+func TestKillswitchCutsExecutingAction(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	s := b.session(map[string]any{"task_id": "t-exec", "isolation": "microvm", "grants": []any{
+		apiGrant(map[string]any{"method": "POST", "path": "/slow"})}})
+	r := b.do("POST", b.sandbox+"/v1/proxy/api/slow", s.Token, `{}`)
+	if r.status != 202 {
+		t.Fatalf("gated call: %d %s", r.status, r.body)
+	}
+	a := decodeAction(t, r)
+	reviewer := b.newToken("reviewer", "rhea")
+	if r := b.do("POST", b.control+"/v1/approvals/"+a.ID+"/approve", reviewer, map[string]any{"comment": "ok"}); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	select {
+	case <-up.started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the approved action never reached the upstream")
+	}
+	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
+		t.Fatalf("engage: %d %s", r.status, r.body)
+	}
+	var got struct {
+		Status string `json:"status"`
+		Result struct {
+			Code string `json:"code"`
+		} `json:"result"`
+	}
+	eventually(t, 20*time.Second, func() bool {
+		_ = json.Unmarshal(b.do("GET", b.control+"/v1/approvals/"+a.ID, reviewer, nil).body, &got)
+		return got.Status == "failed"
+	})
+	if got.Result.Code != "killswitch_engaged" {
+		t.Fatalf("executing action cut by the kill-switch: result code %q", got.Result.Code)
 	}
 }
 
