@@ -241,6 +241,9 @@ func writeAWSError(w http.ResponseWriter, u *upstream.Upstream, p Problem, reqID
 	if code == "" {
 		code = "InternalError"
 	}
+	if p.Code == "too_many_pending" {
+		code = "TooManyPendingActions" // not a throttling code: the SDK must not retry it on its own
+	}
 	if signature {
 		code = "SignatureDoesNotMatch"
 		p.Status, p.Code = http.StatusForbidden, "invalid_token"
