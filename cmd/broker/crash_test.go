@@ -114,7 +114,9 @@ upstreams:
 	var token string
 	var limited []crashLimited
 	succeeded := map[string]bool{}
-	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("crash trials: seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 7))
 	for trial := 0; trial < *crashTrials; trial++ {
 		writeCfg([]string{store.DurabilityFsync, store.DurabilityBuffered}[trial%2])
 		p := startProc(t, cfg, env)

@@ -30,6 +30,8 @@ const (
 	TypeTokenRevoked    = "token.revoked"
 	TypeBrokerStarted   = "broker.started"
 	TypeCredentialFetch = "credential.fetched"
+	TypeUILogin         = "ui.login"
+	TypeUILogout        = "ui.logout"
 )
 
 // Actor is who caused an event.

@@ -448,7 +448,7 @@ func (b *Broker) ActiveSessions() []SessionView {
 
 // RecordLogin audits a reviewer's log-in to the web page.
 func (b *Broker) RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string) {
-	ev := audit.Event{Type: "ui.login", Actor: b.actorOf(p), Decision: "allow", Reason: "from " + remote}
+	ev := audit.Event{Type: audit.TypeUILogin, Actor: b.actorOf(p), Decision: "allow", Reason: "from " + remote}
 	if !ok {
 		ev.Decision, ev.Actor = "deny", audit.Actor{Kind: "unknown"}
 	}

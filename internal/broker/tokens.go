@@ -72,7 +72,7 @@ func (b *Broker) Principal(id string) (auth.Principal, error) {
 // RecordLogout audits the end of a reviewer's web log-in: logged out, or
 // ended because its token was revoked, expired or lost its role.
 func (b *Broker) RecordLogout(ctx context.Context, p auth.Principal, reason string) {
-	ev := audit.Event{Type: "ui.logout", Actor: b.actorOf(p), Reason: reason}
+	ev := audit.Event{Type: audit.TypeUILogout, Actor: b.actorOf(p), Reason: reason}
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
 		b.log.Error("audit of a log-out failed", "err", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -327,7 +328,7 @@ func (c *Config) Validate(getenv func(string) string) error {
 		return fieldErr("approval.timeout", "must be between 1s and 24h")
 	}
 	if c.Approval.MaxPendingPerSession == 0 {
-		c.Approval.MaxPendingPerSession = 16
+		c.Approval.MaxPendingPerSession = broker.DefaultMaxPending
 	}
 	if c.Approval.MaxPendingPerSession < 0 || c.Approval.MaxPendingPerSession > 10000 {
 		return fieldErr("approval.max_pending_per_session", "must be between 1 and 10000")
