@@ -198,9 +198,7 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
-			if g := b.liveGrant(a.GrantID); g != nil {
-				g.ReleasePending(a.Amounts)
-			}
+			b.releaseReservation(a)
 			b.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: b.now().UTC()}, approval.Failed, "audit unavailable")
 		}
 		return a, err
@@ -222,9 +220,7 @@ func (b *Broker) execute(a approval.Action) {
 		b.finish(a.ID, &approval.Result{Code: code, ExecutedAt: b.now().UTC()}, approval.Failed, reason)
 	}
 	unsent := func(code, reason string) {
-		if g := b.liveGrant(a.GrantID); g != nil {
-			g.ReleasePending(a.Amounts)
-		}
+		b.releaseReservation(a)
 		fail(code, reason)
 	}
 	if b.killswitch.Load() {

@@ -56,6 +56,12 @@ func (b *Broker) liveGrant(id string) *grants.Live {
 // pending without being sent (denied, expired, failed, its session killed).
 func (b *Broker) releasePending(a approval.Action) {
 	b.freeSlot(a.SessionID)
+	b.releaseReservation(a)
+}
+
+// releaseReservation gives back the use and amounts an action holds on its
+// grant (its session slot is freed apart, at the decision).
+func (b *Broker) releaseReservation(a approval.Action) {
 	if g := b.liveGrant(a.GrantID); g != nil {
 		g.ReleasePending(a.Amounts)
 	}

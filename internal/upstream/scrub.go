@@ -449,14 +449,10 @@ func (s *Scrubber) Bytes(b []byte) []byte {
 
 // String is Bytes for strings.
 func (s *Scrubber) String(v string) string {
-	b := []byte(v)
-	p := s.body.firstMatch(b)
-	if p < 0 {
-		return v
+	if s.body.firstMatch([]byte(v)) < 0 {
+		return v // the conversion does not escape: no copy when nothing matches
 	}
-	out := append(make([]byte, 0, len(b)+len(Redacted)), b[:p]...)
-	out, _ = s.body.scan(out, b, p, len(b), 0)
-	return string(out)
+	return string(s.Bytes([]byte(v)))
 }
 
 // NameHasSecret reports whether a header name carries a secret in any form,
