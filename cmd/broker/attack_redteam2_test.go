@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -146,4 +147,220 @@ func TestRedTeam2OpenPermitGrantUsesNotCounted(t *testing.T) {
 		t.Fatalf("the ACL grant allows 1 use; %d PutObject calls setting an ACL reached S3", n)
 	}
 	awsAtkRefused(t, "a second ACL header", err, "grant_exhausted")
+}
+
+// rt2GatedSlow is a gated session (Rule of Two) allowed to POST /slow and
+// /payments on the sensitive "api" upstream, created by an operator.
+func rt2GatedSlow(b *brokerProc, op string, extra map[string]any) created {
+	b.t.Helper()
+	g := map[string]any{"upstream": "api", "rules": []any{
+		map[string]any{"method": "POST", "path": "/slow"},
+		map[string]any{"method": "POST", "path": "/payments"},
+	}}
+	for k, v := range extra {
+		g[k] = v
+	}
+	r := b.do("POST", b.control+"/v1/sessions", op, map[string]any{"task_id": "t-rt2", "isolation": "microvm", "grants": []any{g}})
+	if r.status != 201 {
+		b.t.Fatalf("gated session: %d %s", r.status, r.body)
+	}
+	var c created
+	_ = json.Unmarshal(r.body, &c)
+	return c
+}
+
+// The kill-switch ends an approved action while it executes: the upstream
+// sees its request cancelled, the action fails with killswitch_engaged,
+// and the sandbox waiting on it is answered 503.
+func TestRedTeam2KillswitchEndsExecutingAction(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL, timeout: "60s"})
+	op := b.newToken("operator", "orchestrator")
+	rev := b.newToken("reviewer", "rita")
+	s := rt2GatedSlow(b, op, nil)
+	id := limQueued(t, b.do("POST", b.sandbox+"/v1/proxy/api/slow", s.Token, `{}`))
+	if r := b.do("POST", b.control+"/v1/approvals/"+id+"/approve", rev, map[string]any{}); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	select {
+	case <-up.started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the approved action never reached the upstream")
+	}
+	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
+		t.Fatalf("engage: %d %s", r.status, r.body)
+	}
+	var a actionView
+	eventually(t, 20*time.Second, func() bool {
+		a = decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+id, rev, nil))
+		return a.Status != "executing" && a.Status != "approved"
+	})
+	if a.Status != "failed" {
+		t.Fatalf("executing action after the kill-switch: %s, want failed", a.Status)
+	}
+	r := b.do("GET", b.control+"/v1/approvals/"+id, rev, nil)
+	if !strings.Contains(string(r.body), "killswitch_engaged") {
+		t.Fatalf("the failed action does not say killswitch_engaged: %s", r.body)
+	}
+}
+
+// The engaged kill-switch survives a restart: after it, both doors refuse,
+// nothing can be approved, and a pending action held across the restart
+// does not run until an admin releases the switch and a reviewer approves.
+func TestRedTeam2KillswitchSurvivesRestartWithPending(t *testing.T) {
+	up := newUpstream(t)
+	data := t.TempDir()
+	b := startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
+	op := b.newToken("operator", "orchestrator")
+	rev := b.newToken("reviewer", "rita")
+	s := rt2GatedSlow(b, op, map[string]any{"max_uses": 1})
+	id := limQueued(t, b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`))
+	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
+		t.Fatalf("engage: %d %s", r.status, r.body)
+	}
+	b.stop()
+	b = startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
+	b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`).wantProblem(t, 503, "killswitch_engaged")
+	if r := b.do("POST", b.control+"/v1/approvals/"+id+"/approve", rev, map[string]any{}); r.status < 400 {
+		t.Fatalf("approve under the kill-switch after a restart: %d %s", r.status, r.body)
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("the upstream received %d requests under the kill-switch", n)
+	}
+	if r := b.do("DELETE", b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
+		t.Fatalf("release: %d %s", r.status, r.body)
+	}
+	// The pending action still holds the grant's one use.
+	b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`).wantProblem(t, 403, "grant_exhausted")
+	if a := rt2Decided(t, b, rev, s.Token, id, "approve"); a.Status != "executed" {
+		t.Fatalf("approved after release: %s", a.Status)
+	}
+	if n := limUpstreamCount(up, "/base/payments"); n != 1 {
+		t.Fatalf("the upstream received %d payments, want 1", n)
+	}
+}
+
+// A pending action whose own grant is revoked, then the broker restarted,
+// never runs when approved afterwards.
+func TestRedTeam2RevokedGrantPendingAcrossRestart(t *testing.T) {
+	up := newUpstream(t)
+	data := t.TempDir()
+	b := startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
+	op := b.newToken("operator", "orchestrator")
+	rev := b.newToken("reviewer", "rita")
+	s := rt2GatedSlow(b, op, nil)
+	id := limQueued(t, b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`))
+	if r := b.do("DELETE", b.control+"/v1/grants/"+s.Grants[0].ID, adminToken, nil); r.status != 200 {
+		t.Fatalf("revoke: %d %s", r.status, r.body)
+	}
+	b.stop()
+	b = startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
+	r := b.do("POST", b.control+"/v1/approvals/"+id+"/approve", rev, map[string]any{})
+	if r.status == 200 {
+		var a actionView
+		eventually(t, 20*time.Second, func() bool {
+			a = decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+id, rev, nil))
+			return a.Status != "executing" && a.Status != "approved"
+		})
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("an action of a revoked grant ran after a restart (%d requests)", n)
+	}
+}
+
+// An action past its expiry cannot be approved into running, whether the
+// expiry timer fired or not.
+func TestRedTeam2ExpiredActionNeverRuns(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: "approval: {timeout: 1s}\n"})
+	op := b.newToken("operator", "orchestrator")
+	rev := b.newToken("reviewer", "rita")
+	s := rt2GatedSlow(b, op, map[string]any{"max_uses": 1})
+	id := limQueued(t, b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`))
+	eventually(t, 20*time.Second, func() bool {
+		return decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+id, rev, nil)).Status == "expired"
+	})
+	r := b.do("POST", b.control+"/v1/approvals/"+id+"/approve", rev, map[string]any{})
+	if r.status != 409 {
+		t.Fatalf("approve an expired action: %d %s", r.status, r.body)
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("an expired action ran")
+	}
+	// Its use came back: a new call is held again, not refused.
+	limQueued(t, b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`))
+}
+
+// The reviewer of a gated AWS call sees the real destination (the S3
+// endpoint and the path re-encoded from the checked bucket and key) and the
+// headers that change what it does (an ACL, a copy's source).
+func TestRedTeam2AWSReviewerSeesDestinationAndHeaders(t *testing.T) {
+	put := map[string]any{"upstream": "s3", "approval": "always", "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+		map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	e := awsAtkStart(t, put)
+	rev := e.b.newToken("reviewer", "rita")
+	br := attackUILogin(t, e.b, rev)
+	id := rt2AWSAction(t, e, "PUT", "/reports/t-42/a%20b.csv", http.Header{"X-Amz-Acl": {"public-read"}}, "x")
+	var a struct {
+		Request struct {
+			URL    string              `json:"url"`
+			Header map[string][]string `json:"header"`
+		} `json:"request"`
+	}
+	r := e.b.do("GET", e.b.control+"/v1/approvals/"+id, rev, nil)
+	if err := json.Unmarshal(r.body, &a); err != nil {
+		t.Fatal(err)
+	}
+	if want := e.s3.URL + "/reports/t-42/a%20b.csv"; a.Request.URL != want {
+		t.Fatalf("approvals API url %q, want %q", a.Request.URL, want)
+	}
+	if !strings.Contains(string(r.body), "public-read") {
+		t.Fatalf("the approvals API hides the ACL header: %s", r.body)
+	}
+	assertNoCanary(t, "approval", r.body)
+	if strings.Contains(string(r.body), awsCanary) || strings.Contains(string(r.body), e.secret) {
+		t.Fatalf("a secret in the approval: %s", r.body)
+	}
+	_, page := br.get("/ui/actions/" + id)
+	if !strings.Contains(page, "public-read") || !strings.Contains(page, e.s3.URL+"/reports/t-42/a%20b.csv") {
+		t.Fatalf("the action page does not show the ACL header and the destination:\n%s", page)
+	}
+	if strings.Contains(page, awsCanary) || strings.Contains(page, e.secret) {
+		t.Fatalf("a secret on the action page")
+	}
+}
+
+// A logged-out cookie (and its CSRF token) approves nothing.
+func TestRedTeam2UICookieAfterLogout(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	id := attackUIPending(t, b)
+	rev := b.newToken("reviewer", "rita")
+	br := attackUILogin(t, b, rev)
+	cookies := br.c.Jar.Cookies(mustURL(t, b.control+"/ui"))
+	if resp := br.post("/ui/logout", map[string][]string{"csrf": {br.csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	br.c.Jar.SetCookies(mustURL(t, b.control+"/ui"), cookies) // the attacker kept the cookie
+	attackUIAssertLoggedOut(t, b, up, br, id)
+	// A new log-in's cookie with the old page's CSRF token is refused too.
+	br2 := attackUILogin(t, b, rev)
+	br2.csrf = br.csrf
+	if resp := br2.approve(id); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("approve with a previous log-in's CSRF token: %d", resp.StatusCode)
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("the upstream received %d requests", n)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }
