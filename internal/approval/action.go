@@ -94,6 +94,7 @@ type Action struct {
 	Standing          Standing
 	ApprovalsRequired int
 	Amounts           map[string]float64 // budgeted amounts, reserved while pending, spent at execution
+	PermitGrants      []string           // other grants whose permission the request needs (an AWS ACL header, a copy's source); each must still hold at execution
 	Decisions         []Decision
 	Result            *Result
 }

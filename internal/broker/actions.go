@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
@@ -59,8 +60,11 @@ func (b *Broker) Gated(l *Live, d *grants.Decision, also ...*grants.Decision) bo
 // exactly as it will be sent. The action keeps the decision's reservation
 // (one use and its budgeted amounts count against the grant while it is
 // pending) and takes a slot of the session's pending limit; it refuses with
-// ErrTooManyPending when none is left. See pending.go.
-func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord) (approval.Action, error) {
+// ErrTooManyPending when none is left. See pending.go. also are the
+// decisions of further permissions the request needs (see Permit): the
+// action names their grants, and execute runs it only while each of them
+// still permits (live, unexpired, not exhausted).
+func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord, also ...*grants.Decision) (approval.Action, error) {
 	if !l.takePendingSlot(b.maxPending) {
 		d.Release()
 		return approval.Action{}, fmt.Errorf("%w (at most %d)", ErrTooManyPending, b.maxPending)
@@ -76,6 +80,11 @@ func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *ups
 		Pinned:  d.Pinned, Filled: d.Filled,
 		Standing:          approval.Standing{UntrustedInput: r2.UntrustedInput, SensitiveAccess: r2.SensitiveAccess, ExternalAction: r2.ExternalAction},
 		ApprovalsRequired: d.Grant.Grant.ApprovalsRequired, Amounts: d.Amounts(),
+	}
+	for _, x := range also {
+		if x != nil && x.Grant != nil && x.Grant != d.Grant && !slices.Contains(a.PermitGrants, x.Grant.Grant.ID) {
+			a.PermitGrants = append(a.PermitGrants, x.Grant.Grant.ID)
+		}
 	}
 	if err := b.store.PutAction(ctx, &a); err != nil {
 		b.releasePending(a)
@@ -232,15 +241,31 @@ func (b *Broker) execute(a approval.Action) {
 		unsent("session_revoked", "the session ended before execution")
 		return
 	}
-	var g *grants.Live
-	for _, x := range l.Grants() {
-		if x.Grant.ID == a.GrantID {
-			g = x
+	grantOf := func(id string) *grants.Live {
+		for _, x := range l.Grants() {
+			if x.Grant.ID == id {
+				return x
+			}
 		}
+		return nil
 	}
+	g := grantOf(a.GrantID)
 	if g == nil || g.Revoked() || !b.now().Before(g.Grant.ExpiresAt) {
 		unsent("grant_expired", "the grant ended before execution")
 		return
+	}
+	// The further permissions the request needs must still hold: a grant
+	// revoked, expired or used up since the call was held permits nothing.
+	for _, id := range a.PermitGrants {
+		pg := grantOf(id)
+		if pg == nil || pg.Revoked() || !b.now().Before(pg.Grant.ExpiresAt) {
+			unsent("grant_expired", "a grant the request needs ended before execution")
+			return
+		}
+		if pg.Exhausted() {
+			unsent("grant_exhausted", "a grant the request needs is used up")
+			return
+		}
 	}
 	if err := g.ConsumePending(a.Amounts); err != nil {
 		code := "grant_exhausted"

@@ -125,8 +125,8 @@ func (s *Server) reviewerAction(a approval.Action) actionJSON {
 // Prefer: wait=N the executed upstream answer if the decision comes in time.
 // failed writes a refusal in the protocol of the door the call came through.
 func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, out *upstream.Outbound,
-	rec broker.CallRecord, start time.Time, failed func(Problem)) {
-	a, err := s.b.Hold(r.Context(), l, d, out, rec)
+	rec broker.CallRecord, start time.Time, failed func(Problem), also ...*grants.Decision) {
+	a, err := s.b.Hold(r.Context(), l, d, out, rec, also...)
 	if errors.Is(err, broker.ErrTooManyPending) { // a refusal like any other: audited with its code
 		failed(s.refuse(r, l, &rec, start, err))
 		return

@@ -131,7 +131,7 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Prefer") == "" {
 			r.Header.Set("Prefer", "wait=60")
 		}
-		s.hold(w, r, l, d, out, rec, start, func(p Problem) { writeAWSError(w, u, p, reqID, false) })
+		s.hold(w, r, l, d, out, rec, start, func(p Problem) { writeAWSError(w, u, p, reqID, false) }, permits...)
 		return
 	}
 	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeAWSError(w, u, p, reqID, false) })
