@@ -122,10 +122,11 @@ func TestRedTeam2ApprovedAWSActionLosesRevokedPermit(t *testing.T) {
 	}
 }
 
-// A header that needs another grant's permission (x-amz-acl needs
-// s3:PutObjectAcl) is that grant's use: with max_uses 1 on the ACL grant,
-// a sandbox sets an ACL once, not once per PutObject it sends.
-func TestRedTeam2OpenPermitGrantUsesNotCounted(t *testing.T) {
+// A grant that caps its uses can only cap what it counts: a header that
+// needs its permission (x-amz-acl on a PutObject allowed by another grant)
+// would not be counted by it, so it permits no such header at all, and the
+// cap on ACL changes holds; its operation sent on its own is counted.
+func TestRedTeam2PermitGrantUsesNeverExceeded(t *testing.T) {
 	put := map[string]any{"upstream": "s3", "rules": []any{
 		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
 	}}
@@ -135,18 +136,19 @@ func TestRedTeam2OpenPermitGrantUsesNotCounted(t *testing.T) {
 	e := awsAtkStart(t, put, acl)
 	c := e.client(t)
 	ctx := context.Background()
-	n := 0
-	var err error
-	for i := 0; i < 3 && err == nil; i++ {
-		_, err = c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a" + itoa(i)), ACL: s3types.ObjectCannedACLPublicRead, Body: strings.NewReader("x")})
-		if err == nil {
-			n++
-		}
+	for i := 0; i < 3; i++ {
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a" + itoa(i)), ACL: s3types.ObjectCannedACLPublicRead, Body: strings.NewReader("x")})
+		awsAtkRefused(t, "an ACL header permitted by a use-limited grant", err, "grant_exhausted")
 	}
-	if n != 1 {
-		t.Fatalf("the ACL grant allows 1 use; %d PutObject calls setting an ACL reached S3", n)
+	awsAtkNothingSent(t, "an ACL header permitted by a use-limited grant", e.s3.received(), 0)
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), Body: strings.NewReader("x")}); err != nil {
+		t.Fatal(err)
 	}
-	awsAtkRefused(t, "a second ACL header", err, "grant_exhausted")
+	if _, err := c.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), ACL: s3types.ObjectCannedACLPublicRead}); err != nil {
+		t.Fatalf("the ACL grant's one use, sent on its own: %v", err)
+	}
+	_, err := c.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), ACL: s3types.ObjectCannedACLPublicRead})
+	awsAtkRefused(t, "a second direct ACL change", err, "grant_exhausted")
 }
 
 // rt2GatedSlow is a gated session (Rule of Two) allowed to POST /slow and

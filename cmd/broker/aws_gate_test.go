@@ -74,8 +74,8 @@ func TestAWSGatedCallRefusalSpeaksS3(t *testing.T) {
 
 // A permission a header implies is decided like the operation itself: a
 // header that sets an ACL on an allowed PutObject waits for a reviewer when
-// the grant allowing PutObjectAcl says approval: always, and is refused
-// once that grant's uses are gone, exactly as a direct PUT ?acl would be.
+// the grant allowing PutObjectAcl says approval: always, and a grant that
+// caps its uses (which could not count the header) permits no such header.
 func TestAWSImpliedPermissionIsGatedAndLimited(t *testing.T) {
 	put := map[string]any{"upstream": "s3", "rules": []any{
 		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
@@ -110,8 +110,8 @@ func TestAWSImpliedPermissionIsGatedAndLimited(t *testing.T) {
 		}
 		before := len(e.s3.received())
 		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b.csv"), ACL: s3types.ObjectCannedACLPublicRead, Body: strings.NewReader("x")})
-		awsAtkRefused(t, "an ACL header after the ACL grant is used up", err, "grant_exhausted")
-		awsAtkNothingSent(t, "an ACL header after the ACL grant is used up", e.s3.received(), before)
+		awsAtkRefused(t, "an ACL header permitted by a use-limited grant", err, "grant_exhausted")
+		awsAtkNothingSent(t, "an ACL header permitted by a use-limited grant", e.s3.received(), before)
 	})
 }
 

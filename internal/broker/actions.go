@@ -255,15 +255,12 @@ func (b *Broker) execute(a approval.Action) {
 		return
 	}
 	// The further permissions the request needs must still hold: a grant
-	// revoked, expired or used up since the call was held permits nothing.
+	// revoked or expired since the call was held permits nothing. (Such a
+	// grant never limits its uses: see grants.Permit.)
 	for _, id := range a.PermitGrants {
 		pg := grantOf(id)
 		if pg == nil || pg.Revoked() || !b.now().Before(pg.Grant.ExpiresAt) {
 			unsent("grant_expired", "a grant the request needs ended before execution")
-			return
-		}
-		if pg.Exhausted() {
-			unsent("grant_exhausted", "a grant the request needs is used up")
 			return
 		}
 	}

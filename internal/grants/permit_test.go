@@ -70,12 +70,17 @@ func TestPermit(t *testing.T) {
 	if _, err := Permit(t0, []*Live{revoked}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}}), nil); !errors.Is(err, ErrNoMatchingGrant) {
 		t.Fatalf("a revoked grant: %v", err)
 	}
-	// Another grant whose uses are all taken permits nothing; the permitting
-	// decision carries its rule for the gate, and releasing it gives nothing back.
-	if _, err := Permit(t0, []*Live{live}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}}), nil); !errors.Is(err, ErrGrantExhausted) {
-		t.Fatalf("an exhausted grant that does not hold the call: %v", err)
+	// Another grant that limits its uses permits nothing (it could not count
+	// the call), even with uses left.
+	fresh := mustAWSLive(t, spec, t0.Add(time.Hour))
+	if _, err := Permit(t0, []*Live{fresh}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}}), live); !errors.Is(err, ErrGrantExhausted) {
+		t.Fatalf("a use-limited grant that does not hold the call: %v", err)
 	}
-	other := mustAWSLive(t, spec, t0.Add(time.Hour))
+	// An unlimited one does; the permitting decision carries its rule for the
+	// gate, and releasing it gives nothing back.
+	unlimited := spec
+	unlimited.MaxUses = 0
+	other := mustAWSLive(t, unlimited, t0.Add(time.Hour))
 	pd, err := Permit(t0, []*Live{other}, "s3", call("s3:PutObjectAcl", obj, http.Header{"X-Amz-Acl": {"private"}}), live)
 	if err != nil || pd.Grant != other || !pd.Irreversible {
 		t.Fatalf("Permit = %+v, %v", pd, err)

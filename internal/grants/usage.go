@@ -39,18 +39,6 @@ func (l *Live) reserve(amounts []amount) error {
 	return nil
 }
 
-// exhausted reports whether the grant's uses, counting those its pending
-// actions hold, reached max_uses.
-func (l *Live) exhausted() bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.Grant.MaxUses > 0 && l.usage.Uses+l.pending.Uses >= l.Grant.MaxUses
-}
-
-// Exhausted reports whether the grant's uses, counting those its pending
-// actions hold, reached max_uses: it permits nothing more (see Permit).
-func (l *Live) Exhausted() bool { return l.exhausted() }
-
 // Refund gives back the use and amounts a decision reserved, or that
 // ConsumePending took, when the call does not happen after all.
 func (l *Live) Refund(amounts map[string]float64) {
