@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	s3types "github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
@@ -20,24 +19,10 @@ import (
 // the protocol the SDK speaks (an S3 XML error carrying the Airlock code),
 // not as a problem document the SDK cannot read.
 func TestAWSGatedCallRefusalSpeaksS3(t *testing.T) {
-	b, _, env := awsSession(t)
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
-		"grants": []any{map[string]any{"upstream": "s3", "approval": "always", "rules": []any{
-			map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
-		}}}})
-	var s struct {
-		AWSCredentials struct {
-			AccessKeyID     string `json:"access_key_id"`
-			SecretAccessKey string `json:"secret_access_key"`
-		} `json:"aws_credentials"`
-	}
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 {
-		t.Fatalf("gated aws session: %d %s", r.status, r.body)
-	}
-	c := s3.New(s3.Options{
-		BaseEndpoint: aws.String(env["AWS_ENDPOINT_URL"]), Region: "us-east-1", UsePathStyle: true,
-		Credentials: credentials.NewStaticCredentialsProvider(s.AWSCredentials.AccessKeyID, s.AWSCredentials.SecretAccessKey, ""),
-	})
+	e := awsAtkStart(t, map[string]any{"upstream": "s3", "approval": "always", "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}})
+	b, c := e.b, e.client(t)
 	done := make(chan error, 1)
 	go func() {
 		_, err := c.PutObject(context.Background(), &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/x.csv"), Body: strings.NewReader("x")})
