@@ -158,10 +158,21 @@ func QueryKeyReaches(key, name string) bool {
 	if strings.IndexByte(name, '[') >= 0 {
 		return len(key) > len(name) && key[len(name)] == '[' && foldEqual(key[:len(name)], name)
 	}
-	if !strings.ContainsAny(key, " .[") && !strings.ContainsAny(name, " .") {
+	if !readAsOther(key) && !readAsOther(name) {
 		return false // neither changes when read so: foldEqual decided
 	}
 	return foldEqual(queryRoot(key), queryRoot(name))
+}
+
+// readAsOther reports whether queryRoot could change s.
+func readAsOther(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '.', '[':
+			return true
+		}
+	}
+	return false
 }
 
 // queryRoot is the name PHP, Rails and qs read a query key as (see
