@@ -27,7 +27,11 @@ const minEncodedNeedle = 8
 //     also percent-encoded twice, %25XX), JSON-escaped (\uXXXX in either case, \/
 //     \" \\ \b \f \n \r \t) or as an HTML/XML character reference (&#D;
 //     &#xH; &#XH; in either case, &amp; &lt; &gt; &quot; &apos;), in any mix, so
-//     that every encoder's choice of safe characters is covered;
+//     that every encoder's choice of safe characters is covered; a
+//     character other than a letter or digit also as quoting encoders write
+//     it (\xHH, \UXXXXXXXX, quoted-printable =HH, references with leading
+//     zeros such as &#039;, "" for '"', and '' \' '\'' '"'"' for "'"), a
+//     non-ASCII one as \xHH or =HH per byte or \UXXXXXXXX;
 //   - base64, standard and URL alphabets, at each of the three byte
 //     alignments the value can have inside a longer encoded value (so an
 //     echoed "Basic base64(user:secret)" is caught), with the partial
