@@ -30,7 +30,8 @@ const minEncodedNeedle = 8
 //     that every encoder's choice of safe characters is covered; a
 //     character other than a letter or digit also as quoting encoders write
 //     it (\xHH, \UXXXXXXXX, quoted-printable =HH, references with leading
-//     zeros such as &#039;, "" for '"', and ” \' '\” '"'"' for "'"), a
+//     zeros such as &#039;, a doubled quote as CSV, YAML and SQL write it,
+//     and a single quote escaped as Python's repr or a shell writes it), a
 //     non-ASCII one as \xHH or =HH per byte or \UXXXXXXXX;
 //   - base64, standard and URL alphabets, at each of the three byte
 //     alignments the value can have inside a longer encoded value (so an
