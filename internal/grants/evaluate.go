@@ -182,12 +182,13 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 		case locQuery:
 			n := 0
 			for _, q := range c.Query {
-				if !foldEqual(q.Key, ch.p.name) {
+				if !QueryKeyReaches(q.Key, ch.p.name) {
 					continue
 				}
 				if q.Key != ch.p.name {
 					// Read as this parameter by a case-insensitive upstream (ASP.NET, many
-					// frameworks): never checked under one name and read under another.
+					// frameworks) or one that parses key names ("to[]" is "to" to PHP,
+					// Rails, qs): never checked under one name and read under another.
 					return nil, misspelled(ch.p.key)
 				}
 				v, present = q.Value, true
@@ -263,16 +264,13 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 // the unchecked one. A query key counts by its name before any "[" (Rails
 // and PHP read "to[x]" as "to"); a body counts by its top-level keys, and a
 // form (or multipart) body, whose fields the broker does not read, is
-// refused beside constrained query parameters. Names compare by fold key.
+// refused beside constrained query parameters. Names compare by fold key
+// (query keys as QueryKeyReaches reads them).
 func (r *compiledRule) crossCheck(c *Call) error {
 	if len(r.bodyOnly) > 0 {
 		for _, q := range c.Query {
-			root := q.Key
-			if i := strings.IndexByte(root, '['); i > 0 {
-				root = root[:i]
-			}
 			for _, n := range r.bodyOnly {
-				if foldEqual(root, n.name) {
+				if QueryKeyReaches(q.Key, n.name) {
 					return crossed(n.key, "query")
 				}
 			}
@@ -352,7 +350,7 @@ func (d *Decision) amountsFor(g *Live, c *Call) error {
 		switch p.loc {
 		case locQuery:
 			for _, q := range d.Query {
-				if !foldEqual(q.Key, p.name) {
+				if !QueryKeyReaches(q.Key, p.name) {
 					continue
 				}
 				if q.Key != p.name {

@@ -1,6 +1,7 @@
 package grants
 
 import (
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -140,4 +141,51 @@ func foldEqual(a, b string) bool {
 		}
 	}
 	return a == b
+}
+
+// QueryKeyReaches reports whether a server could read the query key key as
+// the parameter name: their fold keys are equal, or they are once each is
+// read as PHP, Rails and Express (qs) read key names. Those read "to[]",
+// "to[0]" and "to[k]" as "to" (an array or a map); PHP also drops leading
+// spaces and reads ' ', '.' and a '[' with no ']' after it as '_', so
+// "account.id", "account id" and "account[id" are "account_id". A name that
+// itself holds '[' is reached by its fold variants and by itself followed by
+// '['.
+func QueryKeyReaches(key, name string) bool {
+	if foldEqual(key, name) {
+		return true
+	}
+	if strings.IndexByte(name, '[') >= 0 {
+		return len(key) > len(name) && key[len(name)] == '[' && foldEqual(key[:len(name)], name)
+	}
+	if !readAsOther(key) && !readAsOther(name) {
+		return false // neither changes when read so: foldEqual decided
+	}
+	return foldEqual(queryRoot(key), queryRoot(name))
+}
+
+// readAsOther reports whether queryRoot could change s.
+func readAsOther(s string) bool {
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case ' ', '.', '[':
+			return true
+		}
+	}
+	return false
+}
+
+// queryRoot is the name PHP, Rails and qs read a query key as (see
+// QueryKeyReaches).
+func queryRoot(key string) string {
+	key = strings.TrimLeft(key, " ")
+	if i := strings.IndexByte(key, '['); i > 0 && strings.IndexByte(key[i:], ']') > 0 {
+		key = key[:i]
+	}
+	return strings.Map(func(r rune) rune {
+		if r == ' ' || r == '.' || r == '[' {
+			return '_'
+		}
+		return r
+	}, key)
 }

@@ -478,7 +478,7 @@ type compiledRule struct {
 	denyUnknown  bool
 	checks       []check
 	bodyNamed    map[string]bool // dotted body paths named by a constraint, by fold key
-	hasBody      bool
+	hasBody      bool            // a constraint or the grant's budget reads a body.* field
 	// A parameter constrained (or budgeted) in the query but not the body,
 	// or in the body but not the query, must not also be sent in the other
 	// place: many servers merge query and body parameters into one map,
@@ -554,6 +554,13 @@ func Compile(g Grant, u Usage) (*Live, error) {
 				cr.bodyNamed[foldKey(strings.Join(p.body, "."))] = true
 			}
 			cr.checks = append(cr.checks, ch)
+		}
+		for _, p := range l.budget {
+			if p.loc == locBody {
+				// A budget reads the body: one the broker cannot read as JSON
+				// (an upstream may decode it whatever its type) is not counted.
+				cr.hasBody = true
+			}
 		}
 		cr.crossNames(l.budget)
 		l.rules = append(l.rules, cr)

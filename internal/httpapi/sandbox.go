@@ -337,10 +337,11 @@ func outbound(r *http.Request, u *upstream.Upstream, c *sandboxCall, d *grants.D
 	}
 	query := d.Query
 	if u.Inject.Query != "" {
-		// The sandbox cannot supply (or shadow) the credential parameter.
+		// The sandbox cannot supply (or shadow) the credential parameter, under
+		// any key an upstream could read as its name (API_KEY, api_key[], api.key).
 		kept := query[:0:0]
 		for _, p := range query {
-			if p.Key != u.Inject.Query {
+			if !grants.QueryKeyReaches(p.Key, u.Inject.Query) {
 				kept = append(kept, p)
 			}
 		}

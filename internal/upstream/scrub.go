@@ -27,7 +27,12 @@ const minEncodedNeedle = 8
 //     also percent-encoded twice, %25XX), JSON-escaped (\uXXXX in either case, \/
 //     \" \\ \b \f \n \r \t) or as an HTML/XML character reference (&#D;
 //     &#xH; &#XH; in either case, &amp; &lt; &gt; &quot; &apos;), in any mix, so
-//     that every encoder's choice of safe characters is covered;
+//     that every encoder's choice of safe characters is covered; a
+//     character other than a letter or digit also as quoting encoders write
+//     it (\xHH, \UXXXXXXXX, quoted-printable =HH, references with leading
+//     zeros such as &#039;, a doubled quote as CSV, YAML and SQL write it,
+//     and a single quote escaped as Python's repr or a shell writes it), a
+//     non-ASCII one as \xHH or =HH per byte or \UXXXXXXXX;
 //   - base64, standard and URL alphabets, at each of the three byte
 //     alignments the value can have inside a longer encoded value (so an
 //     echoed "Basic base64(user:secret)" is caught), with the partial
@@ -136,10 +141,23 @@ func charForms(c byte) []string {
 		// redirect's "next=", an echoed request URL) holds the credential
 		// the broker put in the query encoded once more.
 		f = append(f, "%25"+string(hexUpper[c>>4])+string(hexUpper[c&15]), "%25"+string(hexLower[c>>4])+string(hexLower[c&15]))
+		// What quoting encoders write for a character they escape: \xHH
+		// (YAML double-quoted, Python, JavaScript, C), \UXXXXXXXX (TOML,
+		// YAML, Python), =HH (quoted-printable, e-mail bodies), and character
+		// references with leading zeros (PHP's htmlspecialchars writes &#039;).
+		for _, d := range []string{hexUpper, hexLower} {
+			hh := string(d[c>>4]) + string(d[c&15])
+			f = append(f, `\x`+hh, `\U000000`+hh, "="+hh, "&#x00"+hh+";", "&#X00"+hh+";")
+		}
+		dec := strconv.Itoa(int(c))
+		for len(dec) < 4 {
+			dec = "0" + dec
+			f = append(f, "&#"+dec+";")
+		}
 	}
 	switch c {
 	case '"':
-		f = append(f, `\"`, "&quot;")
+		f = append(f, `\"`, "&quot;", `""`) // "" in CSV
 	case '\\':
 		f = append(f, `\\`)
 	case '/':
@@ -161,7 +179,9 @@ func charForms(c byte) []string {
 	case '>':
 		f = append(f, "&gt;")
 	case '\'':
-		f = append(f, "&apos;")
+		// '' in YAML single-quoted and SQL strings, \' in Python's repr and
+		// JavaScript, '\'' and '"'"' in shell quoting.
+		f = append(f, "&apos;", `''`, `\'`, `'\''`, `'"'"'`)
 	case ' ':
 		f = append(f, "+")
 	}
@@ -190,6 +210,21 @@ func runeForms(r rune, raw string) []string {
 			b.WriteString("%" + string(digits[raw[i]>>4]) + string(digits[raw[i]&15]))
 		}
 		f = append(f, b.String())
+	}
+	// \xHH per byte (Python's bytes repr, C), =HH per byte (quoted-printable),
+	// \UXXXXXXXX (TOML, YAML, Python): each in upper or lower hex.
+	for _, d := range []string{hexUpper, hexLower} {
+		var x, qp strings.Builder
+		for i := 0; i < len(raw); i++ {
+			hh := string(d[raw[i]>>4]) + string(d[raw[i]&15])
+			x.WriteString(`\x` + hh)
+			qp.WriteString("=" + hh)
+		}
+		u := leftPad(strconv.FormatInt(int64(r), 16), 8)
+		if d == hexUpper {
+			u = strings.ToUpper(u)
+		}
+		f = append(f, x.String(), qp.String(), `\U`+u)
 	}
 	esc := func(v rune) string { return leftPad(strconv.FormatInt(int64(v), 16), 4) }
 	if r > 0xFFFF {

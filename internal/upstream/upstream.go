@@ -306,10 +306,13 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 	return resp, nil
 }
 
-// hopHeaders are never passed back to the sandbox.
+// hopHeaders are never passed back to the sandbox: hop-by-hop headers, and
+// cookies (an upstream session the credential opened is the credential's
+// equal).
 var hopHeaders = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
 	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Set-Cookie": true,
+	"Set-Cookie2":    true, // RFC 2965, still honoured by Java's CookieManager
 	"Content-Length": true, "Proxy-Connection": true,
 }
 
