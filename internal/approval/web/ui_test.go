@@ -1,7 +1,8 @@
-package approval
+package web
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,8 +17,25 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 )
+
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// uiProblem stands in for the API's problem table (internal/httpapi), which
+// this package cannot import: the page's own errors, else a 500.
+func uiProblem(err error) Problem {
+	switch {
+	case errors.Is(err, ErrLoginRequired):
+		return Problem{Status: 403, Code: "forbidden", Title: "Not logged in", Detail: err.Error()}
+	case errors.Is(err, ErrForgedForm):
+		return Problem{Status: 403, Code: "forbidden", Title: "Refused", Detail: err.Error()}
+	case errors.Is(err, ErrLoginRefused):
+		return Problem{Status: 401, Code: "invalid_token", Title: "Invalid token", Detail: err.Error()}
+	}
+	return Problem{Status: 500, Code: "internal", Title: "Internal error", Detail: "internal error"}
+}
 
 // uiFake is the broker side of the page: a real auth.Authenticator on a
 // test clock, one pending action, and a record of decisions and log-outs.
@@ -39,23 +57,23 @@ func (f *uiFake) RecordLogout(_ context.Context, p auth.Principal, reason string
 	defer f.mu.Unlock()
 	f.logouts = append(f.logouts, p.ID+": "+reason)
 }
-func (f *uiFake) Actions(context.Context, Status, int) ([]Action, error) {
-	return []Action{uiAction}, nil
+func (f *uiFake) Actions(context.Context, approval.Status, int) ([]approval.Action, error) {
+	return []approval.Action{uiAction}, nil
 }
-func (f *uiFake) Action(context.Context, string) (Action, error) { return uiAction, nil }
-func (f *uiFake) ActionURL(a Action) string {
+func (f *uiFake) Action(context.Context, string) (approval.Action, error) { return uiAction, nil }
+func (f *uiFake) ActionURL(a approval.Action) string {
 	return "https://api.example.com/v2" + a.Request.Path + "?" + a.Request.Query
 }
 func (f *uiFake) Killswitch(context.Context) (KillswitchView, error) { return KillswitchView{}, nil }
-func (f *uiFake) DecideAction(context.Context, auth.Principal, string, string, string) (Action, error) {
+func (f *uiFake) DecideAction(context.Context, auth.Principal, string, string, string) (approval.Action, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.decisions++
 	return uiAction, nil
 }
 
-var uiAction = Action{ID: "act_1", Upstream: "pay<ments>", Status: Pending, ExpiresAt: t0.Add(time.Hour),
-	Request: Request{Method: "POST", Path: "/transfers", Query: "to=acme&note=%3Cb%3E"}}
+var uiAction = approval.Action{ID: "act_1", Upstream: "pay<ments>", Status: approval.Pending, ExpiresAt: t0.Add(time.Hour),
+	Request: approval.Request{Method: "POST", Path: "/transfers", Query: "to=acme&note=%3Cb%3E"}}
 
 type uiHarness struct {
 	t     *testing.T
@@ -69,7 +87,7 @@ func newUIHarness(t *testing.T, tokens ...auth.Token) *uiHarness {
 	clock := t0
 	now := func() time.Time { return clock }
 	f := &uiFake{auth: auth.NewAuthenticator("", tokens, now)}
-	u, err := NewUI(f, slog.New(slog.NewTextHandler(io.Discard, nil)), now, 8*time.Hour, false)
+	u, err := NewUI(f, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: now, SessionTTL: 8 * time.Hour, Problem: uiProblem})
 	if err != nil {
 		t.Fatal(err)
 	}
