@@ -31,6 +31,8 @@ func uiProblem(err error) Problem {
 		return Problem{Status: 403, Code: "forbidden", Title: "Not logged in", Detail: err.Error()}
 	case errors.Is(err, ErrForgedForm):
 		return Problem{Status: 403, Code: "forbidden", Title: "Refused", Detail: err.Error()}
+	case errors.Is(err, errUITest):
+		return Problem{Status: 409, Code: "conflict", Title: "Already decided", Detail: err.Error()}
 	case errors.Is(err, ErrLoginRefused):
 		return Problem{Status: 401, Code: "invalid_token", Title: "Invalid token", Detail: err.Error()}
 	}
@@ -43,6 +45,8 @@ func uiProblem(err error) Problem {
 type uiFake struct {
 	Backend
 	auth *auth.Authenticator
+
+	decideErr error // what DecideAction fails with, if not nil
 
 	mu        sync.Mutex
 	decisions int
@@ -66,6 +70,9 @@ func (f *uiFake) ActionURL(a approval.Action) string {
 }
 func (f *uiFake) Killswitch(context.Context) (KillswitchView, error) { return KillswitchView{}, nil }
 func (f *uiFake) DecideAction(context.Context, auth.Principal, string, string, string) (approval.Action, error) {
+	if f.decideErr != nil {
+		return approval.Action{}, f.decideErr
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.decisions++
@@ -212,5 +219,139 @@ func TestUIShowsDestination(t *testing.T) {
 		if strings.Contains(body, "pay<ments>") {
 			t.Errorf("%s shows the upstream name unescaped", path)
 		}
+	}
+}
+
+// TestUIFormRefusesForgedPosts: a state-changing form passes only when the
+// browser says it is this page's own (http.CrossOriginProtection:
+// Sec-Fetch-Site, else Origin against Host) and it carries the log-in's
+// CSRF token; a refusal decides nothing and answers the problem table's
+// page.
+func TestUIFormRefusesForgedPosts(t *testing.T) {
+	tests := []struct {
+		name    string
+		headers map[string]string
+		csrf    string // "" means the page's own token
+		want    int
+	}{
+		{"fail-sec-fetch-cross-site", map[string]string{"Sec-Fetch-Site": "cross-site"}, "", http.StatusForbidden},
+		{"fail-sec-fetch-same-site", map[string]string{"Sec-Fetch-Site": "same-site"}, "", http.StatusForbidden},
+		{"fail-sec-fetch-wins-over-origin", map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": "SELF"}, "", http.StatusForbidden},
+		{"fail-origin-other", map[string]string{"Origin": "http://evil.example"}, "", http.StatusForbidden},
+		{"fail-origin-other-port", map[string]string{"Origin": "OTHERPORT"}, "", http.StatusForbidden},
+		{"fail-origin-null", map[string]string{"Origin": "null"}, "", http.StatusForbidden},
+		{"fail-csrf-guessed", map[string]string{"Sec-Fetch-Site": "same-origin"}, "guessed", http.StatusForbidden},
+		{"fail-csrf-missing-no-headers", nil, "-", http.StatusForbidden},
+		{"ok-sec-fetch-same-origin", map[string]string{"Sec-Fetch-Site": "same-origin"}, "", http.StatusSeeOther},
+		{"ok-origin-self", map[string]string{"Origin": "SELF"}, "", http.StatusSeeOther},
+		{"ok-non-browser-with-token", nil, "", http.StatusSeeOther},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok, digest := auth.NewSecret("tok_rev")
+			h := newUIHarness(t, auth.Token{ID: "tok_rev", Name: "Rita", Role: auth.RoleReviewer, Digest: digest})
+			c, csrf := h.login(tok)
+			form := url.Values{"comment": {"ok"}, "csrf": {csrf}}
+			switch tt.csrf {
+			case "":
+			case "-":
+				form.Del("csrf")
+			default:
+				form.Set("csrf", tt.csrf)
+			}
+			req, _ := http.NewRequest("POST", h.srv.URL+"/ui/actions/act_1/approve", strings.NewReader(form.Encode()))
+			req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+			for k, v := range tt.headers {
+				switch v {
+				case "SELF":
+					v = h.srv.URL
+				case "OTHERPORT":
+					u, _ := url.Parse(h.srv.URL)
+					v = "http://" + u.Hostname() + ":1"
+				}
+				req.Header.Set(k, v)
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			wantDecisions := 0
+			if tt.want == http.StatusSeeOther {
+				wantDecisions = 1
+			}
+			if resp.StatusCode != tt.want || h.fake.decisions != wantDecisions {
+				t.Fatalf("answered %d with %d decisions, want %d with %d", resp.StatusCode, h.fake.decisions, tt.want, wantDecisions)
+			}
+			if tt.want == http.StatusForbidden {
+				if !strings.Contains(string(body), `<code id="problem-code">forbidden</code>`) || !strings.Contains(string(body), "CSRF check failed") ||
+					!strings.HasPrefix(resp.Header.Get("Content-Type"), "text/html") {
+					t.Errorf("the refusal is not the problem page:\n%s", body)
+				}
+			}
+		})
+	}
+}
+
+// TestUILoginFormRefusesCrossOrigin: the log-in form is checked like the
+// others (a cross-site page cannot log a browser in with its own token).
+func TestUILoginFormRefusesCrossOrigin(t *testing.T) {
+	tok, digest := auth.NewSecret("tok_rev")
+	h := newUIHarness(t, auth.Token{ID: "tok_rev", Name: "Rita", Role: auth.RoleReviewer, Digest: digest})
+	jar, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	_, body := h.get(c, "/ui/login")
+	m := csrfField.FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no CSRF token on the login form: %s", body)
+	}
+	req, _ := http.NewRequest("POST", h.srv.URL+"/ui/login", strings.NewReader(url.Values{"csrf": {m[1]}, "token": {tok}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || strings.Contains(resp.Header.Get("Set-Cookie"), cookieName+"=") {
+		t.Fatalf("a cross-site log-in answered %d, Set-Cookie %q", resp.StatusCode, resp.Header.Get("Set-Cookie"))
+	}
+}
+
+// errUITest is a backend failure the test's problem table maps.
+var errUITest = errors.New("already decided")
+
+// TestUIFailuresFromProblemTable: a backend error is answered with the
+// status, code and title the problem function gives it, as an HTML page;
+// an error it does not know is a 500 that shows nothing of the cause.
+func TestUIFailuresFromProblemTable(t *testing.T) {
+	tests := []struct {
+		name     string
+		err      error
+		want     int
+		wantCode string
+		wantText string
+	}{
+		{"known", errUITest, http.StatusConflict, "conflict", "Already decided."},
+		{"unknown", errors.New("disk on fire at /var/lib/secret"), http.StatusInternalServerError, "internal", "Internal error"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tok, digest := auth.NewSecret("tok_rev")
+			h := newUIHarness(t, auth.Token{ID: "tok_rev", Name: "Rita", Role: auth.RoleReviewer, Digest: digest})
+			h.fake.decideErr = tt.err
+			c, csrf := h.login(tok)
+			resp, err := c.PostForm(h.srv.URL+"/ui/actions/act_1/approve", url.Values{"csrf": {csrf}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want || !strings.Contains(string(body), `<code id="problem-code">`+tt.wantCode+`</code>`) ||
+				!strings.Contains(string(body), tt.wantText) || strings.Contains(string(body), "disk on fire") {
+				t.Fatalf("answered %d:\n%s", resp.StatusCode, body)
+			}
+		})
 	}
 }
