@@ -1,6 +1,7 @@
 // Package approval holds the human gate: pending actions stored exactly as
-// they will be sent, reviewers' decisions with quorum, the notification of
-// waiters and webhooks, and the reviewers' web page.
+// they will be sent, reviewers' decisions with quorum, and the notification
+// of waiters and webhooks. The reviewers' web page is an adapter over it, in
+// package approval/web.
 package approval
 
 import (

@@ -6,6 +6,7 @@ import (
 	"net/http"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/approval/web"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
@@ -81,6 +82,10 @@ var codes = []struct {
 	{errNotFoundRoute, 404, "not_found", "Not found", false},
 	{errMethod, 405, "bad_request", "Method not allowed", false},
 	{errForbiddenRole, 403, "forbidden", "Forbidden", true},
+	{web.ErrLoginRequired, 403, "forbidden", "Not logged in", true},
+	{web.ErrForgedForm, 403, "forbidden", "Refused", true},
+	{web.ErrLoginRefused, 401, "invalid_token", "Invalid token", true},
+	{web.ErrNotConfirmed, 400, "bad_request", "Not confirmed", true},
 	{broker.ErrForbidden, 403, "forbidden", "Forbidden", true},
 	{broker.ErrConflict, 409, "conflict", "Conflict", true},
 	{upstream.ErrCredentialUnavailable, 503, "credential_unavailable", "Credential unavailable", false},

@@ -18,7 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/approval/web"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 )
@@ -29,7 +29,7 @@ type Server struct {
 	log     *slog.Logger
 	metrics *metrics
 	reg     *prometheus.Registry
-	ui      *approval.UI
+	ui      *web.UI
 	pprof   bool
 }
 
@@ -44,7 +44,7 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour
 	}
-	ui, err := approval.NewUI(uiBackend{b}, log, time.Now, o.SessionTTL, o.SecureCookies)
+	ui, err := web.NewUI(uiBackend{b}, web.Options{Log: log, Now: time.Now, SessionTTL: o.SessionTTL, Secure: o.SecureCookies, Problem: uiProblem})
 	if err != nil {
 		return nil, err
 	}

@@ -9,20 +9,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/approval/web"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 )
 
+// uiProblem renders the reviewers' page's failures from the one problem
+// table.
+func uiProblem(err error) web.Problem {
+	p := problemFor(err)
+	return web.Problem{Status: p.Status, Code: p.Code, Title: p.Title, Detail: p.Detail}
+}
+
 // uiBackend adapts the broker to what the reviewers' page needs.
 type uiBackend struct{ *broker.Broker }
 
-var _ approval.Backend = uiBackend{}
+var _ web.Backend = uiBackend{}
 
-func (u uiBackend) ActiveSessions(ctx context.Context) []approval.SessionSummary {
-	var out []approval.SessionSummary
+func (u uiBackend) ActiveSessions(ctx context.Context) []web.SessionSummary {
+	var out []web.SessionSummary
 	for _, v := range u.Broker.ActiveSessions() {
-		out = append(out, approval.SessionSummary{
+		out = append(out, web.SessionSummary{
 			ID: v.Session.ID, TaskID: v.Session.TaskID, Isolation: v.Session.Isolation.String(), Required: v.Required.String(),
 			CreatedBy: v.Session.CreatedBy, CreatedAt: v.Session.CreatedAt, ExpiresAt: v.Session.ExpiresAt,
 			Standing: approval.Standing{UntrustedInput: v.RuleOfTwo.UntrustedInput, SensitiveAccess: v.RuleOfTwo.SensitiveAccess, ExternalAction: v.RuleOfTwo.ExternalAction},
@@ -38,9 +46,9 @@ func (u uiBackend) KillSession(ctx context.Context, p auth.Principal, id string)
 	return err
 }
 
-func (u uiBackend) Killswitch(ctx context.Context) (approval.KillswitchView, error) {
+func (u uiBackend) Killswitch(ctx context.Context) (web.KillswitchView, error) {
 	st, err := u.Broker.Killswitch(ctx)
-	return approval.KillswitchView{Engaged: st.Engaged, Since: st.Since, By: st.By, Reason: st.Reason}, err
+	return web.KillswitchView{Engaged: st.Engaged, Since: st.Since, By: st.By, Reason: st.Reason}, err
 }
 
 func (u uiBackend) SetKillswitch(ctx context.Context, p auth.Principal, engaged bool, reason string) error {
@@ -50,14 +58,14 @@ func (u uiBackend) SetKillswitch(ctx context.Context, p auth.Principal, engaged 
 
 // SessionTrail scans the log for the session's last records (the scan is
 // linear in the log's size; an index by session is future work).
-func (u uiBackend) SessionTrail(ctx context.Context, sessionID string, limit int) ([]approval.TrailEntry, error) {
-	ring := make([]approval.TrailEntry, 0, limit)
+func (u uiBackend) SessionTrail(ctx context.Context, sessionID string, limit int) ([]web.TrailEntry, error) {
+	ring := make([]web.TrailEntry, 0, limit)
 	err := u.Store().ScanAudit(ctx, 0, func(seq uint64, data []byte) error {
 		var e audit.Event
 		if json.Unmarshal(data, &e) != nil || e.SessionID != sessionID {
 			return nil
 		}
-		t := approval.TrailEntry{Seq: e.Seq, Time: e.Time, Type: e.Type, Actor: e.Actor.Kind, Method: e.Method, Path: e.Path, Code: e.Code, Status: e.Status, ID: e.ActionID}
+		t := web.TrailEntry{Seq: e.Seq, Time: e.Time, Type: e.Type, Actor: e.Actor.Kind, Method: e.Method, Path: e.Path, Code: e.Code, Status: e.Status, ID: e.ActionID}
 		if len(ring) == limit {
 			copy(ring, ring[1:])
 			ring = ring[:limit-1]

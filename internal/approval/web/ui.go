@@ -1,4 +1,8 @@
-package approval
+// Package web is the reviewers' web page: an HTTP adapter over the
+// approval domain and the broker (server-rendered, works without
+// JavaScript). Its failures are rendered from the problem table the API
+// uses, which the wiring passes in (Options.Problem).
+package web
 
 import (
 	"bytes"
@@ -23,6 +27,7 @@ import (
 
 	"github.com/go-chi/chi/v5"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 )
 
@@ -33,7 +38,7 @@ var uiFiles embed.FS
 type SessionSummary struct {
 	ID, TaskID, Isolation, Required, CreatedBy string
 	CreatedAt, ExpiresAt                       time.Time
-	Standing                                   Standing
+	Standing                                   approval.Standing
 	Gated                                      bool
 	Grants                                     int
 }
@@ -52,6 +57,28 @@ type KillswitchView struct {
 	Since, By, Reason string
 }
 
+// Errors of the page itself; the problem table (Options.Problem) maps them
+// like every other error.
+var (
+	// ErrLoginRequired: a form was posted without a live log-in.
+	ErrLoginRequired = errors.New("log in again to do this")
+	// ErrForgedForm: a state-changing form failed the cross-origin check
+	// or carried a wrong CSRF token (or could not be parsed).
+	ErrForgedForm = errors.New("this form did not come from this page (CSRF check failed)")
+	// ErrLoginRefused: the token typed into the log-in form is not a live
+	// reviewer's or admin's API token.
+	ErrLoginRefused = errors.New("that token is not a valid reviewer token")
+	// ErrNotConfirmed: the kill-switch form was posted without its confirmation.
+	ErrNotConfirmed = errors.New("tick the confirmation to engage the kill-switch")
+)
+
+// Problem is what the page shows of a failure: its HTTP status, stable
+// problem code, title, and a detail that is safe to show.
+type Problem struct {
+	Status              int
+	Code, Title, Detail string
+}
+
 // Backend is what the page needs from the broker (declared here, where it
 // is consumed).
 type Backend interface {
@@ -59,13 +86,13 @@ type Backend interface {
 	// Principal is the identity of API token id as it stands now: an error
 	// once the token is revoked or expired.
 	Principal(id string) (auth.Principal, error)
-	Actions(ctx context.Context, status Status, limit int) ([]Action, error)
-	Action(ctx context.Context, id string) (Action, error)
+	Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error)
+	Action(ctx context.Context, id string) (approval.Action, error)
 	// ActionURL is the full URL the action's request is sent to (scheme,
 	// host, base path and path, query; never the credential), "" when its
 	// upstream is not configured.
-	ActionURL(a Action) string
-	DecideAction(ctx context.Context, p auth.Principal, id, verdict, comment string) (Action, error)
+	ActionURL(a approval.Action) string
+	DecideAction(ctx context.Context, p auth.Principal, id, verdict, comment string) (approval.Action, error)
 	ActiveSessions(ctx context.Context) []SessionSummary
 	KillSession(ctx context.Context, p auth.Principal, id string) error
 	Killswitch(ctx context.Context) (KillswitchView, error)
@@ -76,16 +103,32 @@ type Backend interface {
 	RecordLogout(ctx context.Context, p auth.Principal, reason string)
 }
 
+// Options configure the page.
+type Options struct {
+	Log *slog.Logger
+	Now func() time.Time
+	// SessionTTL bounds a log-in.
+	SessionTTL time.Duration
+	// Secure sets the cookies' Secure flag (on whenever the control plane
+	// is served over TLS).
+	Secure bool
+	// Problem maps an error to what the page shows: the API's one table
+	// from errors to status and code. Required.
+	Problem func(error) Problem
+}
+
 // UI is the reviewers' web page: server-rendered, works without JavaScript,
 // live updates over server-sent events when it is on.
 type UI struct {
-	b          Backend
-	log        *slog.Logger
-	now        func() time.Time
-	sessionTTL time.Duration
-	secure     bool
-	pages      map[string]*template.Template
-	static     http.Handler
+	b           Backend
+	log         *slog.Logger
+	now         func() time.Time
+	sessionTTL  time.Duration
+	secure      bool
+	problem     func(error) Problem
+	crossOrigin *http.CrossOriginProtection
+	pages       map[string]*template.Template
+	static      http.Handler
 
 	mu       sync.Mutex
 	sessions map[string]*uiSession
@@ -104,10 +147,14 @@ const (
 	loginCookieName = "airlock_login"
 )
 
-// NewUI makes the page. sessionTTL bounds a login; secure sets the cookies'
-// Secure flag (on whenever the control plane is served over TLS).
-func NewUI(b Backend, log *slog.Logger, now func() time.Time, sessionTTL time.Duration, secure bool) (*UI, error) {
-	u := &UI{b: b, log: log, now: now, sessionTTL: sessionTTL, secure: secure, sessions: map[string]*uiSession{}, pages: map[string]*template.Template{}}
+// NewUI makes the page over b.
+func NewUI(b Backend, o Options) (*UI, error) {
+	if o.Problem == nil || o.Log == nil || o.Now == nil {
+		return nil, errors.New("web: Options.Problem, Log and Now are required")
+	}
+	now := o.Now
+	u := &UI{b: b, log: o.Log, now: now, sessionTTL: o.SessionTTL, secure: o.Secure, problem: o.Problem,
+		crossOrigin: http.NewCrossOriginProtection(), sessions: map[string]*uiSession{}, pages: map[string]*template.Template{}}
 	funcs := template.FuncMap{
 		"ago":   func(t time.Time) string { return ago(now().Sub(t)) },
 		"until": func(t time.Time) string { return ago(t.Sub(now())) },
@@ -155,7 +202,8 @@ func headers(w http.ResponseWriter) {
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	// same-origin, not no-referrer: under no-referrer a browser sends
-	// "Origin: null" on our own form posts, and the origin check needs the real one.
+	// "Origin: null" on our own form posts, and the cross-origin check falls
+	// back to the real Origin where a browser sends no Sec-Fetch-Site.
 	h.Set("Referrer-Policy", "same-origin")
 	h.Set("Cache-Control", "no-store")
 }
@@ -183,12 +231,34 @@ func (u *UI) render(w http.ResponseWriter, status int, page string, d pageData) 
 	_, _ = buf.WriteTo(w)
 }
 
-func (u *UI) message(w http.ResponseWriter, status int, s *uiSession, title, msg string) {
-	d := pageData{Title: title, Error: msg}
+// fail answers a failure as an HTML page: status, code, title and detail
+// come from the problem table; a server-side failure is logged with its
+// cause, which the page never shows.
+func (u *UI) fail(w http.ResponseWriter, r *http.Request, s *uiSession, err error) {
+	p := u.problem(err)
+	if p.Status >= 500 {
+		u.log.Error("ui request failed", "method", r.Method, "path", r.URL.Path, "code", p.Code, "err", err)
+	}
+	d := pageData{Title: p.Title, Content: p}
+	if p.Detail != p.Title {
+		d.Error = sentence(p.Detail)
+	}
 	if s != nil {
 		d.User, d.CSRF = &s.p, s.csrf
 	}
-	u.render(w, status, "message", d)
+	u.render(w, p.Status, "message", d)
+}
+
+// sentence capitalizes s and ends it with a full stop.
+func sentence(s string) string {
+	if s == "" {
+		return s
+	}
+	s = strings.ToUpper(s[:1]) + s[1:]
+	if !strings.HasSuffix(s, ".") {
+		s += "."
+	}
+	return s
 }
 
 // session finds the reviewer's log-in from the cookie, and checks on every
@@ -235,16 +305,17 @@ func (u *UI) clearCookie(w http.ResponseWriter) {
 	}
 }
 
-// sameOrigin refuses cross-origin form posts: browsers send Origin on POST
-// ("null" when the origin is hidden, which is refused too). A request with
-// no Origin at all is not from a browser form; the CSRF token still applies.
-func sameOrigin(r *http.Request) bool {
-	o := r.Header.Get("Origin")
-	if o == "" {
-		return true
+// checkForm refuses a state-changing form that is not this page's own:
+// a cross-origin browser request (http.CrossOriginProtection: Sec-Fetch-Site,
+// else an Origin other than the Host, "null" included), a body that does
+// not parse, or a CSRF token other than want (compared in constant time;
+// it still holds for a client that sends neither header).
+func (u *UI) checkForm(r *http.Request, want string) error {
+	if u.crossOrigin.Check(r) != nil || r.ParseForm() != nil ||
+		want == "" || subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(want)) != 1 {
+		return ErrForgedForm
 	}
-	ou, err := url.Parse(o)
-	return err == nil && ou.Host == r.Host
+	return nil
 }
 
 // page wraps GET handlers that need a login.
@@ -265,13 +336,12 @@ func (u *UI) form(fn func(http.ResponseWriter, *http.Request, *uiSession)) http.
 		headers(w)
 		s := u.session(w, r)
 		if s == nil {
-			u.message(w, http.StatusForbidden, nil, "Not logged in", "Log in again to do this.")
+			u.fail(w, r, nil, ErrLoginRequired)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
-		if err := r.ParseForm(); err != nil || !sameOrigin(r) ||
-			subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
-			u.message(w, http.StatusForbidden, s, "Refused", "This form did not come from this page (CSRF check failed).")
+		if err := u.checkForm(r, s.csrf); err != nil {
+			u.fail(w, r, s, err)
 			return
 		}
 		fn(w, r, s)
@@ -288,19 +358,23 @@ func (u *UI) LoginForm(w http.ResponseWriter, r *http.Request) {
 // Login is POST /ui/login: a reviewer (or admin) token becomes a cookie session.
 func (u *UI) Login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
-	c, cerr := r.Cookie(loginCookieName)
-	if err := r.ParseForm(); err != nil || cerr != nil || !sameOrigin(r) ||
-		subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(c.Value)) != 1 {
-		headers(w)
-		u.message(w, http.StatusForbidden, nil, "Refused", "This form did not come from this page (CSRF check failed).")
+	want := ""
+	if c, err := r.Cookie(loginCookieName); err == nil {
+		want = c.Value
+	}
+	if err := u.checkForm(r, want); err != nil {
+		u.fail(w, r, nil, err)
 		return
 	}
 	p, err := u.b.Authenticate(strings.TrimSpace(r.PostFormValue("token")))
 	if err != nil || !p.Allowed(auth.RoleReviewer) {
 		u.b.RecordLogin(r.Context(), p, false, r.RemoteAddr)
+		// The form again, with a fresh log-in token; status and
+		// message from the problem table.
+		prob := u.problem(ErrLoginRefused)
 		tok := randomToken()
 		http.SetCookie(w, &http.Cookie{Name: loginCookieName, Value: tok, Path: "/ui", HttpOnly: true, Secure: u.secure, SameSite: http.SameSiteStrictMode, MaxAge: 600})
-		u.render(w, http.StatusUnauthorized, "login", pageData{Title: "Log in", CSRF: tok, Error: "That token is not a valid reviewer token."})
+		u.render(w, prob.Status, "login", pageData{Title: "Log in", CSRF: tok, Error: sentence(prob.Detail)})
 		return
 	}
 	sid := randomToken()
@@ -336,9 +410,9 @@ func (u *UI) Logout(w http.ResponseWriter, r *http.Request) {
 // Pending is GET /ui: the pending actions, oldest first.
 func (u *UI) Pending(w http.ResponseWriter, r *http.Request) {
 	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
-		as, err := u.b.Actions(r.Context(), Pending, 500)
+		as, err := u.b.Actions(r.Context(), approval.Pending, 500)
 		if err != nil {
-			u.message(w, http.StatusInternalServerError, s, "Error", "The pending actions could not be read.")
+			u.fail(w, r, s, fmt.Errorf("read the pending actions: %w", err))
 			return
 		}
 		sort.Slice(as, func(i, j int) bool { return as[i].CreatedAt.Before(as[j].CreatedAt) })
@@ -355,7 +429,7 @@ type Param struct {
 	Filled      bool
 }
 
-func params(a Action) []Param {
+func params(a approval.Action) []Param {
 	pinned := map[string]bool{}
 	for _, p := range a.Pinned {
 		pinned[p] = true
@@ -425,7 +499,7 @@ func (u *UI) ActionPage(w http.ResponseWriter, r *http.Request) {
 	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		a, err := u.b.Action(r.Context(), chi.URLParam(r, "id"))
 		if err != nil {
-			u.message(w, http.StatusNotFound, s, "Not found", "No such action.")
+			u.fail(w, r, s, err)
 			return
 		}
 		u.render(w, http.StatusOK, "action", pageData{Title: "Action " + a.ID, User: &s.p, CSRF: s.csrf,
@@ -446,7 +520,7 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request, verdict string) {
 		id := chi.URLParam(r, "id")
 		_, err := u.b.DecideAction(r.Context(), s.p, id, verdict, r.PostFormValue("comment"))
 		if err != nil {
-			u.message(w, http.StatusConflict, s, "Not done", decisionError(err))
+			u.fail(w, r, s, err)
 			return
 		}
 		notice := "Denied."
@@ -455,18 +529,6 @@ func (u *UI) decide(w http.ResponseWriter, r *http.Request, verdict string) {
 		}
 		http.Redirect(w, r, "/ui/actions/"+url.PathEscape(id)+"?notice="+url.QueryEscape(notice), http.StatusSeeOther)
 	})(w, r)
-}
-
-func decisionError(err error) string {
-	for _, e := range []error{ErrDecided, ErrAlreadyDecided, ErrExpired, ErrSelfApproval, ErrNotFound, ErrInvalidDecision} {
-		if errors.Is(err, e) {
-			return e.Error() + "."
-		}
-	}
-	if strings.Contains(err.Error(), "kill-switch") {
-		return "The global kill-switch is engaged: no action can be approved."
-	}
-	return "The decision could not be recorded."
 }
 
 // Sessions is GET /ui/sessions: active sessions with a kill button.
@@ -484,7 +546,7 @@ func (u *UI) SessionPage(w http.ResponseWriter, r *http.Request) {
 		id := chi.URLParam(r, "id")
 		trail, err := u.b.SessionTrail(r.Context(), id, 100)
 		if err != nil {
-			u.message(w, http.StatusInternalServerError, s, "Error", "The audit trail could not be read.")
+			u.fail(w, r, s, fmt.Errorf("read the audit trail: %w", err))
 			return
 		}
 		var sum *SessionSummary
@@ -503,7 +565,7 @@ func (u *UI) Kill(w http.ResponseWriter, r *http.Request) {
 	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		id := chi.URLParam(r, "id")
 		if err := u.b.KillSession(r.Context(), s.p, id); err != nil {
-			u.message(w, http.StatusConflict, s, "Not done", "The session could not be killed.")
+			u.fail(w, r, s, err)
 			return
 		}
 		http.Redirect(w, r, "/ui/sessions?notice="+url.QueryEscape("Session "+id+" killed."), http.StatusSeeOther)
@@ -515,7 +577,7 @@ func (u *UI) KillswitchPage(w http.ResponseWriter, r *http.Request) {
 	u.page(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		ks, err := u.b.Killswitch(r.Context())
 		if err != nil {
-			u.message(w, http.StatusInternalServerError, s, "Error", "The kill-switch state could not be read.")
+			u.fail(w, r, s, fmt.Errorf("read the kill-switch: %w", err))
 			return
 		}
 		u.render(w, http.StatusOK, "killswitch", pageData{Title: "Kill-switch", User: &s.p, CSRF: s.csrf,
@@ -527,11 +589,11 @@ func (u *UI) KillswitchPage(w http.ResponseWriter, r *http.Request) {
 func (u *UI) EngageKillswitch(w http.ResponseWriter, r *http.Request) {
 	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		if r.PostFormValue("confirm") != "yes" {
-			u.message(w, http.StatusBadRequest, s, "Not done", "Tick the confirmation to engage the kill-switch.")
+			u.fail(w, r, s, ErrNotConfirmed)
 			return
 		}
 		if err := u.b.SetKillswitch(r.Context(), s.p, true, r.PostFormValue("reason")); err != nil {
-			u.message(w, http.StatusInternalServerError, s, "Not done", "The kill-switch could not be engaged.")
+			u.fail(w, r, s, err)
 			return
 		}
 		http.Redirect(w, r, "/ui/killswitch?notice="+url.QueryEscape("Kill-switch engaged: every sandbox call is refused."), http.StatusSeeOther)
@@ -542,7 +604,7 @@ func (u *UI) EngageKillswitch(w http.ResponseWriter, r *http.Request) {
 func (u *UI) ReleaseKillswitch(w http.ResponseWriter, r *http.Request) {
 	u.form(func(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		if err := u.b.SetKillswitch(r.Context(), s.p, false, ""); err != nil {
-			u.message(w, http.StatusForbidden, s, "Not done", "Only an admin may release the kill-switch.")
+			u.fail(w, r, s, err)
 			return
 		}
 		http.Redirect(w, r, "/ui/killswitch?notice="+url.QueryEscape("Kill-switch released."), http.StatusSeeOther)
@@ -551,11 +613,11 @@ func (u *UI) ReleaseKillswitch(w http.ResponseWriter, r *http.Request) {
 
 // Events is GET /ui/events: server-sent events, one per change.
 func (u *UI) Events(w http.ResponseWriter, r *http.Request) {
+	headers(w)
 	if u.session(w, r) == nil {
-		http.Error(w, "not logged in", http.StatusUnauthorized)
+		u.fail(w, r, nil, ErrLoginRequired)
 		return
 	}
-	headers(w)
 	w.Header().Set("Content-Type", "text/event-stream")
 	rc := http.NewResponseController(w)
 	w.WriteHeader(http.StatusOK)
