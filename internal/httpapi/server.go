@@ -44,7 +44,7 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour
 	}
-	ui, err := approval.NewUI(uiBackend{b}, log, time.Now, o.SessionTTL, o.SecureCookies)
+	ui, err := approval.NewUI(uiBackend{b}, log, b.Now, o.SessionTTL, o.SecureCookies)
 	if err != nil {
 		return nil, err
 	}
