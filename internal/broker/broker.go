@@ -59,11 +59,8 @@ type Options struct {
 	CheckpointEvery  uint64            // sign the chain head every N records (default 1000)
 	CheckpointEach   time.Duration     // and at least this often when it moved (default 1m)
 	Webhook          *approval.Webhook // announces pending actions and decisions, or nil
-	// Clock decides every expiry and wakes the broker for it (pending
-	// actions); when set, Now is its Now. Nil: Now (default time.Now)
-	// with the runtime's timers.
-	Clock clock.Clock
-	Now   func() time.Time
+	Clock            clock.Clock       // decides every expiry and wakes the broker for pending actions; when set, Now is Clock.Now
+	Now              func() time.Time  // without Clock: the clock (default time.Now), with the runtime's timers
 	Log              *slog.Logger
 }
 
