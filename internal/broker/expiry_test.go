@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"net/url"
 	"path/filepath"
@@ -128,7 +129,15 @@ func expAudit(t *testing.T, st *store.Bolt, typ, id string) []time.Time {
 func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	clk := airclock.NewFake(expT0)
 	st := expStore(t)
-	b, closeBroker := expBroker(t, st, broker.Options{Clock: clk}) // ApprovalTTL: the default 15m
+	events := make(chan approval.WebhookEvent, 4)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var ev approval.WebhookEvent
+		_ = json.NewDecoder(r.Body).Decode(&ev)
+		events <- ev
+	}))
+	t.Cleanup(hook.Close)
+	b, closeBroker := expBroker(t, st, broker.Options{Clock: clk, // ApprovalTTL: the default 15m
+		Webhook: &approval.Webhook{URL: hook.URL, Secret: []byte("webhook-secret"), Client: hook.Client(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.Now}})
 	l, a := expHold(t, b)
 	if want := expT0.Add(15 * time.Minute); !a.ExpiresAt.Equal(want) {
 		t.Fatalf("ExpiresAt = %v, want %v", a.ExpiresAt, want)
@@ -136,6 +145,10 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	// The pending action holds the grant's only use.
 	if _, err := b.Decide(l, "pay", expCall()); !errors.Is(err, grants.ErrGrantExhausted) {
 		t.Fatalf("a second call while the first is pending: %v, want ErrGrantExhausted", err)
+	}
+
+	if ev := <-events; ev.Event != "action.pending" || ev.ActionID != a.ID {
+		t.Fatalf("webhook %s %s, want action.pending %s", ev.Event, ev.ActionID, a.ID)
 	}
 
 	waited := make(chan approval.Action, 1)
@@ -159,6 +172,9 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	}
 	if clk.Timers() != 0 {
 		t.Fatalf("%d timers still armed after the expiry", clk.Timers())
+	}
+	if ev := <-events; ev.Event != "action.expired" || ev.ActionID != a.ID || !ev.At.Equal(a.ExpiresAt) {
+		t.Fatalf("webhook %s %s at %v, want action.expired %s at %v", ev.Event, ev.ActionID, ev.At, a.ID, a.ExpiresAt)
 	}
 	// The use comes back at once.
 	d, err := b.Decide(l, "pay", expCall())
