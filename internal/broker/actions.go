@@ -119,12 +119,24 @@ func (b *Broker) announce(a approval.Action, event, reviewer string) {
 	})
 }
 
+// scheduleExpiry arms the wake-up of a pending action's expiry. The timer
+// only wakes the broker: the clock decides, and an early wake-up (the
+// clock is behind the timer) sleeps again until at.
 func (b *Broker) scheduleExpiry(id string, at time.Time) {
-	d := at.Sub(b.now())
-	t := time.AfterFunc(max(d, 0), func() { b.expire(id) })
+	t := b.clock.AfterFunc(max(at.Sub(b.now()), 0), func() {
+		if b.now().Before(at) {
+			b.scheduleExpiry(id, at)
+			return
+		}
+		b.expire(id)
+	})
 	b.timersMu.Lock()
+	defer b.timersMu.Unlock()
+	if b.timers == nil { // closed
+		t.Stop()
+		return
+	}
 	b.timers[id] = t
-	b.timersMu.Unlock()
 }
 
 func (b *Broker) stopExpiry(id string) {

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -58,7 +59,8 @@ type Options struct {
 	CheckpointEvery  uint64            // sign the chain head every N records (default 1000)
 	CheckpointEach   time.Duration     // and at least this often when it moved (default 1m)
 	Webhook          *approval.Webhook // announces pending actions and decisions, or nil
-	Now              func() time.Time
+	Clock            clock.Clock       // decides every expiry and wakes the broker for pending actions; when set, Now is Clock.Now
+	Now              func() time.Time  // without Clock: the clock (default time.Now), with the runtime's timers
 	Log              *slog.Logger
 }
 
@@ -70,6 +72,7 @@ type Broker struct {
 	auth      *auth.Authenticator
 	upstreams map[string]*upstream.Upstream
 	now       func() time.Time
+	clock     clock.Clock
 	log       *slog.Logger
 	maxTTL    time.Duration
 	defTTL    time.Duration
@@ -94,7 +97,7 @@ type Broker struct {
 	notifier       *approval.Notifier
 	webhook        *approval.Webhook
 	timersMu       sync.Mutex
-	timers         map[string]*time.Timer
+	timers         map[string]clock.Timer
 
 	mu       sync.RWMutex
 	sessions map[string]*Live
@@ -104,6 +107,9 @@ type Broker struct {
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
 }
+
+// Now is the broker's clock: every expiry is decided by it (see Options.Clock).
+func (b *Broker) Now() time.Time { return b.now() }
 
 // Live is an active session in memory.
 type Live struct {
@@ -137,8 +143,18 @@ const (
 
 // New loads state from the store and starts the audit writer.
 func New(ctx context.Context, o Options) (*Broker, error) {
-	if o.Now == nil {
-		o.Now = time.Now
+	if o.Clock != nil {
+		o.Now = o.Clock.Now
+	} else {
+		if o.Now == nil {
+			o.Now = time.Now
+		}
+		o.Clock = clock.WithNow(o.Now)
+	}
+	for _, u := range o.Upstreams {
+		if u != nil && u.Clock == nil {
+			u.Clock = o.Now // the rotation grace of its scrubber
+		}
 	}
 	secret, err := o.Store.Meta(ctx, metaSecret)
 	if errors.Is(err, store.ErrNotFound) {
@@ -172,12 +188,12 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b := &Broker{
 		store: o.Store, audit: w, tokens: tokens,
 		auth:      auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
-		upstreams: o.Upstreams, now: o.Now, log: o.Log,
+		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
 		hmacKey:  derive("audit-hmac"),
 		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
-		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook, timers: map[string]*time.Timer{},
+		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook, timers: map[string]clock.Timer{},
 		rateLimit: o.RateLimit, rateBurst: max(o.RateBurst, 1),
 	}
 	b.metrics = newMetrics(o.Metrics, b)
@@ -228,10 +244,10 @@ func (b *Broker) Close() {
 	close(b.stopJanitor)
 	<-b.janitorDone
 	b.timersMu.Lock()
-	for id, t := range b.timers {
+	for _, t := range b.timers {
 		t.Stop()
-		delete(b.timers, id)
 	}
+	b.timers = nil // no timer is armed after Close
 	b.timersMu.Unlock()
 	b.mu.Lock()
 	for _, l := range b.sessions {

@@ -58,7 +58,7 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		deny(l, err)
 		return
 	}
-	if err := sig.Verify(r, s.b.AWSSecret(l.Session.ID), payloadHash, time.Now(), clockSkew, u.AWS.S3()); err != nil {
+	if err := sig.Verify(r, s.b.AWSSecret(l.Session.ID), payloadHash, s.b.Now(), clockSkew, u.AWS.S3()); err != nil {
 		deny(l, errors.Join(errAWSSignature, err))
 		return
 	}

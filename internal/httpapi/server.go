@@ -44,7 +44,7 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour
 	}
-	ui, err := web.NewUI(uiBackend{b}, web.Options{Log: log, Now: time.Now, SessionTTL: o.SessionTTL, Secure: o.SecureCookies, Problem: uiProblem})
+	ui, err := web.NewUI(uiBackend{b}, web.Options{Log: log, Now: b.Now, SessionTTL: o.SessionTTL, Secure: o.SecureCookies, Problem: uiProblem})
 	if err != nil {
 		return nil, err
 	}

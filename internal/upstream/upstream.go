@@ -22,7 +22,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
-// nowUTC is the signing clock.
+// nowUTC is the signing clock of outbound SigV4 requests. It stays the
+// wall clock: the time is for the upstream (AWS), which checks it against
+// its own, and decides no expiry in the broker.
 func nowUTC() time.Time { return time.Now().UTC() }
 
 // Errors of an outbound call.

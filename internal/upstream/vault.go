@@ -23,6 +23,8 @@ type VaultConfig struct {
 	CACert    string // PEM file for a private CA
 	Timeout   time.Duration
 	Auth      VaultAuth
+	// Now is the clock of the KV cache's refresh bound (nil: time.Now).
+	Now func() time.Time
 }
 
 // VaultAuth is one of: token (Token), AppRole (RoleID and SecretID or
@@ -57,6 +59,7 @@ type Vault struct {
 	client *vaultapi.Client
 	auth   VaultAuth
 	log    *slog.Logger
+	now    func() time.Time
 
 	mu     sync.Mutex
 	authed bool
@@ -93,7 +96,11 @@ func NewVault(cfg VaultConfig, log *slog.Logger) (*Vault, error) {
 	default:
 		return nil, fmt.Errorf("vault auth method %q: want token, approle or kubernetes", cfg.Auth.Method)
 	}
-	return &Vault{client: c, auth: cfg.Auth, log: log, stop: make(chan struct{})}, nil
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	return &Vault{client: c, auth: cfg.Auth, log: log, now: now, stop: make(chan struct{})}, nil
 }
 
 // Close stops token renewal.
@@ -254,7 +261,7 @@ func (s *VaultKV) Describe() string {
 // Fetch implements Source.
 func (s *VaultKV) Fetch(ctx context.Context) (Secret, error) {
 	s.mu.Lock()
-	if !s.value.IsZero() && time.Since(s.fetched) < s.refresh {
+	if !s.value.IsZero() && s.v.now().Sub(s.fetched) < s.refresh {
 		v := s.value
 		s.mu.Unlock()
 		return v, nil
@@ -309,7 +316,7 @@ func (s *VaultKV) read(ctx context.Context) (Secret, error) {
 	}
 	val := NewSecret(str)
 	s.mu.Lock()
-	s.value, s.fetched = val, time.Now()
+	s.value, s.fetched = val, s.v.now()
 	s.mu.Unlock()
 	if s.observer != nil {
 		info := FetchInfo{Source: s.Describe()}
