@@ -444,6 +444,11 @@ func exactNumber(s string, f float64) bool {
 	if !ok {
 		return false
 	}
+	if a.n > 0 && a.n <= 15 && a.exp > -290 && a.exp < 290 {
+		// Any decimal of at most 15 significant digits in the normal range
+		// is the shortest decimal of its float64 (DBL_DIG): no formatting.
+		return true
+	}
 	b, ok := parseDec(strconv.AppendFloat(buf[:0], f, 'e', -1, 64))
 	return ok && a == b
 }

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -373,5 +375,40 @@ func TestParseJSONManyKeys(t *testing.T) {
 	b.WriteString(`,"k49999":0}`)
 	if _, err := ParseJSON([]byte(b.String())); !errors.Is(err, ErrBadRequest) || !strings.Contains(err.Error(), "duplicate") {
 		t.Fatalf("a duplicate among many keys: %v", err)
+	}
+}
+
+// The fast path of exactNumber (at most 15 significant digits) agrees with
+// formatting the float64's shortest decimal, over random decimals of every
+// length and a wide range of exponents.
+func TestExactNumberFastPathAgrees(t *testing.T) {
+	slow := func(s string, f float64) bool {
+		a, ok := parseDec(s)
+		if !ok {
+			return false
+		}
+		b, ok := parseDec(strconv.AppendFloat(nil, f, 'e', -1, 64))
+		return ok && a == b
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200000; i++ {
+		digits := 1 + rng.IntN(17)
+		var b strings.Builder
+		if rng.IntN(2) == 0 {
+			b.WriteByte('-')
+		}
+		b.WriteByte(byte('1' + rng.IntN(9)))
+		for j := 1; j < digits; j++ {
+			b.WriteByte(byte('0' + rng.IntN(10)))
+		}
+		fmt.Fprintf(&b, "e%d", rng.IntN(660)-340)
+		s := b.String()
+		f, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			continue // out of range
+		}
+		if got, want := exactNumber(s, f), slow(s, f); got != want {
+			t.Fatalf("exactNumber(%q) = %v, the shortest decimal says %v", s, got, want)
+		}
 	}
 }
