@@ -6,7 +6,7 @@
 //	k.Clock.Advance(time.Minute)
 //
 // Everything it opens is closed by tb.Cleanup: the broker first, then the
-// store it opened.
+// store, whose file then passes bbolt's consistency check.
 package brokertest
 
 import (
@@ -83,15 +83,24 @@ func WithOptions(edit func(*broker.Options)) Option {
 	return func(s *settings) { s.edits = append(s.edits, edit) }
 }
 
-// MustOpenStore opens a bbolt store in durability d in tb.TempDir(),
-// closed by tb.Cleanup.
+// MustOpenStore opens a bbolt store in durability d in tb.TempDir().
+// tb.Cleanup closes it and runs bbolt's consistency check on the file.
 func MustOpenStore(tb testing.TB, d string) *store.Bolt {
 	tb.Helper()
-	st, err := store.OpenBolt(filepath.Join(tb.TempDir(), "airlock.db"), d, Discard())
+	path := filepath.Join(tb.TempDir(), "airlock.db")
+	st, err := store.OpenBolt(path, d, Discard())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { _ = st.Close() })
+	tb.Cleanup(func() {
+		if err := st.Close(); err != nil {
+			tb.Errorf("close the store: %v", err)
+			return
+		}
+		if err := store.CheckFile(path); err != nil {
+			tb.Errorf("the store after the test: %v", err)
+		}
+	})
 	return st
 }
 
