@@ -39,6 +39,48 @@ func (j *jsonList) Set(v string) error {
 	return nil
 }
 
+// clientCommand is one `broker GROUP SUB` command of the control-plane client.
+type clientCommand struct {
+	name  string // "group sub"
+	usage string // its arguments, as the README's CLI section lists them
+	run   func(x *clientCall) error
+}
+
+// clientCommands are the client's commands, one row each.
+var clientCommands = []clientCommand{
+	{"session create", "[--file FILE|-] [--task T --ttl D --isolation I --trusted-input --bind-cidr CIDR --label K=V --grant JSON]", sessionCreate},
+	{"session list", "[--cursor C --limit N]", sessionList},
+	{"session get", "ID", idCommand(http.MethodGet, "/v1/sessions/")},
+	{"session kill", "ID", idCommand(http.MethodDelete, "/v1/sessions/")},
+	{"grant add", "SESSION_ID --grant JSON | --file FILE|-", grantAdd},
+	{"grant get", "ID", idCommand(http.MethodGet, "/v1/grants/")},
+	{"grant revoke", "ID", idCommand(http.MethodDelete, "/v1/grants/")},
+	{"tokens create", "--role R --name N [--ttl D]", tokensCreate},
+	{"tokens list", "", fixedCommand(http.MethodGet, "/v1/tokens")},
+	{"tokens revoke", "ID", tokensRevoke},
+	{"killswitch status", "", fixedCommand(http.MethodGet, "/v1/killswitch")},
+	{"killswitch engage", "--reason TEXT", killswitchEngage},
+	{"killswitch release", "", fixedCommand(http.MethodDelete, "/v1/killswitch")},
+	{"audit export", "[--format F --session-id … --task-id … --grant-id … --type … --since … --until …] [--bundle DIR]", auditExport},
+	{"audit verify", "[DIR --public-key KEY]", auditVerify},
+	{"audit checkpoints", "", fixedCommand(http.MethodGet, "/v1/audit/checkpoints")},
+	{"audit public-key", "", fixedCommand(http.MethodGet, "/v1/audit/public-key")},
+	{"audit prune", "--before TIME", auditPrune},
+}
+
+// clientCall is one run of a client command: its client, its flags (which
+// the command defines before it parses them) and where it writes.
+type clientCall struct {
+	ctx        context.Context
+	c          *client.Client
+	name       string // "group sub"
+	rest       []string
+	fs         *flag.FlagSet
+	positional []string
+	stdin      io.Reader
+	stdout     io.Writer
+}
+
 // cmdClient runs the control-plane commands through the client package.
 func cmdClient(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) < 2 {
@@ -53,197 +95,218 @@ func cmdClient(ctx context.Context, args []string, getenv func(string) string, s
 	if token == "" && !offline {
 		return errors.New("AIRLOCK_TOKEN is not set (an admin, operator, reviewer or auditor token)")
 	}
-	c := client.New(addr, token)
-	group, sub, rest := args[0], args[1], args[2:]
-	fs := flag.NewFlagSet(group+" "+sub, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
+	name := args[0] + " " + args[1]
+	for _, cmd := range clientCommands {
+		if cmd.name == name {
+			fs := flag.NewFlagSet(name, flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			return cmd.run(&clientCall{ctx: ctx, c: client.New(addr, token), name: name, rest: args[2:], fs: fs, stdin: stdin, stdout: stdout})
+		}
+	}
+	return fmt.Errorf("unknown command: broker %s", name)
+}
 
-	var out json.RawMessage
-	do := func(method, path string, in any) error {
-		if err := c.Do(ctx, method, path, in, &out); err != nil {
-			return err
+// parse parses the command's flags, before and after positional arguments.
+func (x *clientCall) parse() error {
+	args := x.rest
+	for {
+		if err := x.fs.Parse(args); err != nil {
+			return fmt.Errorf("broker %s: %w", x.name, err)
 		}
-		return printJSON(stdout, out)
-	}
-	var positional []string
-	arg := func() (string, error) {
-		if len(positional) != 1 {
-			return "", fmt.Errorf("usage: broker %s %s ID", group, sub)
-		}
-		return url.PathEscape(positional[0]), nil
-	}
-	// parse accepts flags before and after positional arguments.
-	parse := func() error {
-		args := rest
-		for {
-			if err := fs.Parse(args); err != nil {
-				return fmt.Errorf("broker %s %s: %w", group, sub, err)
-			}
-			if fs.NArg() == 0 {
-				return nil
-			}
-			positional = append(positional, fs.Arg(0))
-			args = fs.Args()[1:]
-		}
-	}
-
-	switch group + " " + sub {
-	case "session create":
-		file := fs.String("file", "", "session request JSON file ('-' for stdin); flags below fill what it lacks")
-		task := fs.String("task", "", "task id")
-		ttl := fs.String("ttl", "", "session ttl, e.g. 10m")
-		iso := fs.String("isolation", "", "process|container|gvisor|microvm")
-		trusted := fs.Bool("trusted-input", false, "declare that the session reads no untrusted input")
-		bind := fs.String("bind-cidr", "", "accept the token only from this address range")
-		labels := labelFlag{}
-		fs.Var(labels, "label", "key=value (repeatable)")
-		var gs jsonList
-		fs.Var(&gs, "grant", "a grant as JSON (repeatable)")
-		if err := parse(); err != nil {
-			return err
-		}
-		req := map[string]any{}
-		if *file != "" {
-			if err := readJSONFile(*file, stdin, &req); err != nil {
-				return err
-			}
-		}
-		set := func(k string, v any, ok bool) {
-			if ok {
-				req[k] = v
-			}
-		}
-		set("task_id", *task, *task != "")
-		set("ttl", *ttl, *ttl != "")
-		set("isolation", *iso, *iso != "")
-		set("untrusted_input", false, *trusted)
-		set("bind_cidr", *bind, *bind != "")
-		set("labels", map[string]string(labels), len(labels) > 0)
-		set("grants", gs, len(gs) > 0)
-		return do(http.MethodPost, "/v1/sessions", req)
-	case "session list":
-		cursor := fs.String("cursor", "", "continue after this cursor")
-		limit := fs.Int("limit", 100, "page size")
-		if err := parse(); err != nil {
-			return err
-		}
-		q := url.Values{"limit": {fmt.Sprint(*limit)}}
-		if *cursor != "" {
-			q.Set("cursor", *cursor)
-		}
-		return do(http.MethodGet, "/v1/sessions?"+q.Encode(), nil)
-	case "session get", "session kill", "grant get", "grant revoke", "tokens revoke":
-		if err := parse(); err != nil {
-			return err
-		}
-		id, err := arg()
-		if err != nil {
-			return err
-		}
-		switch group + " " + sub {
-		case "session get":
-			return do(http.MethodGet, "/v1/sessions/"+id, nil)
-		case "session kill":
-			return do(http.MethodDelete, "/v1/sessions/"+id, nil)
-		case "grant get":
-			return do(http.MethodGet, "/v1/grants/"+id, nil)
-		case "grant revoke":
-			return do(http.MethodDelete, "/v1/grants/"+id, nil)
-		default:
-			if err := c.Do(ctx, http.MethodDelete, "/v1/tokens/"+id, nil, nil); err != nil {
-				return err
-			}
-			fmt.Fprintln(stdout, "revoked")
+		if x.fs.NArg() == 0 {
 			return nil
 		}
-	case "grant add":
-		file := fs.String("file", "", "grant JSON file ('-' for stdin)")
-		g := fs.String("grant", "", "the grant as JSON")
-		if err := parse(); err != nil {
+		x.positional = append(x.positional, x.fs.Arg(0))
+		args = x.fs.Args()[1:]
+	}
+}
+
+// id is the one positional argument, escaped for a URL path.
+func (x *clientCall) id() (string, error) {
+	if len(x.positional) != 1 {
+		return "", fmt.Errorf("usage: broker %s ID", x.name)
+	}
+	return url.PathEscape(x.positional[0]), nil
+}
+
+// do calls the control plane and prints its JSON answer.
+func (x *clientCall) do(method, path string, in any) error {
+	var out json.RawMessage
+	if err := x.c.Do(x.ctx, method, path, in, &out); err != nil {
+		return err
+	}
+	return printJSON(x.stdout, out)
+}
+
+// fixedCommand calls method path; it takes no flags and ignores arguments.
+func fixedCommand(method, path string) func(*clientCall) error {
+	return func(x *clientCall) error { return x.do(method, path, nil) }
+}
+
+// idCommand calls method prefix+ID.
+func idCommand(method, prefix string) func(*clientCall) error {
+	return func(x *clientCall) error {
+		if err := x.parse(); err != nil {
 			return err
 		}
-		id, err := arg()
+		id, err := x.id()
 		if err != nil {
 			return err
 		}
-		var req json.RawMessage
-		switch {
-		case *g != "":
-			req = json.RawMessage(*g)
-		case *file != "":
-			if err := readJSONFile(*file, stdin, &req); err != nil {
-				return err
-			}
-		default:
-			return errors.New("grant add needs --grant JSON or --file FILE")
-		}
-		return do(http.MethodPost, "/v1/sessions/"+id+"/grants", req)
-	case "tokens create":
-		role := fs.String("role", "", "admin|operator|reviewer|auditor")
-		name := fs.String("name", "", "who or what holds it")
-		ttl := fs.String("ttl", "", "lifetime, e.g. 720h (default: none)")
-		if err := parse(); err != nil {
-			return err
-		}
-		req := map[string]any{"role": *role, "name": *name}
-		if *ttl != "" {
-			req["ttl"] = *ttl
-		}
-		return do(http.MethodPost, "/v1/tokens", req)
-	case "tokens list":
-		return do(http.MethodGet, "/v1/tokens", nil)
-	case "killswitch status":
-		return do(http.MethodGet, "/v1/killswitch", nil)
-	case "killswitch engage":
-		reason := fs.String("reason", "", "why")
-		if err := parse(); err != nil {
-			return err
-		}
-		return do(http.MethodPost, "/v1/killswitch", map[string]string{"reason": *reason})
-	case "killswitch release":
-		return do(http.MethodDelete, "/v1/killswitch", nil)
-	case "audit export":
-		q := url.Values{}
-		for _, name := range []string{"since", "until", "session_id", "task_id", "grant_id", "type", "format"} {
-			fs.String(strings.ReplaceAll(name, "_", "-"), "", "filter: "+name)
-		}
-		bundle := fs.String("bundle", "", "write a bundle for offline verification to this directory")
-		if err := parse(); err != nil {
-			return err
-		}
-		fs.Visit(func(f *flag.Flag) {
-			if f.Name != "bundle" {
-				q.Set(strings.ReplaceAll(f.Name, "-", "_"), f.Value.String())
-			}
-		})
-		if *bundle != "" {
-			return writeBundle(ctx, c, *bundle, stdout)
-		}
-		return c.Stream(ctx, "/v1/audit?"+q.Encode(), stdout)
-	case "audit verify":
-		key := fs.String("public-key", "", "base64 Ed25519 key (or a file holding it); with a bundle directory, verifies offline")
-		if err := parse(); err != nil {
-			return err
-		}
-		if len(positional) == 1 {
-			return verifyBundle(positional[0], *key, stdout)
-		}
-		return do(http.MethodGet, "/v1/audit/verify", nil)
-	case "audit checkpoints":
-		return do(http.MethodGet, "/v1/audit/checkpoints", nil)
-	case "audit public-key":
-		return do(http.MethodGet, "/v1/audit/public-key", nil)
-	case "audit prune":
-		before := fs.String("before", "", "remove records older than this RFC 3339 time")
-		if err := parse(); err != nil {
-			return err
-		}
-		if *before == "" {
-			return errors.New("audit prune needs --before TIME")
-		}
-		return do(http.MethodDelete, "/v1/audit?"+url.Values{"before": {*before}}.Encode(), nil)
+		return x.do(method, prefix+id, nil)
 	}
-	return fmt.Errorf("unknown command: broker %s %s", group, sub)
+}
+
+func sessionCreate(x *clientCall) error {
+	fs := x.fs
+	file := fs.String("file", "", "session request JSON file ('-' for stdin); flags below fill what it lacks")
+	task := fs.String("task", "", "task id")
+	ttl := fs.String("ttl", "", "session ttl, e.g. 10m")
+	iso := fs.String("isolation", "", "process|container|gvisor|microvm")
+	trusted := fs.Bool("trusted-input", false, "declare that the session reads no untrusted input")
+	bind := fs.String("bind-cidr", "", "accept the token only from this address range")
+	labels := labelFlag{}
+	fs.Var(labels, "label", "key=value (repeatable)")
+	var gs jsonList
+	fs.Var(&gs, "grant", "a grant as JSON (repeatable)")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	req := map[string]any{}
+	if *file != "" {
+		if err := readJSONFile(*file, x.stdin, &req); err != nil {
+			return err
+		}
+	}
+	set := func(k string, v any, ok bool) {
+		if ok {
+			req[k] = v
+		}
+	}
+	set("task_id", *task, *task != "")
+	set("ttl", *ttl, *ttl != "")
+	set("isolation", *iso, *iso != "")
+	set("untrusted_input", false, *trusted)
+	set("bind_cidr", *bind, *bind != "")
+	set("labels", map[string]string(labels), len(labels) > 0)
+	set("grants", gs, len(gs) > 0)
+	return x.do(http.MethodPost, "/v1/sessions", req)
+}
+
+func sessionList(x *clientCall) error {
+	cursor := x.fs.String("cursor", "", "continue after this cursor")
+	limit := x.fs.Int("limit", 100, "page size")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	q := url.Values{"limit": {fmt.Sprint(*limit)}}
+	if *cursor != "" {
+		q.Set("cursor", *cursor)
+	}
+	return x.do(http.MethodGet, "/v1/sessions?"+q.Encode(), nil)
+}
+
+func grantAdd(x *clientCall) error {
+	file := x.fs.String("file", "", "grant JSON file ('-' for stdin)")
+	g := x.fs.String("grant", "", "the grant as JSON")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	id, err := x.id()
+	if err != nil {
+		return err
+	}
+	var req json.RawMessage
+	switch {
+	case *g != "":
+		req = json.RawMessage(*g)
+	case *file != "":
+		if err := readJSONFile(*file, x.stdin, &req); err != nil {
+			return err
+		}
+	default:
+		return errors.New("grant add needs --grant JSON or --file FILE")
+	}
+	return x.do(http.MethodPost, "/v1/sessions/"+id+"/grants", req)
+}
+
+func tokensCreate(x *clientCall) error {
+	role := x.fs.String("role", "", "admin|operator|reviewer|auditor")
+	name := x.fs.String("name", "", "who or what holds it")
+	ttl := x.fs.String("ttl", "", "lifetime, e.g. 720h (default: none)")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	req := map[string]any{"role": *role, "name": *name}
+	if *ttl != "" {
+		req["ttl"] = *ttl
+	}
+	return x.do(http.MethodPost, "/v1/tokens", req)
+}
+
+func tokensRevoke(x *clientCall) error {
+	if err := x.parse(); err != nil {
+		return err
+	}
+	id, err := x.id()
+	if err != nil {
+		return err
+	}
+	if err := x.c.Do(x.ctx, http.MethodDelete, "/v1/tokens/"+id, nil, nil); err != nil {
+		return err
+	}
+	fmt.Fprintln(x.stdout, "revoked")
+	return nil
+}
+
+func killswitchEngage(x *clientCall) error {
+	reason := x.fs.String("reason", "", "why")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	return x.do(http.MethodPost, "/v1/killswitch", map[string]string{"reason": *reason})
+}
+
+func auditExport(x *clientCall) error {
+	q := url.Values{}
+	for _, name := range []string{"since", "until", "session_id", "task_id", "grant_id", "type", "format"} {
+		x.fs.String(strings.ReplaceAll(name, "_", "-"), "", "filter: "+name)
+	}
+	bundle := x.fs.String("bundle", "", "write a bundle for offline verification to this directory")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	x.fs.Visit(func(f *flag.Flag) {
+		if f.Name != "bundle" {
+			q.Set(strings.ReplaceAll(f.Name, "-", "_"), f.Value.String())
+		}
+	})
+	if *bundle != "" {
+		return writeBundle(x.ctx, x.c, *bundle, x.stdout)
+	}
+	return x.c.Stream(x.ctx, "/v1/audit?"+q.Encode(), x.stdout)
+}
+
+func auditVerify(x *clientCall) error {
+	key := x.fs.String("public-key", "", "base64 Ed25519 key (or a file holding it); with a bundle directory, verifies offline")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	if len(x.positional) == 1 {
+		return verifyBundle(x.positional[0], *key, x.stdout)
+	}
+	return x.do(http.MethodGet, "/v1/audit/verify", nil)
+}
+
+func auditPrune(x *clientCall) error {
+	before := x.fs.String("before", "", "remove records older than this RFC 3339 time")
+	if err := x.parse(); err != nil {
+		return err
+	}
+	if *before == "" {
+		return errors.New("audit prune needs --before TIME")
+	}
+	return x.do(http.MethodDelete, "/v1/audit?"+url.Values{"before": {*before}}.Encode(), nil)
 }
 
 func readJSONFile(path string, stdin io.Reader, v any) error {

@@ -3,51 +3,31 @@ package broker_test
 import (
 	"context"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-type clock struct{ t time.Time }
+var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
-func (c *clock) now() time.Time { return c.t }
-
-func mustBroker(tb testing.TB, c *clock) *broker.Broker {
+// payBroker is the kit's broker with this package's usual setup: the
+// unreachable sensitive upstream "pay" and isolation enforced.
+func payBroker(tb testing.TB, opts ...brokertest.Option) *brokertest.Kit {
 	tb.Helper()
-	b, _ := mustBrokerStore(tb, c)
-	return b
-}
-
-// mustBrokerStore is mustBroker that also returns its store.
-func mustBrokerStore(tb testing.TB, c *clock) (*broker.Broker, *store.Bolt) {
-	tb.Helper()
-	st, err := store.OpenBolt(filepath.Join(tb.TempDir(), "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	base, _ := url.Parse("http://127.0.0.1:1")
-	ups := map[string]*upstream.Upstream{"pay": {Name: "pay", Kind: "http", BaseURL: base, Sensitive: true}}
-	b, err := broker.New(context.Background(), broker.Options{Store: st, Upstreams: ups, AdminToken: "admin-admin-admin-admin",
-		MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, EnforceIsolation: true, Now: c.now,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { b.Close(); _ = st.Close() })
-	return b, st
+	opts = append([]brokertest.Option{brokertest.WithUpstream(brokertest.Unreachable("pay")),
+		brokertest.WithOptions(func(o *broker.Options) { o.EnforceIsolation = true })}, opts...)
+	return brokertest.MustOpenBroker(tb, opts...)
 }
 
 var operator = auth.Principal{ID: "op", Role: auth.RoleOperator}
@@ -65,8 +45,8 @@ func paymentGrant() grants.Spec {
 }
 
 func TestSessionExpiryAndIsolation(t *testing.T) {
-	c := &clock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	b := mustBroker(t, c)
+	k := payBroker(t, brokertest.WithFakeClock(t0))
+	b := k.Broker
 	ctx := context.Background()
 	// Untrusted input + a sensitive upstream needs a microVM.
 	_, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "container", Grants: []grants.Spec{paymentGrant()}})
@@ -85,7 +65,7 @@ func TestSessionExpiryAndIsolation(t *testing.T) {
 	if _, err := b.AddGrant(ctx, operator, weak.Session.ID, paymentGrant()); !errors.Is(err, session.ErrIsolationWeak) {
 		t.Fatalf("grant raising the tier: %v", err)
 	}
-	c.t = c.t.Add(time.Minute)
+	k.Clock.Advance(time.Minute)
 	if _, err := b.Check(v.Token, netip.MustParseAddr("127.0.0.1")); !errors.Is(err, session.ErrExpired) {
 		t.Fatalf("after the TTL: %v", err)
 	}
@@ -94,8 +74,7 @@ func TestSessionExpiryAndIsolation(t *testing.T) {
 // BenchmarkAuthorize is the hot-path authorization decision: token →
 // session (from memory) → grant rule → every constraint of a payment rule.
 func BenchmarkAuthorize(b *testing.B) {
-	c := &clock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
-	br := mustBroker(b, c)
+	br := payBroker(b, brokertest.WithNow(func() time.Time { return t0 })).Broker
 	v, err := br.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm",
 		UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}})
 	if err != nil {
@@ -128,21 +107,12 @@ func BenchmarkApproveToUpstream(b *testing.B) {
 		hit <- struct{}{}
 	}))
 	defer up.Close()
-	st, err := store.OpenBolt(filepath.Join(b.TempDir(), "airlock.db"), store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
 	base, _ := url.Parse(up.URL)
 	u := &upstream.Upstream{Name: "pay", Kind: "http", BaseURL: base, Sensitive: true, Timeout: 5 * time.Second,
 		Source: staticSource{}, Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}}
 	u.SetTransport(upstream.NewTransport())
-	br, err := broker.New(context.Background(), broker.Options{Store: st, Upstreams: map[string]*upstream.Upstream{"pay": u},
-		AdminToken: "admin-admin-admin-admin", MaxSessionTTL: time.Hour, DefaultTTL: time.Hour, Now: time.Now,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() { br.Close(); _ = st.Close() }()
+	br := brokertest.MustOpenBroker(b, brokertest.WithDurability(store.DurabilityFsync), brokertest.WithUpstream(u),
+		brokertest.WithNow(time.Now), brokertest.WithOptions(func(o *broker.Options) { o.DefaultTTL = time.Hour })).Broker
 	v, err := br.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm",
 		Grants: []grants.Spec{{Upstream: "pay", Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})
 	if err != nil {
@@ -186,19 +156,7 @@ func (staticSource) Describe() string { return "static" }
 func BenchmarkCreateSession(b *testing.B) {
 	for _, d := range []string{store.DurabilityFsync, store.DurabilityBuffered} {
 		b.Run(d, func(b *testing.B) {
-			st, err := store.OpenBolt(filepath.Join(b.TempDir(), "airlock.db"), d, slog.New(slog.NewTextHandler(io.Discard, nil)))
-			if err != nil {
-				b.Fatal(err)
-			}
-			base, _ := url.Parse("http://127.0.0.1:1")
-			ups := map[string]*upstream.Upstream{"pay": {Name: "pay", Kind: "http", BaseURL: base, Sensitive: true}}
-			br, err := broker.New(context.Background(), broker.Options{Store: st, Upstreams: ups, AdminToken: "admin-admin-admin-admin",
-				MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, EnforceIsolation: true, Now: time.Now,
-				Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { br.Close(); _ = st.Close() }()
+			br := payBroker(b, brokertest.WithDurability(d), brokertest.WithNow(time.Now)).Broker
 			req := broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}}
 			b.ReportAllocs()
 			for b.Loop() {

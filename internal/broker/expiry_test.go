@@ -4,13 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"net/url"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -18,6 +14,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	airclock "github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -31,34 +28,17 @@ var expT0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
 var expReviewer = auth.Principal{ID: "rev", Name: "rev", Role: auth.RoleReviewer}
 
-// expStore opens a bbolt store that outlives the brokers opened on it.
-func expStore(tb testing.TB) *store.Bolt {
+// expBroker opens a broker on st (from brokertest.MustOpenStore, so that
+// it outlives the brokers opened on it) with opts' clock; its upstream
+// "pay" is unreachable, so an action that ran would end failed, never
+// expired. Kit.Close closes it (once; the test's cleanup does too).
+func expBroker(tb testing.TB, st *store.Bolt, opts ...brokertest.Option) *brokertest.Kit {
 	tb.Helper()
-	st, err := store.OpenBolt(filepath.Join(tb.TempDir(), "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = st.Close() })
-	return st
-}
-
-// expBroker opens a broker on st with o's Clock or Now; its upstream "pay"
-// is unreachable, so an action that ran would end failed, never expired.
-// stop closes it (once; the test's cleanup does too).
-func expBroker(tb testing.TB, st *store.Bolt, o broker.Options) (b *broker.Broker, stop func()) {
-	tb.Helper()
-	base, _ := url.Parse("http://127.0.0.1:1")
-	o.Store, o.AdminToken, o.MaxSessionTTL, o.DefaultTTL = st, "admin-admin-admin-admin", 24*time.Hour, 24*time.Hour
-	o.Upstreams = map[string]*upstream.Upstream{"pay": {Name: "pay", Kind: "http", BaseURL: base, Sensitive: true, Source: staticSource{}}}
-	o.Log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := broker.New(context.Background(), o)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	var once sync.Once
-	stop = func() { once.Do(b.Close) }
-	tb.Cleanup(stop)
-	return b, stop
+	pay := brokertest.Unreachable("pay")
+	pay.Source = staticSource{}
+	opts = append([]brokertest.Option{brokertest.WithStore(st), brokertest.WithUpstream(pay),
+		brokertest.WithOptions(func(o *broker.Options) { o.MaxSessionTTL, o.DefaultTTL = 24*time.Hour, 24*time.Hour })}, opts...)
+	return brokertest.MustOpenBroker(tb, opts...)
 }
 
 // expHold creates a session whose grant (one use, approval always) holds
@@ -128,7 +108,7 @@ func expAudit(t *testing.T, st *store.Bolt, typ, id string) []time.Time {
 // it can no longer be approved.
 func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	clk := airclock.NewFake(expT0)
-	st := expStore(t)
+	st := brokertest.MustOpenStore(t, store.DurabilityBuffered)
 	events := make(chan approval.WebhookEvent, 4)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var ev approval.WebhookEvent
@@ -136,8 +116,10 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 		events <- ev
 	}))
 	t.Cleanup(hook.Close)
-	b, closeBroker := expBroker(t, st, broker.Options{Clock: clk, // ApprovalTTL: the default 15m
-		Webhook: &approval.Webhook{URL: hook.URL, Secret: []byte("webhook-secret"), Client: hook.Client(), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.Now}})
+	k := expBroker(t, st, brokertest.WithClock(clk), brokertest.WithOptions(func(o *broker.Options) { // ApprovalTTL: the default 15m
+		o.Webhook = &approval.Webhook{URL: hook.URL, Secret: []byte("webhook-secret"), Client: hook.Client(), Log: brokertest.Discard(), Now: clk.Now}
+	}))
+	b := k.Broker
 	l, a := expHold(t, b)
 	if want := expT0.Add(15 * time.Minute); !a.ExpiresAt.Equal(want) {
 		t.Fatalf("ExpiresAt = %v, want %v", a.ExpiresAt, want)
@@ -188,7 +170,7 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	if s := expStatus(t, b, a.ID); s != approval.Expired {
 		t.Fatalf("after an approval attempt: %s, want expired", s)
 	}
-	closeBroker() // commits the audit records
+	k.Close() // commits the audit records
 	if got := expAudit(t, st, "action.expired", a.ID); len(got) != 1 || !got[0].Equal(expT0.Add(15*time.Minute)) {
 		t.Fatalf("action.expired records: %v, want one at %v", got, expT0.Add(15*time.Minute))
 	}
@@ -200,8 +182,8 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 func TestApprovalPastExpiryRefusedBeforeTimer(t *testing.T) {
 	var mu sync.Mutex
 	now := expT0
-	st := expStore(t)
-	b, _ := expBroker(t, st, broker.Options{Now: func() time.Time { mu.Lock(); defer mu.Unlock(); return now }})
+	st := brokertest.MustOpenStore(t, store.DurabilityBuffered)
+	b := expBroker(t, st, brokertest.WithNow(func() time.Time { mu.Lock(); defer mu.Unlock(); return now })).Broker
 	l, a := expHold(t, b)
 	mu.Lock()
 	now = a.ExpiresAt
@@ -223,18 +205,18 @@ func TestApprovalPastExpiryRefusedBeforeTimer(t *testing.T) {
 // injected clock: one still in time expires at its own expiry, one whose
 // expiry passed while the broker was down expires at the first tick.
 func TestPendingExpiryRearmedAfterRestart(t *testing.T) {
-	st := expStore(t)
-	b, closeBroker := expBroker(t, st, broker.Options{Clock: airclock.NewFake(expT0)})
-	_, early := expHold(t, b)
-	closeBroker()
+	st := brokertest.MustOpenStore(t, store.DurabilityBuffered)
+	k := expBroker(t, st, brokertest.WithFakeClock(expT0))
+	_, early := expHold(t, k.Broker)
+	k.Close()
 
-	clk := airclock.NewFake(expT0.Add(10 * time.Minute))
-	b, closeBroker = expBroker(t, st, broker.Options{Clock: clk, ApprovalTTL: time.Hour})
-	_, late := expHold(t, b) // expires at t0+70m
-	closeBroker()
+	k = expBroker(t, st, brokertest.WithFakeClock(expT0.Add(10*time.Minute)),
+		brokertest.WithOptions(func(o *broker.Options) { o.ApprovalTTL = time.Hour }))
+	_, late := expHold(t, k.Broker) // expires at t0+70m
+	k.Close()
 
-	clk = airclock.NewFake(expT0.Add(20 * time.Minute))
-	b, _ = expBroker(t, st, broker.Options{Clock: clk})
+	k = expBroker(t, st, brokertest.WithFakeClock(expT0.Add(20*time.Minute)))
+	b, clk := k.Broker, k.Clock
 	if s := expStatus(t, b, early.ID); s != approval.Pending {
 		t.Fatalf("before any timer ran: %s", s)
 	}
@@ -290,7 +272,7 @@ func (stepTimer) Stop() bool { return true }
 // sleeps again; woken at its expiry, it expires it.
 func TestExpiryTimerWakesClockDecides(t *testing.T) {
 	clk := &stepClock{now: expT0}
-	b, _ := expBroker(t, expStore(t), broker.Options{Clock: clk})
+	b := expBroker(t, brokertest.MustOpenStore(t, store.DurabilityBuffered), brokertest.WithClock(clk)).Broker
 	_, a := expHold(t, b)
 	if clk.armed() != 1 {
 		t.Fatalf("timers armed by a hold: %d, want 1", clk.armed())

@@ -11,13 +11,15 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Engaging and releasing the kill-switch concurrently never leaves the
 // broker refusing nothing while the stored state says engaged, nor cutting
 // calls while it says released: each change is whole.
 func TestKillswitchChangesAreWhole(t *testing.T) {
-	b, st := mustBrokerStore(t, &clock{t: time.Now()})
+	k := payBroker(t, brokertest.WithFakeClock(time.Now()))
+	b, st := k.Broker, k.Store
 	admin := auth.Principal{ID: "admin", Role: auth.RoleAdmin}
 	ctx := context.Background()
 	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false)})

@@ -6,11 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -20,9 +18,9 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/httpapi"
-	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -42,23 +40,15 @@ func TestSigV4SkewOnInjectedClock(t *testing.T) {
 	s3 := &upstream.Upstream{Name: "s3", Kind: "aws", BaseURL: base, Timeout: 5 * time.Second, MaxBody: 1 << 20,
 		Source: upstream.AWSSource(creds, "static"), AWS: &upstream.AWS{Service: "s3", Region: "us-east-1", Creds: creds}}
 	s3.SetTransport(upstream.NewTransport())
-	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "a.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b, err := broker.New(context.Background(), broker.Options{Store: st, Upstreams: map[string]*upstream.Upstream{"s3": s3},
-		AdminToken: admin, MaxSessionTTL: time.Hour, DefaultTTL: time.Hour, Clock: clk, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(b, log, httpapi.UIOptions{})
+	b := brokertest.MustOpenBroker(t, brokertest.WithClock(clk), brokertest.WithUpstream(s3),
+		brokertest.WithOptions(func(o *broker.Options) { o.DefaultTTL = time.Hour })).Broker
+	api, err := httpapi.New(b, brokertest.Discard(), httpapi.UIOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sandbox := httptest.NewServer(api.Handler(httpapi.SandboxPlane))
 	control := httptest.NewServer(api.Handler(httpapi.ControlPlane))
-	t.Cleanup(func() { sandbox.Close(); control.Close(); b.Close(); _ = st.Close() })
+	t.Cleanup(func() { sandbox.Close(); control.Close() }) // then the kit closes the broker and its store
 
 	req, _ := http.NewRequest("POST", control.URL+"/v1/sessions", strings.NewReader(`{"task_id": "t", "untrusted_input": false,
 		"grants": [{"upstream": "s3", "rules": [{"action": "s3:GetObject", "resource": "arn:aws:s3:::reports/*"}]}]}`))

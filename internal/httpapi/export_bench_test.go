@@ -5,24 +5,19 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // BenchmarkAuditExport streams 100k stored records in each format, the way
 // GET /v1/audit does, and reports records per second.
 func BenchmarkAuditExport(b *testing.B) {
-	st, err := store.OpenBolt(filepath.Join(b.TempDir(), "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	w, _ := audit.NewWriter(context.Background(), st, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	st := brokertest.MustOpenStore(b, store.DurabilityBuffered)
+	w, _ := audit.NewWriter(context.Background(), st, time.Now, brokertest.Discard())
 	const n = 100_000
 	ev := audit.Event{Type: audit.TypeCallAllowed, Actor: audit.Actor{Kind: "sandbox", ID: "ses_01a2"}, SessionID: "ses_01a2",
 		TaskID: "t-42", GrantID: "grt_01a2", Upstream: "github", Method: "GET", Path: "/repos/acme/widgets/issues", Decision: "allow", RequestID: "req_0123456789"}

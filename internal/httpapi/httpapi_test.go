@@ -27,12 +27,13 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-const admin = "admin-token-for-httpapi-tests"
+const admin = brokertest.AdminToken
 
 // faultyStore is the real bbolt store with audit writes that can be made to fail.
 type faultyStore struct {
@@ -59,10 +60,7 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	dir := t.TempDir()
-	bolt, err := store.OpenBolt(filepath.Join(dir, "airlock.db"), store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	bolt := brokertest.MustOpenStore(t, store.DurabilityFsync)
 	e := &env{st: &faultyStore{Bolt: bolt}, hits: &atomic.Int64{}, logs: &bytes.Buffer{}, credFile: filepath.Join(dir, "key")}
 	if err := os.WriteFile(e.credFile, []byte("CANARY-file-secret\n"), 0o600); err != nil {
 		t.Fatal(err)
@@ -78,12 +76,9 @@ func newEnv(t *testing.T) *env {
 		Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}}
 	u.SetTransport(upstream.NewTransport())
 	log := slog.New(slog.NewJSONHandler(e.logs, nil))
-	b, err := broker.New(context.Background(), broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": u},
-		AdminToken: admin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Now: time.Now, Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	api, err := httpapi.New(b, log, httpapi.UIOptions{})
+	k := brokertest.MustOpenBroker(t, brokertest.WithStore(bolt), brokertest.WithUpstream(u), brokertest.WithNow(time.Now),
+		brokertest.WithOptions(func(o *broker.Options) { o.Store, o.Log = e.st, log }))
+	api, err := httpapi.New(k.Broker, log, httpapi.UIOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,8 +87,7 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() {
 		e.sandbox.Close()
 		e.control.Close()
-		b.Close()
-		_ = bolt.Close()
+		k.Close() // the store closes after this cleanup
 		if bytes.Contains(e.logs.Bytes(), []byte("CANARY")) {
 			t.Error("the credential reached the logs")
 		}
@@ -234,17 +228,8 @@ func TestRoutesMatchSpec(t *testing.T) {
 
 func mustBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "a.db"), store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := broker.New(context.Background(), broker.Options{Store: st, AdminToken: admin, MaxSessionTTL: time.Hour, DefaultTTL: time.Minute,
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { b.Close(); _ = st.Close() })
-	return b
+	return brokertest.MustOpenBroker(t, brokertest.WithDurability(store.DurabilityFsync),
+		brokertest.WithOptions(func(o *broker.Options) { o.DefaultTTL = time.Minute })).Broker
 }
 
 // TestPprofIsOptInAndAdminOnly: Go's profiler is routed only when configured,

@@ -19,6 +19,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/clock"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -86,15 +87,14 @@ type uiHarness struct {
 	t     *testing.T
 	srv   *httptest.Server
 	fake  *uiFake
-	clock *time.Time
+	clock *clock.Fake
 }
 
 func newUIHarness(t *testing.T, tokens ...auth.Token) *uiHarness {
 	t.Helper()
-	clock := t0
-	now := func() time.Time { return clock }
-	f := &uiFake{auth: auth.NewAuthenticator("", tokens, now)}
-	u, err := NewUI(f, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: now, SessionTTL: 8 * time.Hour, Problem: uiProblem})
+	clk := clock.NewFake(t0)
+	f := &uiFake{auth: auth.NewAuthenticator("", tokens, clk.Now)}
+	u, err := NewUI(f, Options{Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.Now, SessionTTL: 8 * time.Hour, Problem: uiProblem})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func newUIHarness(t *testing.T, tokens ...auth.Token) *uiHarness {
 	r.Post("/ui/actions/{id}/approve", u.Approve)
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
-	return &uiHarness{t: t, srv: srv, fake: f, clock: &clock}
+	return &uiHarness{t: t, srv: srv, fake: f, clock: clk}
 }
 
 var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
@@ -172,7 +172,7 @@ func TestUILoginDiesWithToken(t *testing.T) {
 		kill func(h *uiHarness)
 	}{
 		{"fail-revoked", func(h *uiHarness) { h.fake.auth.Delete("tok_rev") }},
-		{"fail-expired", func(h *uiHarness) { *h.clock = t0.Add(time.Hour) }},
+		{"fail-expired", func(h *uiHarness) { h.clock.Advance(time.Hour) }},
 		{"fail-role-changed", func(h *uiHarness) {
 			h.fake.auth.Put(auth.Token{ID: "tok_rev", Name: "Rita", Role: auth.RoleAuditor, Digest: auth.Digest("x")})
 		}},

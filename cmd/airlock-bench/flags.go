@@ -1,0 +1,66 @@
+// The command line: options and their checks.
+
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+)
+
+// options is what the command line asks for.
+type options struct {
+	broker       string
+	duration     time.Duration
+	concurrency  []int
+	out          string
+	durabilities []string
+	variant      string // run only the variants whose name contains this
+	profile      string // write the broker's CPU profile of every point here
+	rounds       int    // alternations of bare proxy and broker per point
+}
+
+func (o options) wants(variant string) bool { return strings.Contains(variant, o.variant) }
+
+// parseOptions parses and checks the command line; it creates the profile
+// directory when one is asked for.
+func parseOptions(args []string, stderr io.Writer) (options, error) {
+	fs := flag.NewFlagSet("airlock-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o options
+	fs.StringVar(&o.broker, "broker", "bin/broker", "the broker binary")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "load per measurement (bounded)")
+	conc := fs.String("concurrency", "1,16,64", "closed-loop callers")
+	dur := fs.String("durability", "fsync,buffered", "audit durability modes to measure")
+	fs.StringVar(&o.out, "out", "", "also write the report (markdown) to this file")
+	fs.IntVar(&o.rounds, "rounds", 5, "alternate bare proxy and broker this many times per point")
+	fs.StringVar(&o.variant, "variant", "", "run only the variants whose name contains this (e.g. GET, session, approve)")
+	fs.StringVar(&o.profile, "profile", "", "directory for the broker's CPU profile of every point (enables debug.pprof; perturbs the figures)")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	if o.rounds < 1 || o.rounds > 100 {
+		return o, errors.New("--rounds must be 1..100")
+	}
+	if o.duration > 2*time.Minute {
+		return o, errors.New("--duration is capped at 2m")
+	}
+	for _, c := range strings.Split(*conc, ",") {
+		var n int
+		if _, err := fmt.Sscan(c, &n); err != nil || n < 1 || n > 512 {
+			return o, fmt.Errorf("bad concurrency %q", c)
+		}
+		o.concurrency = append(o.concurrency, n)
+	}
+	o.durabilities = strings.Split(*dur, ",")
+	if o.profile != "" {
+		if err := os.MkdirAll(o.profile, 0o755); err != nil {
+			return o, err
+		}
+	}
+	return o, nil
+}

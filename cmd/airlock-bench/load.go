@@ -1,0 +1,141 @@
+// Load generation: the HTTP client, the calls and the closed loop.
+
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+var client = &http.Client{Transport: &http.Transport{MaxIdleConns: 1024, MaxIdleConnsPerHost: 512, IdleConnTimeout: 90 * time.Second}, Timeout: 30 * time.Second}
+
+func post(url, token string, body any, out any) (int, error) {
+	data, _ := json.Marshal(body)
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(data))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, out); err != nil {
+			return resp.StatusCode, err
+		}
+	}
+	if resp.StatusCode >= 300 {
+		return resp.StatusCode, fmt.Errorf("%s: %d %s", url, resp.StatusCode, b)
+	}
+	return resp.StatusCode, nil
+}
+
+func sessionRequest(gated bool) map[string]any {
+	return map[string]any{
+		"task_id": "bench", "ttl": "1h", "untrusted_input": gated, "isolation": "microvm",
+		"grants": []any{map[string]any{"upstream": "api", "rules": []any{
+			map[string]any{"method": "GET", "path": "/items"},
+			map[string]any{"method": "POST", "path": "/orders", "deny_unknown": true, "irreversible": false, "constraints": map[string]any{
+				"body.sku": map[string]any{"pattern": "[A-Z]{3}-[0-9]{4}"}, "body.qty": map[string]any{"min": 1, "max": 10},
+				"body.to": map[string]any{"pin": "acme"}}},
+			map[string]any{"method": "POST", "path": "/approve-probe"},
+		}}},
+	}
+}
+
+// request describes one call a worker makes.
+type request struct {
+	method, url, token, body string
+	want                     int
+}
+
+// tally accumulates the rounds of one measurement.
+type tally struct {
+	lats    []time.Duration
+	errs    int
+	elapsed time.Duration
+	cpu     time.Duration
+}
+
+// run adds one round: n closed-loop callers for d against rq, and the CPU
+// process pid used meanwhile.
+func (t *tally) run(n int, d time.Duration, rq request, pid int) {
+	c0 := cpuTime(pid)
+	start := time.Now()
+	lats, errs := load(n, d, rq)
+	t.elapsed += time.Since(start)
+	t.cpu += cpuTime(pid) - c0
+	t.lats = append(t.lats, lats...)
+	t.errs += errs
+}
+
+func (t *tally) result(n int) result {
+	slices.Sort(t.lats)
+	r := result{Concurrency: n, Requests: len(t.lats), Errors: t.errs, CPU: t.cpu}
+	if t.elapsed > 0 {
+		r.RPS = float64(len(t.lats)) / t.elapsed.Seconds()
+	}
+	if len(t.lats) > 0 {
+		r.P50 = t.lats[len(t.lats)/2]
+		r.P99 = t.lats[min(len(t.lats)-1, len(t.lats)*99/100)]
+	}
+	return r
+}
+
+// load runs a closed loop: each of n callers sends the next request when the
+// previous answer is read, for d. It returns every call's latency and the
+// number of calls that failed or got an unexpected status.
+func load(n int, d time.Duration, rq request) ([]time.Duration, int) {
+	var (
+		mu   sync.Mutex
+		lats []time.Duration
+		errs int
+		wg   sync.WaitGroup
+	)
+	deadline := time.Now().Add(d)
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 4096)
+			bad := 0
+			for time.Now().Before(deadline) {
+				var body io.Reader
+				if rq.body != "" {
+					body = strings.NewReader(rq.body)
+				}
+				req, _ := http.NewRequest(rq.method, rq.url, body)
+				if rq.token != "" {
+					req.Header.Set("Authorization", "Bearer "+rq.token)
+				}
+				if rq.body != "" {
+					req.Header.Set("Content-Type", "application/json")
+				}
+				t := time.Now()
+				resp, err := client.Do(req)
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				local = append(local, time.Since(t))
+				if err != nil || resp.StatusCode != rq.want {
+					bad++
+				}
+			}
+			mu.Lock()
+			lats = append(lats, local...)
+			errs += bad
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return lats, errs
+}
