@@ -82,8 +82,8 @@ func legacyFixture() legacyData {
 		actions: []approval.Action{
 			{ID: "act_0001", SessionID: "ses_01", TaskID: "task-ses_01", GrantID: "grt_01", Upstream: "github", RequestID: "req_1", SessionCreatedBy: "tok_ops",
 				CreatedAt: t0, ExpiresAt: t0.Add(15 * time.Minute), Status: approval.Executed, Reason: "irreversible",
-				Request:  approval.Request{Method: "POST", Path: "/repos/acme/w/issues", Query: "a=1", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"title":"x"}`)},
-				Pinned:   []string{"owner"}, Filled: []string{"owner"}, Standing: approval.Standing{UntrustedInput: true, SensitiveAccess: true, ExternalAction: true},
+				Request: approval.Request{Method: "POST", Path: "/repos/acme/w/issues", Query: "a=1", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"title":"x"}`)},
+				Pinned:  []string{"owner"}, Filled: []string{"owner"}, Standing: approval.Standing{UntrustedInput: true, SensitiveAccess: true, ExternalAction: true},
 				ApprovalsRequired: 1, Amounts: map[string]float64{"body.amount": 5}, PermitGrants: []string{"grt_02"},
 				Decisions: []approval.Decision{{Reviewer: "tok_rev", Name: "alice", Verdict: "approve", Comment: "ok", At: t0.Add(time.Minute)}},
 				Result:    &approval.Result{Status: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("created"), Truncated: true, Code: "", ExecutedAt: t0.Add(2 * time.Minute), LatencyUS: 1234}},
