@@ -295,20 +295,23 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 
 var errClosed = errors.New("store closed")
 
-func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
-	data, err := json.Marshal(v)
+// put stores a record (records.go) encoded by encode.
+func put[T any](tx *bolt.Tx, bucket []byte, key string, v T, encode func(T) ([]byte, error)) error {
+	data, err := encode(v)
 	if err != nil {
 		return err
 	}
 	return tx.Bucket(bucket).Put([]byte(key), data)
 }
 
-func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
+// get decodes a stored record (records.go), or returns ErrNotFound.
+func get[T any](tx *bolt.Tx, bucket []byte, key string, decode func([]byte) (T, error)) (T, error) {
 	data := tx.Bucket(bucket).Get([]byte(key))
 	if data == nil {
-		return ErrNotFound
+		var zero T
+		return zero, ErrNotFound
 	}
-	return json.Unmarshal(data, v)
+	return decode(data)
 }
 
 // WriteAudit implements audit.Sink: one journal write for the whole batch;
@@ -375,8 +378,8 @@ func (s *Bolt) AuditHead(ctx context.Context) (uint64, string, error) {
 		if k == nil {
 			// Everything was pruned: the chain continues from the last checkpoint.
 			if ck, cv := tx.Bucket(bucketCheckpoints).Cursor().Last(); ck != nil {
-				var c audit.Checkpoint
-				if err := json.Unmarshal(cv, &c); err != nil {
+				c, err := decodeCheckpoint(cv)
+				if err != nil {
 					return err
 				}
 				seq, hash = c.Seq, c.Hash
@@ -444,7 +447,7 @@ func seqKey(seq uint64) []byte {
 
 // PutCheckpoint implements audit.Sink.
 func (s *Bolt) PutCheckpoint(ctx context.Context, c audit.Checkpoint) error {
-	data, err := json.Marshal(c)
+	data, err := encodeCheckpoint(c)
 	if err != nil {
 		return err
 	}
@@ -453,16 +456,16 @@ func (s *Bolt) PutCheckpoint(ctx context.Context, c audit.Checkpoint) error {
 
 // Checkpoints implements audit.Sink.
 func (s *Bolt) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
-	return all[audit.Checkpoint](s.db, bucketCheckpoints)
+	return all(s.db, bucketCheckpoints, decodeCheckpoint)
 }
 
-// all decodes every value of a bucket, in key order.
-func all[T any](db *bolt.DB, bucket []byte) ([]T, error) {
+// all decodes every record of a bucket, in key order.
+func all[T any](db *bolt.DB, bucket []byte, decode func([]byte) (T, error)) ([]T, error) {
 	var out []T
 	err := db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
-			var x T
-			if err := json.Unmarshal(v, &x); err != nil {
+			x, err := decode(v)
+			if err != nil {
 				return err
 			}
 			out = append(out, x)
@@ -510,13 +513,13 @@ func (s *Bolt) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64,
 
 // PutSession implements Store.
 func (s *Bolt) PutSession(ctx context.Context, sess *session.Session) error {
-	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketSessions, sess.ID, sess) })
+	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketSessions, sess.ID, sess, encodeSession) })
 }
 
 // CreateSession implements Store.
 func (s *Bolt) CreateSession(ctx context.Context, sess *session.Session, gs []grants.Grant) error {
 	return s.update(func(tx *bolt.Tx) error {
-		if err := put(tx, bucketSessions, sess.ID, sess); err != nil {
+		if err := put(tx, bucketSessions, sess.ID, sess, encodeSession); err != nil {
 			return err
 		}
 		for i := range gs {
@@ -531,7 +534,10 @@ func (s *Bolt) CreateSession(ctx context.Context, sess *session.Session, gs []gr
 // Session implements Store.
 func (s *Bolt) Session(ctx context.Context, id string) (session.Session, error) {
 	var out session.Session
-	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bucketSessions, id, &out) })
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		out, err = get(tx, bucketSessions, id, decodeSession)
+		return err
+	})
 	return out, err
 }
 
@@ -548,8 +554,8 @@ func (s *Bolt) Sessions(ctx context.Context, after string, limit int) ([]session
 			}
 		}
 		for ; k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
-			var sess session.Session
-			if err := json.Unmarshal(v, &sess); err != nil {
+			sess, err := decodeSession(v)
+			if err != nil {
 				return err
 			}
 			out = append(out, sess)
@@ -565,7 +571,7 @@ func (s *Bolt) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) er
 }
 
 func putGrant(tx *bolt.Tx, g *grants.Grant, u grants.Usage) error {
-	if err := put(tx, bucketGrants, g.ID, g); err != nil {
+	if err := put(tx, bucketGrants, g.ID, g, encodeGrant); err != nil {
 		return err
 	}
 	if err := putUsage(tx, g.ID, u); err != nil {
@@ -582,7 +588,9 @@ func putGrant(tx *bolt.Tx, g *grants.Grant, u grants.Usage) error {
 // older, smaller one.
 func putUsage(tx *bolt.Tx, grantID string, u grants.Usage) error {
 	if old := tx.Bucket(bucketUsage).Get([]byte(grantID)); old != nil {
-		var cur struct{ Version uint64 }
+		var cur struct {
+			Version uint64 `json:"Version"` // usageRecord's, without decoding the rest
+		}
 		if err := json.Unmarshal(old, &cur); err != nil {
 			return fmt.Errorf("decode usage of %s: %w", grantID, err)
 		}
@@ -590,7 +598,7 @@ func putUsage(tx *bolt.Tx, grantID string, u grants.Usage) error {
 			return nil
 		}
 	}
-	return put(tx, bucketUsage, grantID, u)
+	return put(tx, bucketUsage, grantID, u, encodeUsage)
 }
 
 // Grant implements Store.
@@ -604,12 +612,15 @@ func (s *Bolt) Grant(ctx context.Context, id string) (GrantRecord, error) {
 }
 
 func getGrant(tx *bolt.Tx, id string, out *GrantRecord) error {
-	if err := get(tx, bucketGrants, id, &out.Grant); err != nil {
+	g, err := get(tx, bucketGrants, id, decodeGrant)
+	if err != nil {
 		return err
 	}
-	if err := get(tx, bucketUsage, id, &out.Usage); err != nil && !errors.Is(err, ErrNotFound) {
+	u, err := get(tx, bucketUsage, id, decodeUsage)
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
+	out.Grant, out.Usage = g, u
 	return nil
 }
 
@@ -636,7 +647,7 @@ func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]GrantReco
 
 // PutToken implements Store.
 func (s *Bolt) PutToken(ctx context.Context, t auth.Token) error {
-	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketTokens, t.ID, t) })
+	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketTokens, t.ID, t, encodeToken) })
 }
 
 // DeleteToken implements Store.
@@ -652,7 +663,7 @@ func (s *Bolt) DeleteToken(ctx context.Context, id string) error {
 
 // Tokens implements Store.
 func (s *Bolt) Tokens(ctx context.Context) ([]auth.Token, error) {
-	return all[auth.Token](s.db, bucketTokens)
+	return all(s.db, bucketTokens, decodeToken)
 }
 
 // Meta implements Store.
@@ -680,7 +691,7 @@ func (s *Bolt) PutAction(ctx context.Context, a *approval.Action) error {
 }
 
 func putAction(tx *bolt.Tx, a *approval.Action) error {
-	if err := put(tx, bucketActions, a.ID, a); err != nil {
+	if err := put(tx, bucketActions, a.ID, a, encodeAction); err != nil {
 		return err
 	}
 	if a.Status == approval.Pending {
@@ -692,7 +703,10 @@ func putAction(tx *bolt.Tx, a *approval.Action) error {
 // Action implements approval.Store.
 func (s *Bolt) Action(ctx context.Context, id string) (approval.Action, error) {
 	var a approval.Action
-	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bucketActions, id, &a) })
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		a, err = get(tx, bucketActions, id, decodeAction)
+		return err
+	})
 	if errors.Is(err, ErrNotFound) {
 		return a, approval.ErrNotFound
 	}
@@ -707,8 +721,8 @@ func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) (
 		if status == approval.Pending {
 			c := tx.Bucket(bucketPending).Cursor()
 			for k, _ := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, _ = c.Prev() {
-				var a approval.Action
-				if err := json.Unmarshal(b.Get(k), &a); err != nil {
+				a, err := decodeAction(b.Get(k))
+				if err != nil {
 					return err
 				}
 				out = append(out, a)
@@ -717,8 +731,8 @@ func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) (
 		}
 		c := b.Cursor()
 		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
-			var a approval.Action
-			if err := json.Unmarshal(v, &a); err != nil {
+			a, err := decodeAction(v)
+			if err != nil {
 				return err
 			}
 			if status == "" || a.Status == status {
@@ -735,7 +749,8 @@ func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) (
 func (s *Bolt) UpdateAction(ctx context.Context, id string, fn func(*approval.Action) error) (approval.Action, error) {
 	var a approval.Action
 	err := s.update(func(tx *bolt.Tx) error {
-		if err := get(tx, bucketActions, id, &a); err != nil {
+		var err error
+		if a, err = get(tx, bucketActions, id, decodeAction); err != nil {
 			if errors.Is(err, ErrNotFound) {
 				return approval.ErrNotFound
 			}

@@ -3,7 +3,6 @@ package store
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -145,11 +144,11 @@ func decodeEntry(p []byte) (audit.Entry, error) {
 	}
 	e := audit.Entry{Seq: seq, Data: p[12 : 12+dl]}
 	if rest := p[12+dl:]; len(rest) > 0 {
-		var u UsageUpdate
-		if err := json.Unmarshal(rest, &u); err != nil {
+		side, err := decodeSide(rest)
+		if err != nil {
 			return e, err
 		}
-		e.Side = &u
+		e.Side = side
 	}
 	return e, nil
 }
@@ -161,12 +160,9 @@ func (j *journal) append(entries []audit.Entry) error {
 	defer j.mu.Unlock()
 	b := j.buf[:0]
 	for _, e := range entries {
-		var side []byte
-		if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
-			var err error
-			if side, err = json.Marshal(u); err != nil {
-				return err
-			}
+		side, err := encodeSide(e.Side)
+		if err != nil {
+			return err
 		}
 		n := 12 + len(e.Data) + len(side)
 		start := len(b)

@@ -52,7 +52,7 @@ func TestJournalReplay(t *testing.T) {
 		t.Fatalf("replayed records: %v", seqs)
 	}
 	var u grants.Usage
-	if err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bucketUsage, "grt_1", &u) }); err != nil || u.Uses != 7 {
+	if err := s.db.View(func(tx *bolt.Tx) (err error) { u, err = get(tx, bucketUsage, "grt_1", decodeUsage); return err }); err != nil || u.Uses != 7 {
 		t.Fatalf("replayed usage: %+v %v", u, err)
 	}
 	// New records continue after the replayed ones, and survive a clean close.
