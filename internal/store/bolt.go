@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -19,6 +18,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store/wal"
 )
 
 var (
@@ -45,38 +45,22 @@ const (
 )
 
 // SyncInterval bounds the unsynced window in buffered mode.
-const SyncInterval = 10 * time.Millisecond
+const SyncInterval = wal.SyncInterval
 
 // Bolt is the bbolt store. Audit records go through a write-ahead journal
 // (one write per group commit, plus one fdatasync in fsync mode) and reach
 // bbolt in large batches; every other write is a bbolt transaction followed
 // by an fdatasync.
 type Bolt struct {
-	db       *bolt.DB
-	buffered bool
-	log      *slog.Logger
-	journal  *journal
+	db  *bolt.DB
+	log *slog.Logger
+	wal *wal.Log // the audit journal and its applier (applyEntries)
 
-	// Journaled records waiting for the applier: a slice, not a channel, so
-	// a commit does not wake the applier (it looks every applyInterval, or
-	// when kicked because many wait).
-	pendMu  sync.Mutex
-	pend    []audit.Entry
-	kick    chan struct{}
-	flushes chan chan error
-	applied atomic.Uint64 // last seq durable in bbolt
-	// unapplied counts records written to the journal by this process and
-	// not yet in bbolt (the applier's backlog).
-	unapplied atomic.Uint64
-
-	dirty atomic.Bool
 	// live is held (read) by every write and sync, and (write) by Close, so
 	// a late writer (an approved action finishing during shutdown) gets
 	// errClosed instead of racing with the files being closed.
 	live     sync.RWMutex
 	closed   bool
-	stop     chan struct{}
-	stopped  sync.WaitGroup
 	closeErr error
 	once     sync.Once
 }
@@ -117,33 +101,18 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	s := &Bolt{db: db, buffered: durability == DurabilityBuffered, log: log, stop: make(chan struct{}),
-		kick: make(chan struct{}, 1), flushes: make(chan chan error)}
-	if s.journal, err = openJournal(path+".journal", journalLimit); err != nil {
+	s := &Bolt{db: db, log: log}
+	// Records acknowledged before a crash but not yet in bbolt are in the
+	// journal: opening it replays them.
+	s.wal, err = wal.Open(wal.Options{
+		Path: path + ".journal", Limit: journalLimit, Buffered: durability == DurabilityBuffered,
+		Apply: s.applyEntries, Codec: wal.SideCodec{Encode: encodeSide, Decode: decodeSide},
+		MaxBacklog: maxPending, Log: log,
+	})
+	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	// Records acknowledged before a crash but not yet in bbolt are in the journal.
-	var replay []audit.Entry
-	err = s.journal.replay(func(e audit.Entry) error {
-		e.Data = bytes.Clone(e.Data)
-		replay = append(replay, e)
-		return nil
-	})
-	if err == nil && len(replay) > 0 {
-		err = s.applyEntries(replay)
-	}
-	if err == nil {
-		err = s.journal.truncateIfApplied(s.applied.Load(), 0)
-	}
-	if err != nil {
-		s.journal.close()
-		db.Close()
-		return nil, fmt.Errorf("replay the audit journal: %w", err)
-	}
-	s.stopped.Add(2)
-	go s.applier()
-	go s.syncLoop()
 	return s, nil
 }
 
@@ -176,107 +145,19 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 	if err != nil {
 		return err
 	}
-	if err := s.db.Sync(); err != nil {
-		return err
-	}
-	if n := len(entries); n > 0 {
-		s.applied.Store(entries[n-1].Seq)
-	}
-	return nil
-}
-
-// The applier moves journaled records into bbolt at least every
-// applyInterval, or sooner once applyBatch records wait. The journal already
-// holds them durably and readers flush first (flushAudit), so this only
-// bounds memory and the work a restart replays; larger batches cost the
-// callers' CPU less (one bbolt transaction and sync each).
-const (
-	applyInterval = 250 * time.Millisecond
-	applyBatch    = 16384
-)
-
-// applier moves journaled records into bbolt in large batches.
-func (s *Bolt) applier() {
-	defer s.stopped.Done()
-	var batch []audit.Entry
-	flush := func() error {
-		s.pendMu.Lock()
-		batch = append(batch, s.pend...)
-		clear(s.pend)
-		s.pend = s.pend[:0]
-		s.pendMu.Unlock()
-		if len(batch) == 0 {
-			return nil
-		}
-		err := s.applyEntries(batch)
-		if err != nil {
-			// The batch stays for the next try; the journal keeps the records.
-			s.log.Error("applying the audit journal to bbolt failed (the journal keeps the records)", "err", err)
-			return err
-		}
-		s.unapplied.Add(-uint64(len(batch)))
-		clear(batch)
-		batch = batch[:0]
-		if err := s.journal.truncateIfApplied(s.applied.Load(), 1<<62); err != nil { // sealed segments only
-			s.log.Error("truncate the audit journal", "err", err)
-		}
-		return nil
-	}
-	t := time.NewTicker(applyInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.kick:
-			_ = flush()
-		case <-t.C:
-			_ = flush()
-		case done := <-s.flushes:
-			done <- flush()
-		case <-s.stop:
-			_ = flush()
-			return
-		}
-	}
+	return s.db.Sync()
 }
 
 // maxPending bounds the records written to the journal but not yet in
-// bbolt: past it (bbolt failing for a long time) audit writes fail, so
-// calls fail closed instead of the broker running out of memory. A
-// variable for tests.
-var maxPending uint64 = 1 << 18
+// bbolt (wal.Options.MaxBacklog). A variable for tests.
+var maxPending uint64 = wal.DefaultMaxBacklog
 
 // flushAudit waits until every journaled record is in bbolt (readers of the
 // log call it first).
-func (s *Bolt) flushAudit() error {
-	done := make(chan error, 1)
-	select {
-	case s.flushes <- done:
-		return <-done
-	case <-s.stop:
-		return nil
-	}
-}
+func (s *Bolt) flushAudit() error { return s.wal.Flush() }
 
 // DB exposes the bbolt handle (tests run consistency checks on it).
 func (s *Bolt) DB() *bolt.DB { return s.db }
-
-func (s *Bolt) syncLoop() {
-	defer s.stopped.Done()
-	t := time.NewTicker(SyncInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			if s.dirty.Swap(false) {
-				if err := s.journal.sync(); err != nil {
-					s.log.Error("audit journal sync failed", "err", err)
-				}
-			}
-		}
-	}
-}
 
 // update runs fn in a write transaction and syncs it: state that is not
 // audit (sessions, grants, tokens, actions) is durable before return in
@@ -324,31 +205,7 @@ func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync 
 	if s.closed {
 		return false, errClosed
 	}
-	if backlog := s.unapplied.Load(); backlog >= maxPending {
-		return false, fmt.Errorf("%d audit records are not yet in the database (is it failing?)", backlog)
-	}
-	if err := s.journal.append(entries); err != nil {
-		return false, err
-	}
-	if s.buffered {
-		s.dirty.Store(true)
-	}
-	if err := s.journal.rotateIfFull(); err != nil {
-		// The batch is written; the journal only grows past its limit.
-		s.log.Error("sealing the audit journal failed; it keeps growing", "err", err)
-	}
-	s.unapplied.Add(uint64(len(entries)))
-	s.pendMu.Lock()
-	s.pend = append(s.pend, entries...) // the data is ours to keep (audit.Sink)
-	n := len(s.pend)
-	s.pendMu.Unlock()
-	if n >= applyBatch {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-	return !s.buffered, nil
+	return s.wal.Write(entries) // the data is ours to keep (audit.Sink)
 }
 
 // SyncAudit implements audit.Sink: one fdatasync of the journal.
@@ -358,10 +215,7 @@ func (s *Bolt) SyncAudit(ctx context.Context) error {
 	if s.closed {
 		return errClosed
 	}
-	if err := s.journal.sync(); err != nil {
-		return fmt.Errorf("audit journal sync: %w", err)
-	}
-	return nil
+	return s.wal.Sync()
 }
 
 // AuditHead implements audit.Sink.
@@ -780,13 +634,9 @@ func (s *Bolt) Close() error {
 		s.live.Lock() // wait for writes in progress; refuse later ones
 		s.closed = true
 		s.live.Unlock()
-		close(s.stop) // the applier drains the journal into bbolt and stops
-		s.stopped.Wait()
+		s.wal.Stop() // the applier drains the journal into bbolt and stops
 		errs := []error{s.db.Sync()}
-		if errs[0] == nil {
-			errs = append(errs, s.journal.truncateIfApplied(s.applied.Load(), 0))
-		}
-		errs = append(errs, s.journal.close(), s.db.Close())
+		errs = append(errs, s.wal.Close(errs[0] == nil), s.db.Close())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr
