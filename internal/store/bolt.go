@@ -90,7 +90,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit, bucketActions, bucketPending, bucketCheckpoints} {
+		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit, bucketActions, bucketPending, bucketCheckpoints, bucketAuditSessions} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -100,6 +100,10 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 	if err != nil {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
+	}
+	if err := buildSessionIndex(db); err != nil {
+		db.Close()
+		return nil, err
 	}
 	s := &Bolt{db: db, log: log}
 	// Records acknowledged before a crash but not yet in bbolt are in the
@@ -122,6 +126,7 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAudit)
 		b.FillPercent = 1 // keys only ever grow: fill pages instead of splitting them in half
+		ix := tx.Bucket(bucketAuditSessions)
 		last, _ := b.Cursor().Last()
 		var head uint64
 		if last != nil {
@@ -132,6 +137,9 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 				continue
 			}
 			if err := b.Put(seqKey(e.Seq), e.Data); err != nil {
+				return err
+			}
+			if err := indexRecord(ix, e.Seq, e.Data); err != nil {
 				return err
 			}
 			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
@@ -343,7 +351,11 @@ func (s *Bolt) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64,
 		n := 0
 		err := s.update(func(tx *bolt.Tx) error {
 			c := tx.Bucket(bucketAudit).Cursor()
-			for k, _ := c.First(); k != nil && binary.BigEndian.Uint64(k) <= anchor.Seq && n < 10000; k, _ = c.First() {
+			ix := tx.Bucket(bucketAuditSessions)
+			for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) <= anchor.Seq && n < 10000; k, v = c.First() {
+				if err := unindexRecord(ix, binary.BigEndian.Uint64(k), v); err != nil {
+					return err
+				}
 				if err := c.Delete(); err != nil {
 					return err
 				}

@@ -328,4 +328,21 @@ func TestLegacyFileLoads(t *testing.T) {
 	if seq, _, err := s.AuditHead(ctx); err != nil || seq != uint64(len(want)) {
 		t.Errorf("audit head = %d, %v; want %d", seq, err, len(want))
 	}
+
+	// The file had no session index: it is built on open, and the journal's
+	// replayed records are in it too.
+	for _, sid := range []string{"ses_01", "ses_02", "ses_03"} {
+		var wantSeqs, gotSeqs []uint64
+		for i, e := range want {
+			if e.SessionID == sid {
+				wantSeqs = append(wantSeqs, uint64(i+1))
+			}
+		}
+		if err := s.ScanSessionAudit(ctx, sid, 0, func(seq uint64, _ []byte) error { gotSeqs = append(gotSeqs, seq); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(wantSeqs, gotSeqs); diff != "" {
+			t.Errorf("records of %s through the index (-want +got):\n%s", sid, diff)
+		}
+	}
 }

@@ -60,6 +60,14 @@ type Store interface {
 	Meta(ctx context.Context, key string) ([]byte, error)
 	PutMeta(ctx context.Context, key string, value []byte) error
 
+	// ScanSessionAudit calls fn with each stored audit record of a session
+	// (its session_id) from sequence from on, in order, without reading the
+	// other sessions' records; data is valid only during the call.
+	ScanSessionAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error
+	// LastSessionAudit calls fn with a session's last audit records, newest
+	// first, at most limit of them; data is valid only during the call.
+	LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error
+
 	// Ready reports whether the store can serve.
 	Ready(ctx context.Context) error
 	Close() error
