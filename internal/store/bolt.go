@@ -561,9 +561,42 @@ func putAction(tx *bolt.Tx, a *approval.Action) error {
 		return err
 	}
 	if a.Status == approval.Pending {
-		return tx.Bucket(bucketPending).Put([]byte(a.ID), nil)
+		// The value is the action's creation time, so PendingSummary reads
+		// no action (stores before it wrote none: those it decodes).
+		at, err := a.CreatedAt.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketPending).Put([]byte(a.ID), at)
 	}
 	return tx.Bucket(bucketPending).Delete([]byte(a.ID))
+}
+
+// PendingSummary implements Store: one read of the pending index, which
+// holds each pending action's creation time.
+func (s *Bolt) PendingSummary(ctx context.Context) (n int, oldest time.Time, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		actions := tx.Bucket(bucketActions)
+		return tx.Bucket(bucketPending).ForEach(func(id, v []byte) error {
+			var at time.Time
+			if len(v) == 0 || at.UnmarshalBinary(v) != nil {
+				a, err := decodeAction(actions.Get(id))
+				if err != nil {
+					return err
+				}
+				at = a.CreatedAt
+			}
+			if n == 0 || at.Before(oldest) {
+				oldest = at
+			}
+			n++
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return n, oldest, nil
 }
 
 // Action implements approval.Store.

@@ -279,6 +279,10 @@ func TestLegacyFileLoads(t *testing.T) {
 	if diff := cmp.Diff(d.actions[1:], pending); diff != "" {
 		t.Errorf("pending actions (-want +got):\n%s", diff)
 	}
+	// The pending index of the old store holds no creation times.
+	if n, oldest, err := s.PendingSummary(ctx); err != nil || n != 1 || !oldest.Equal(d.actions[1].CreatedAt) {
+		t.Errorf("PendingSummary = %d, %v, %v; want 1, %v", n, oldest, err, d.actions[1].CreatedAt)
+	}
 	// A pending action written by the old store still leaves pending.
 	if _, err := s.UpdateAction(ctx, "act_0002", func(a *approval.Action) error { a.Status = approval.Denied; return nil }); err != nil {
 		t.Fatal(err)

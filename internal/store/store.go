@@ -5,6 +5,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
@@ -67,6 +68,10 @@ type Store interface {
 	// LastSessionAudit calls fn with a session's last audit records, newest
 	// first, at most limit of them; data is valid only during the call.
 	LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error
+
+	// PendingSummary counts the pending actions and gives the oldest one's
+	// creation time (zero when none), without decoding them.
+	PendingSummary(ctx context.Context) (n int, oldest time.Time, err error)
 
 	// Ready reports whether the store can serve.
 	Ready(ctx context.Context) error
