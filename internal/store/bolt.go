@@ -126,7 +126,7 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAudit)
 		b.FillPercent = 1 // keys only ever grow: fill pages instead of splitting them in half
-		ix := tx.Bucket(bucketAuditSessions)
+		var index indexBatch
 		last, _ := b.Cursor().Last()
 		var head uint64
 		if last != nil {
@@ -139,16 +139,14 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 			if err := b.Put(seqKey(e.Seq), e.Data); err != nil {
 				return err
 			}
-			if err := indexRecord(ix, e.Seq, e.Data); err != nil {
-				return err
-			}
+			index.add(e.Seq, e.Data)
 			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
 				if err := putUsage(tx, u.GrantID, u.Usage); err != nil {
 					return err
 				}
 			}
 		}
-		return nil
+		return index.write(tx.Bucket(bucketAuditSessions))
 	})
 	if err != nil {
 		return err
@@ -351,15 +349,20 @@ func (s *Bolt) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64,
 		n := 0
 		err := s.update(func(tx *bolt.Tx) error {
 			c := tx.Bucket(bucketAudit).Cursor()
-			ix := tx.Bucket(bucketAuditSessions)
+			sessions := map[string]struct{}{} // whose index entries go with the records
+			var through uint64
 			for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) <= anchor.Seq && n < 10000; k, v = c.First() {
-				if err := unindexRecord(ix, binary.BigEndian.Uint64(k), v); err != nil {
-					return err
+				through = binary.BigEndian.Uint64(k)
+				if sid, ok := recordSessionID(v); ok && indexable(sid) {
+					sessions[sid] = struct{}{}
 				}
 				if err := c.Delete(); err != nil {
 					return err
 				}
 				n++
+			}
+			if err := pruneIndex(tx.Bucket(bucketAuditSessions), sessions, through); err != nil {
+				return err
 			}
 			// Checkpoints before the anchor name records that are gone.
 			cc := tx.Bucket(bucketCheckpoints).Cursor()

@@ -10,20 +10,25 @@ import (
 	bolt "go.etcd.io/bbolt"
 )
 
-// The session index: bucket audit_by_session holds one empty value per audit
-// record that names a session, keyed
+// The session index: bucket audit_by_session holds, per session, its audit
+// records' sequence numbers in blocks of up to indexBlock, each under
 //
-//	u16 len(session id) | session id | u64 seq   (big-endian)
+//	u16 len(session id) | session id | u64 first seq in the block   (big-endian)
 //
-// so a session's records are one key range in sequence order. An entry is
-// written in the same transaction as its record (applyEntries) and deleted
-// with it (PruneAudit). A log written before the index existed is indexed
-// when the store opens (buildSessionIndex, resumable), before anything else
-// reads or writes it: readers never see a partial index.
+// with the value the block's seqs (u64 big-endian each, ascending). A
+// session's records are one key range in sequence order, and an applied
+// batch costs one Put per session it names, not one per record. Entries are
+// written in the same transaction as their records (applyEntries) and
+// removed with them (PruneAudit). A log written before the index existed is
+// indexed when the store opens (buildSessionIndex, resumable), before
+// anything else reads or writes it: readers never see a partial index.
 var bucketAuditSessions = []byte("audit_by_session")
 
+// indexBlock is the most seqs one index value holds (1 KiB).
+const indexBlock = 128
+
 // indexState, in the index bucket, records how far the index is built:
-// "done", or the 8-byte seq a build in progress reached. It is not an index
+// "done", or the 8-byte seq a build in progress reached. It is not a block
 // key: those hold a session id of at least one byte.
 var indexState = []byte("\x00\x00state")
 
@@ -32,7 +37,7 @@ var indexState = []byte("\x00\x00state")
 const maxIndexedSessionID = 1024
 
 // sessionKeyPrefix is the index range of a session.
-func sessionKeyPrefix(sessionID string) []byte {
+func sessionKeyPrefix(sessionID []byte) []byte {
 	k := make([]byte, 0, 2+len(sessionID)+8)
 	k = binary.BigEndian.AppendUint16(k, uint16(len(sessionID)))
 	return append(k, sessionID...)
@@ -42,22 +47,123 @@ func indexable(sessionID string) bool {
 	return sessionID != "" && len(sessionID) <= maxIndexedSessionID
 }
 
-// indexRecord adds a record to the session index. ix is the index bucket.
-func indexRecord(ix *bolt.Bucket, seq uint64, data []byte) error {
-	sid, ok := recordSessionID(data)
-	if !ok || !indexable(sid) {
-		return nil
-	}
-	return ix.Put(binary.BigEndian.AppendUint64(sessionKeyPrefix(sid), seq), nil)
+// inRange reports whether k is a block key of the session with prefix.
+func inRange(k, prefix []byte) bool {
+	return len(k) == len(prefix)+8 && bytes.HasPrefix(k, prefix)
 }
 
-// unindexRecord removes a record's index entry (the record is deleted).
-func unindexRecord(ix *bolt.Bucket, seq uint64, data []byte) error {
-	sid, ok := recordSessionID(data)
-	if !ok || !indexable(sid) {
-		return nil
+// indexBatch gathers the records of one transaction by session.
+type indexBatch struct {
+	at   map[string]int // session id → its seqs' index
+	sids []string
+	seqs [][]uint64
+}
+
+// add notes a record (in increasing seq order) if it names a session.
+func (ib *indexBatch) add(seq uint64, data []byte) {
+	sid, ok := recordSessionIDBytes(data)
+	if !ok || len(sid) == 0 || len(sid) > maxIndexedSessionID {
+		return
 	}
-	return ix.Delete(binary.BigEndian.AppendUint64(sessionKeyPrefix(sid), seq))
+	if i, ok := ib.at[string(sid)]; ok { // no allocation for the lookup
+		ib.seqs[i] = append(ib.seqs[i], seq)
+		return
+	}
+	if ib.at == nil {
+		ib.at = map[string]int{}
+	}
+	ib.at[string(sid)] = len(ib.seqs)
+	ib.sids = append(ib.sids, string(sid))
+	ib.seqs = append(ib.seqs, append(make([]uint64, 0, 16), seq))
+}
+
+// write appends the gathered seqs to their sessions' blocks: the last block
+// is filled up, then new ones follow. Seqs are above every seq indexed.
+func (ib *indexBatch) write(ix *bolt.Bucket) error {
+	c := ix.Cursor()
+	for i, sid := range ib.sids {
+		seqs := ib.seqs[i]
+		prefix := sessionKeyPrefix([]byte(sid))
+		if k, v := lastBlock(c, prefix); k != nil && len(v) < 8*indexBlock {
+			n := min(indexBlock-len(v)/8, len(seqs))
+			nv := make([]byte, len(v), len(v)+8*n)
+			copy(nv, v)
+			if err := ix.Put(k, appendSeqs(nv, seqs[:n])); err != nil {
+				return err
+			}
+			seqs = seqs[n:]
+		}
+		for len(seqs) > 0 {
+			n := min(indexBlock, len(seqs))
+			key := binary.BigEndian.AppendUint64(prefix, seqs[0])
+			if err := ix.Put(key, appendSeqs(make([]byte, 0, 8*n), seqs[:n])); err != nil {
+				return err
+			}
+			seqs = seqs[n:]
+		}
+	}
+	return nil
+}
+
+func appendSeqs(b []byte, seqs []uint64) []byte {
+	for _, s := range seqs {
+		b = binary.BigEndian.AppendUint64(b, s)
+	}
+	return b
+}
+
+// lastBlock is the session's last block, or nil.
+func lastBlock(c *bolt.Cursor, prefix []byte) (k, v []byte) {
+	end := binary.BigEndian.AppendUint64(prefix, ^uint64(0))
+	k, v = c.Seek(end)
+	if k == nil {
+		k, v = c.Last()
+	} else if !bytes.Equal(k, end) {
+		k, v = c.Prev()
+	}
+	if k == nil || !inRange(k, prefix) {
+		return nil, nil
+	}
+	return k, v
+}
+
+// pruneIndex removes seqs up to through from the blocks of the sessions
+// named: the records up to through are deleted, oldest first, so they are
+// the first seqs of each session's range.
+func pruneIndex(ix *bolt.Bucket, sessions map[string]struct{}, through uint64) error {
+	for sid := range sessions {
+		prefix := sessionKeyPrefix([]byte(sid))
+		var drop [][]byte
+		var keep []byte // the first block's remaining seqs, rewritten
+		c := ix.Cursor()
+		for k, v := c.Seek(prefix); k != nil && inRange(k, prefix); k, v = c.Next() {
+			if binary.BigEndian.Uint64(v[len(v)-8:]) <= through {
+				drop = append(drop, bytes.Clone(k))
+				continue
+			}
+			if binary.BigEndian.Uint64(k[len(prefix):]) <= through {
+				drop = append(drop, bytes.Clone(k))
+				for i := 0; i < len(v); i += 8 {
+					if binary.BigEndian.Uint64(v[i:]) > through {
+						keep = bytes.Clone(v[i:])
+						break
+					}
+				}
+			}
+			break
+		}
+		for _, k := range drop {
+			if err := ix.Delete(k); err != nil {
+				return err
+			}
+		}
+		if keep != nil {
+			if err := ix.Put(binary.BigEndian.AppendUint64(prefix, binary.BigEndian.Uint64(keep)), keep); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 var sessionField = []byte(`,"session_id":"`)
@@ -68,17 +174,24 @@ var sessionField = []byte(`,"session_id":"`)
 // `,"session_id":"` is the top-level field (actor, the one nested object,
 // has none). ok is false when the record names no session.
 func recordSessionID(data []byte) (string, bool) {
+	sid, ok := recordSessionIDBytes(data)
+	return string(sid), ok
+}
+
+// recordSessionIDBytes is recordSessionID without a copy when the id has no
+// escapes (the result then aliases data).
+func recordSessionIDBytes(data []byte) ([]byte, bool) {
 	i := bytes.Index(data, sessionField)
 	if i < 0 {
-		return "", false
+		return nil, false
 	}
 	v := data[i+len(sessionField):]
 	end := bytes.IndexByte(v, '"')
 	if end < 0 {
-		return "", false
+		return nil, false
 	}
 	if bytes.IndexByte(v[:end], '\\') < 0 {
-		return string(v[:end]), true
+		return v[:end], true
 	}
 	// Escapes: find the closing quote (one not escaped) and let
 	// encoding/json decode the string.
@@ -92,13 +205,13 @@ func recordSessionID(data []byte) (string, bool) {
 		}
 	}
 	if end >= len(v) {
-		return "", false
+		return nil, false
 	}
 	var sid string
 	if err := json.Unmarshal(data[i+len(sessionField)-1:i+len(sessionField)+end+1], &sid); err != nil {
-		return "", false
+		return nil, false
 	}
-	return sid, true
+	return []byte(sid), true
 }
 
 // buildSessionIndex indexes the records of a log written before the index
@@ -121,17 +234,22 @@ func buildSessionIndex(db *bolt.DB) error {
 				next = binary.BigEndian.Uint64(state) + 1
 			}
 			c := tx.Bucket(bucketAudit).Cursor()
+			var batch indexBatch
 			n := 0
 			var last uint64
 			for k, v := c.Seek(seqKey(next)); k != nil; k, v = c.Next() {
 				if n == chunk {
+					if err := batch.write(ix); err != nil {
+						return err
+					}
 					return ix.Put(indexState, seqKey(last))
 				}
 				last = binary.BigEndian.Uint64(k)
-				if err := indexRecord(ix, last, v); err != nil {
-					return err
-				}
+				batch.add(last, v)
 				n++
+			}
+			if err := batch.write(ix); err != nil {
+				return err
 			}
 			done = true
 			return ix.Put(indexState, []byte("done"))
@@ -168,7 +286,7 @@ func (s *Bolt) ScanSessionAudit(ctx context.Context, sessionID string, from uint
 		return err
 	}
 	const chunk = 1024
-	prefix := sessionKeyPrefix(sessionID)
+	prefix := sessionKeyPrefix([]byte(sessionID))
 	next := from
 	buf := make([][]byte, 0, chunk)
 	seqs := make([]uint64, 0, chunk)
@@ -177,15 +295,33 @@ func (s *Bolt) ScanSessionAudit(ctx context.Context, sessionID string, from uint
 		err := s.db.View(func(tx *bolt.Tx) error {
 			log := tx.Bucket(bucketAudit)
 			c := tx.Bucket(bucketAuditSessions).Cursor()
+			// The block holding next starts at or before it.
 			start := binary.BigEndian.AppendUint64(bytes.Clone(prefix), next)
-			for k, _ := c.Seek(start); k != nil && len(buf) < chunk && len(k) == len(prefix)+8 && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-				seq := binary.BigEndian.Uint64(k[len(prefix):])
-				v := log.Get(k[len(prefix):])
-				if v == nil {
-					continue
+			k, v := c.Seek(start)
+			if k == nil || !bytes.Equal(k, start) {
+				var pk, pv []byte
+				if k == nil {
+					pk, pv = c.Last()
+				} else {
+					pk, pv = c.Prev()
 				}
-				seqs = append(seqs, seq)
-				buf = append(buf, bytes.Clone(v))
+				if pk != nil && inRange(pk, prefix) {
+					k, v = pk, pv
+				} else {
+					k, v = c.Seek(start)
+				}
+			}
+			for ; k != nil && inRange(k, prefix) && len(buf) < chunk; k, v = c.Next() {
+				for i := 0; i < len(v) && len(buf) < chunk; i += 8 {
+					seq := binary.BigEndian.Uint64(v[i:])
+					if seq < next {
+						continue
+					}
+					if data := log.Get(seqKey(seq)); data != nil {
+						seqs = append(seqs, seq)
+						buf = append(buf, bytes.Clone(data))
+					}
+				}
 			}
 			return nil
 		})
@@ -243,26 +379,18 @@ func (s *Bolt) LastSessionAudit(ctx context.Context, sessionID string, limit int
 	if err := s.flushAudit(); err != nil {
 		return err
 	}
-	prefix := sessionKeyPrefix(sessionID)
+	prefix := sessionKeyPrefix([]byte(sessionID))
 	err := s.db.View(func(tx *bolt.Tx) error {
 		log := tx.Bucket(bucketAudit)
 		c := tx.Bucket(bucketAuditSessions).Cursor()
-		// The session's range ends before prefix|MaxUint64+1: seek past it
-		// and step back.
-		end := binary.BigEndian.AppendUint64(bytes.Clone(prefix), ^uint64(0))
-		k, _ := c.Seek(end)
-		if k == nil {
-			k, _ = c.Last()
-		} else if !bytes.Equal(k, end) {
-			k, _ = c.Prev()
-		}
-		for ; k != nil && len(buf) < limit && len(k) == len(prefix)+8 && bytes.HasPrefix(k, prefix); k, _ = c.Prev() {
-			v := log.Get(k[len(prefix):])
-			if v == nil {
-				continue
+		for k, v := lastBlock(c, prefix); k != nil && inRange(k, prefix) && len(buf) < limit; k, v = c.Prev() {
+			for i := len(v) - 8; i >= 0 && len(buf) < limit; i -= 8 {
+				seq := binary.BigEndian.Uint64(v[i:])
+				if data := log.Get(seqKey(seq)); data != nil {
+					seqs = append(seqs, seq)
+					buf = append(buf, bytes.Clone(data))
+				}
 			}
-			seqs = append(seqs, binary.BigEndian.Uint64(k[len(prefix):]))
-			buf = append(buf, bytes.Clone(v))
 		}
 		return nil
 	})

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -122,11 +123,12 @@ func TestSessionIndex(t *testing.T) {
 	defer func() { s.Close() }()
 	long := "ses_" + strings.Repeat("L", maxIndexedSessionID)
 	// Sessions a, ab (a prefix of the other) and long, interleaved with
-	// records of no session, over several applier batches.
+	// records of no session, over many applier batches: a's 1200 records
+	// fill several index blocks and more than one read chunk.
 	sids := []string{"ses_a", "", "ses_ab", "ses_a", long, "ses_ab", "", "ses_a"}
 	want := map[string][]uint64{}
 	var seq uint64
-	for round := 0; round < 3; round++ {
+	for round := 0; round < 400; round++ {
 		var entries []audit.Entry
 		for _, sid := range sids {
 			seq++
@@ -136,17 +138,31 @@ func TestSessionIndex(t *testing.T) {
 		if err := s.CommitAudit(ctx, entries); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.flushAudit(); err != nil {
-			t.Fatal(err)
+		if round%7 == 0 {
+			if err := s.flushAudit(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	for _, sid := range []string{"ses_a", "ses_ab", long} {
 		if diff := cmp.Diff(want[sid], indexSeqs(t, s, sid, 0)); diff != "" {
 			t.Errorf("records of %.10s (-want +got):\n%s", sid, diff)
 		}
-		from := want[sid][2]
-		if diff := cmp.Diff(want[sid][2:], indexSeqs(t, s, sid, from)); diff != "" {
-			t.Errorf("records of %.10s from %d (-want +got):\n%s", sid, from, diff)
+		for _, i := range []int{1, 2, 127, 128, 129, 300, len(want[sid]) - 1} {
+			for _, from := range []uint64{want[sid][i] - 1, want[sid][i]} { // on a record, and maybe between two
+				var fromHere []uint64
+				for _, q := range want[sid] {
+					if q >= from {
+						fromHere = append(fromHere, q)
+					}
+				}
+				if diff := cmp.Diff(fromHere, indexSeqs(t, s, sid, from)); diff != "" {
+					t.Errorf("records of %.10s from %d (-want +got):\n%s", sid, from, diff)
+				}
+			}
+		}
+		if got := indexSeqs(t, s, sid, seq+1); len(got) != 0 {
+			t.Errorf("records of %.10s after the last: %v", sid, got)
 		}
 		n := len(want[sid])
 		newest := []uint64{want[sid][n-1], want[sid][n-2]}
@@ -164,18 +180,40 @@ func TestSessionIndex(t *testing.T) {
 		t.Errorf("a prefix of a session id lists %v", got)
 	}
 
-	// Pruning removes the index entries with the records.
-	if _, err := s.PruneAudit(ctx, audit.Checkpoint{Seq: 8, Hash: "h", Time: time.Now()}); err != nil {
+	// Pruning removes the index entries with the records, whole blocks and
+	// the start of one.
+	const anchor = 8*200 + 3
+	if _, err := s.PruneAudit(ctx, audit.Checkpoint{Seq: anchor, Hash: "h", Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want["ses_a"][3:], indexSeqs(t, s, "ses_a", 0)); diff != "" {
-		t.Errorf("records of ses_a after pruning (-want +got):\n%s", diff)
+	for _, sid := range []string{"ses_a", "ses_ab", long} {
+		var left []uint64
+		for _, q := range want[sid] {
+			if q > anchor {
+				left = append(left, q)
+			}
+		}
+		if diff := cmp.Diff(left, indexSeqs(t, s, sid, 0)); diff != "" {
+			t.Errorf("records of %.10s after pruning (-want +got):\n%s", sid, diff)
+		}
+		n := len(left)
+		if diff := cmp.Diff([]uint64{left[n-1], left[n-2]}, lastSeqs(t, s, sid, 2)); diff != "" {
+			t.Errorf("last 2 of %.10s after pruning (-want +got):\n%s", sid, diff)
+		}
 	}
 	var dangling int
 	if err := s.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketAuditSessions).ForEach(func(k, _ []byte) error {
-			if len(k) > 8 && binary.BigEndian.Uint64(k[len(k)-8:]) <= 8 {
-				dangling++
+		return tx.Bucket(bucketAuditSessions).ForEach(func(k, v []byte) error {
+			if bytes.Equal(k, indexState) {
+				return nil
+			}
+			if binary.BigEndian.Uint64(k[len(k)-8:]) != binary.BigEndian.Uint64(v) {
+				t.Errorf("block %q starts at %d, keyed %d", k, binary.BigEndian.Uint64(v), binary.BigEndian.Uint64(k[len(k)-8:]))
+			}
+			for i := 0; i < len(v); i += 8 {
+				if binary.BigEndian.Uint64(v[i:]) <= anchor {
+					dangling++
+				}
 			}
 			return nil
 		})
@@ -232,10 +270,12 @@ func TestSessionIndexBuiltOnOpen(t *testing.T) {
 					return err
 				}
 				c := tx.Bucket(bucketAudit).Cursor()
+				var batch indexBatch
 				for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) <= 12; k, v = c.Next() {
-					if err := indexRecord(ix, binary.BigEndian.Uint64(k), v); err != nil {
-						return err
-					}
+					batch.add(binary.BigEndian.Uint64(k), v)
+				}
+				if err := batch.write(ix); err != nil {
+					return err
 				}
 				return ix.Put(indexState, tt.state)
 			})
