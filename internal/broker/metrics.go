@@ -7,7 +7,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -51,28 +50,42 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 				}
 				return 0
 			}),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_pending_approvals", Help: "Actions waiting for a reviewer."},
-			func() float64 { n, _ := b.pendingStats(); return float64(n) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_oldest_pending_approval_seconds", Help: "Age of the oldest action waiting for a reviewer (0 when none)."},
-			func() float64 { _, age := b.pendingStats(); return age.Seconds() }),
+		pendingCollector{b},
 	)
 	return m
 }
 
+// pendingCollector reports the approval queue: both series from one cheap
+// store query per scrape (the pending index holds each action's creation
+// time), not a decode of every pending action per series.
+type pendingCollector struct{ b *Broker }
+
+var (
+	pendingApprovalsDesc = prometheus.NewDesc("airlock_pending_approvals", "Actions waiting for a reviewer.", nil, nil)
+	oldestPendingDesc    = prometheus.NewDesc("airlock_oldest_pending_approval_seconds", "Age of the oldest action waiting for a reviewer (0 when none).", nil, nil)
+)
+
+func (c pendingCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- pendingApprovalsDesc
+	ch <- oldestPendingDesc
+}
+
+func (c pendingCollector) Collect(ch chan<- prometheus.Metric) {
+	n, age := c.b.pendingStats()
+	ch <- prometheus.MustNewConstMetric(pendingApprovalsDesc, prometheus.GaugeValue, float64(n))
+	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, age.Seconds())
+}
+
+// pendingStats is the number of pending actions and the age of the oldest
+// (0, 0 when none, or when the store cannot say).
 func (b *Broker) pendingStats() (int, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	as, err := b.store.Actions(ctx, approval.Pending, 0)
-	if err != nil || len(as) == 0 {
+	n, oldest, err := b.store.PendingSummary(ctx)
+	if err != nil || n == 0 {
 		return 0, 0
 	}
-	oldest := as[0].CreatedAt
-	for _, a := range as {
-		if a.CreatedAt.Before(oldest) {
-			oldest = a.CreatedAt
-		}
-	}
-	return len(as), b.now().Sub(oldest)
+	return n, b.now().Sub(oldest)
 }
 
 // CredentialFailed counts a failed credential fetch.

@@ -56,27 +56,19 @@ func (u uiBackend) SetKillswitch(ctx context.Context, p auth.Principal, engaged 
 	return err
 }
 
-// SessionTrail scans the log for the session's last records (the scan is
-// linear in the log's size; an index by session is future work).
+// SessionTrail reads the session's last records from the store's index by
+// session (not a scan of the whole log), newest first.
 func (u uiBackend) SessionTrail(ctx context.Context, sessionID string, limit int) ([]web.TrailEntry, error) {
-	ring := make([]web.TrailEntry, 0, limit)
-	err := u.Store().ScanAudit(ctx, 0, func(seq uint64, data []byte) error {
+	out := make([]web.TrailEntry, 0, limit)
+	err := u.Store().LastSessionAudit(ctx, sessionID, limit, func(seq uint64, data []byte) error {
 		var e audit.Event
 		if json.Unmarshal(data, &e) != nil || e.SessionID != sessionID {
 			return nil
 		}
-		t := web.TrailEntry{Seq: e.Seq, Time: e.Time, Type: e.Type, Actor: e.Actor.Kind, Method: e.Method, Path: e.Path, Code: e.Code, Status: e.Status, ID: e.ActionID}
-		if len(ring) == limit {
-			copy(ring, ring[1:])
-			ring = ring[:limit-1]
-		}
-		ring = append(ring, t)
+		out = append(out, web.TrailEntry{Seq: e.Seq, Time: e.Time, Type: e.Type, Actor: e.Actor.Kind, Method: e.Method, Path: e.Path, Code: e.Code, Status: e.Status, ID: e.ActionID})
 		return nil
 	})
-	for i, j := 0, len(ring)-1; i < j; i, j = i+1, j-1 {
-		ring[i], ring[j] = ring[j], ring[i]
-	}
-	return ring, err
+	return out, err
 }
 
 func (u uiBackend) RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string) {

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -19,6 +18,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store/wal"
 )
 
 var (
@@ -45,38 +45,22 @@ const (
 )
 
 // SyncInterval bounds the unsynced window in buffered mode.
-const SyncInterval = 10 * time.Millisecond
+const SyncInterval = wal.SyncInterval
 
 // Bolt is the bbolt store. Audit records go through a write-ahead journal
 // (one write per group commit, plus one fdatasync in fsync mode) and reach
 // bbolt in large batches; every other write is a bbolt transaction followed
 // by an fdatasync.
 type Bolt struct {
-	db       *bolt.DB
-	buffered bool
-	log      *slog.Logger
-	journal  *journal
+	db  *bolt.DB
+	log *slog.Logger
+	wal *wal.Log // the audit journal and its applier (applyEntries)
 
-	// Journaled records waiting for the applier: a slice, not a channel, so
-	// a commit does not wake the applier (it looks every applyInterval, or
-	// when kicked because many wait).
-	pendMu  sync.Mutex
-	pend    []audit.Entry
-	kick    chan struct{}
-	flushes chan chan error
-	applied atomic.Uint64 // last seq durable in bbolt
-	// unapplied counts records written to the journal by this process and
-	// not yet in bbolt (the applier's backlog).
-	unapplied atomic.Uint64
-
-	dirty atomic.Bool
 	// live is held (read) by every write and sync, and (write) by Close, so
 	// a late writer (an approved action finishing during shutdown) gets
 	// errClosed instead of racing with the files being closed.
 	live     sync.RWMutex
 	closed   bool
-	stop     chan struct{}
-	stopped  sync.WaitGroup
 	closeErr error
 	once     sync.Once
 }
@@ -106,7 +90,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
-		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit, bucketActions, bucketPending, bucketCheckpoints} {
+		for _, b := range [][]byte{bucketMeta, bucketSessions, bucketGrants, bucketUsage, bucketSessionGrants, bucketTokens, bucketAudit, bucketActions, bucketPending, bucketCheckpoints, bucketAuditSessions} {
 			if _, err := tx.CreateBucketIfNotExists(b); err != nil {
 				return err
 			}
@@ -117,33 +101,22 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 		db.Close()
 		return nil, fmt.Errorf("init %s: %w", path, err)
 	}
-	s := &Bolt{db: db, buffered: durability == DurabilityBuffered, log: log, stop: make(chan struct{}),
-		kick: make(chan struct{}, 1), flushes: make(chan chan error)}
-	if s.journal, err = openJournal(path+".journal", journalLimit); err != nil {
+	if err := buildSessionIndex(db); err != nil {
 		db.Close()
 		return nil, err
 	}
-	// Records acknowledged before a crash but not yet in bbolt are in the journal.
-	var replay []audit.Entry
-	err = s.journal.replay(func(e audit.Entry) error {
-		e.Data = bytes.Clone(e.Data)
-		replay = append(replay, e)
-		return nil
+	s := &Bolt{db: db, log: log}
+	// Records acknowledged before a crash but not yet in bbolt are in the
+	// journal: opening it replays them.
+	s.wal, err = wal.Open(wal.Options{
+		Path: path + ".journal", Limit: journalLimit, Buffered: durability == DurabilityBuffered,
+		Apply: s.applyEntries, Codec: wal.SideCodec{Encode: encodeSide, Decode: decodeSide},
+		MaxBacklog: maxPending, Log: log,
 	})
-	if err == nil && len(replay) > 0 {
-		err = s.applyEntries(replay)
-	}
-	if err == nil {
-		err = s.journal.truncateIfApplied(s.applied.Load(), 0)
-	}
 	if err != nil {
-		s.journal.close()
 		db.Close()
-		return nil, fmt.Errorf("replay the audit journal: %w", err)
+		return nil, err
 	}
-	s.stopped.Add(2)
-	go s.applier()
-	go s.syncLoop()
 	return s, nil
 }
 
@@ -153,6 +126,7 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAudit)
 		b.FillPercent = 1 // keys only ever grow: fill pages instead of splitting them in half
+		var index indexBatch
 		last, _ := b.Cursor().Last()
 		var head uint64
 		if last != nil {
@@ -165,118 +139,31 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 			if err := b.Put(seqKey(e.Seq), e.Data); err != nil {
 				return err
 			}
+			index.add(e.Seq, e.Data)
 			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
 				if err := putUsage(tx, u.GrantID, u.Usage); err != nil {
 					return err
 				}
 			}
 		}
-		return nil
+		return index.write(tx.Bucket(bucketAuditSessions))
 	})
 	if err != nil {
 		return err
 	}
-	if err := s.db.Sync(); err != nil {
-		return err
-	}
-	if n := len(entries); n > 0 {
-		s.applied.Store(entries[n-1].Seq)
-	}
-	return nil
-}
-
-// The applier moves journaled records into bbolt at least every
-// applyInterval, or sooner once applyBatch records wait. The journal already
-// holds them durably and readers flush first (flushAudit), so this only
-// bounds memory and the work a restart replays; larger batches cost the
-// callers' CPU less (one bbolt transaction and sync each).
-const (
-	applyInterval = 250 * time.Millisecond
-	applyBatch    = 16384
-)
-
-// applier moves journaled records into bbolt in large batches.
-func (s *Bolt) applier() {
-	defer s.stopped.Done()
-	var batch []audit.Entry
-	flush := func() error {
-		s.pendMu.Lock()
-		batch = append(batch, s.pend...)
-		clear(s.pend)
-		s.pend = s.pend[:0]
-		s.pendMu.Unlock()
-		if len(batch) == 0 {
-			return nil
-		}
-		err := s.applyEntries(batch)
-		if err != nil {
-			// The batch stays for the next try; the journal keeps the records.
-			s.log.Error("applying the audit journal to bbolt failed (the journal keeps the records)", "err", err)
-			return err
-		}
-		s.unapplied.Add(-uint64(len(batch)))
-		clear(batch)
-		batch = batch[:0]
-		if err := s.journal.truncateIfApplied(s.applied.Load(), 1<<62); err != nil { // sealed segments only
-			s.log.Error("truncate the audit journal", "err", err)
-		}
-		return nil
-	}
-	t := time.NewTicker(applyInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.kick:
-			_ = flush()
-		case <-t.C:
-			_ = flush()
-		case done := <-s.flushes:
-			done <- flush()
-		case <-s.stop:
-			_ = flush()
-			return
-		}
-	}
+	return s.db.Sync()
 }
 
 // maxPending bounds the records written to the journal but not yet in
-// bbolt: past it (bbolt failing for a long time) audit writes fail, so
-// calls fail closed instead of the broker running out of memory. A
-// variable for tests.
-var maxPending uint64 = 1 << 18
+// bbolt (wal.Options.MaxBacklog). A variable for tests.
+var maxPending uint64 = wal.DefaultMaxBacklog
 
 // flushAudit waits until every journaled record is in bbolt (readers of the
 // log call it first).
-func (s *Bolt) flushAudit() error {
-	done := make(chan error, 1)
-	select {
-	case s.flushes <- done:
-		return <-done
-	case <-s.stop:
-		return nil
-	}
-}
+func (s *Bolt) flushAudit() error { return s.wal.Flush() }
 
 // DB exposes the bbolt handle (tests run consistency checks on it).
 func (s *Bolt) DB() *bolt.DB { return s.db }
-
-func (s *Bolt) syncLoop() {
-	defer s.stopped.Done()
-	t := time.NewTicker(SyncInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-s.stop:
-			return
-		case <-t.C:
-			if s.dirty.Swap(false) {
-				if err := s.journal.sync(); err != nil {
-					s.log.Error("audit journal sync failed", "err", err)
-				}
-			}
-		}
-	}
-}
 
 // update runs fn in a write transaction and syncs it: state that is not
 // audit (sessions, grants, tokens, actions) is durable before return in
@@ -295,20 +182,23 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 
 var errClosed = errors.New("store closed")
 
-func put(tx *bolt.Tx, bucket []byte, key string, v any) error {
-	data, err := json.Marshal(v)
+// put stores a record (records.go) encoded by encode.
+func put[T any](tx *bolt.Tx, bucket []byte, key string, v T, encode func(T) ([]byte, error)) error {
+	data, err := encode(v)
 	if err != nil {
 		return err
 	}
 	return tx.Bucket(bucket).Put([]byte(key), data)
 }
 
-func get(tx *bolt.Tx, bucket []byte, key string, v any) error {
+// get decodes a stored record (records.go), or returns ErrNotFound.
+func get[T any](tx *bolt.Tx, bucket []byte, key string, decode func([]byte) (T, error)) (T, error) {
 	data := tx.Bucket(bucket).Get([]byte(key))
 	if data == nil {
-		return ErrNotFound
+		var zero T
+		return zero, ErrNotFound
 	}
-	return json.Unmarshal(data, v)
+	return decode(data)
 }
 
 // WriteAudit implements audit.Sink: one journal write for the whole batch;
@@ -321,31 +211,7 @@ func (s *Bolt) WriteAudit(ctx context.Context, entries []audit.Entry) (needSync 
 	if s.closed {
 		return false, errClosed
 	}
-	if backlog := s.unapplied.Load(); backlog >= maxPending {
-		return false, fmt.Errorf("%d audit records are not yet in the database (is it failing?)", backlog)
-	}
-	if err := s.journal.append(entries); err != nil {
-		return false, err
-	}
-	if s.buffered {
-		s.dirty.Store(true)
-	}
-	if err := s.journal.rotateIfFull(); err != nil {
-		// The batch is written; the journal only grows past its limit.
-		s.log.Error("sealing the audit journal failed; it keeps growing", "err", err)
-	}
-	s.unapplied.Add(uint64(len(entries)))
-	s.pendMu.Lock()
-	s.pend = append(s.pend, entries...) // the data is ours to keep (audit.Sink)
-	n := len(s.pend)
-	s.pendMu.Unlock()
-	if n >= applyBatch {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
-	}
-	return !s.buffered, nil
+	return s.wal.Write(entries) // the data is ours to keep (audit.Sink)
 }
 
 // SyncAudit implements audit.Sink: one fdatasync of the journal.
@@ -355,10 +221,7 @@ func (s *Bolt) SyncAudit(ctx context.Context) error {
 	if s.closed {
 		return errClosed
 	}
-	if err := s.journal.sync(); err != nil {
-		return fmt.Errorf("audit journal sync: %w", err)
-	}
-	return nil
+	return s.wal.Sync()
 }
 
 // AuditHead implements audit.Sink.
@@ -375,8 +238,8 @@ func (s *Bolt) AuditHead(ctx context.Context) (uint64, string, error) {
 		if k == nil {
 			// Everything was pruned: the chain continues from the last checkpoint.
 			if ck, cv := tx.Bucket(bucketCheckpoints).Cursor().Last(); ck != nil {
-				var c audit.Checkpoint
-				if err := json.Unmarshal(cv, &c); err != nil {
+				c, err := decodeCheckpoint(cv)
+				if err != nil {
 					return err
 				}
 				seq, hash = c.Seq, c.Hash
@@ -444,7 +307,7 @@ func seqKey(seq uint64) []byte {
 
 // PutCheckpoint implements audit.Sink.
 func (s *Bolt) PutCheckpoint(ctx context.Context, c audit.Checkpoint) error {
-	data, err := json.Marshal(c)
+	data, err := encodeCheckpoint(c)
 	if err != nil {
 		return err
 	}
@@ -453,16 +316,16 @@ func (s *Bolt) PutCheckpoint(ctx context.Context, c audit.Checkpoint) error {
 
 // Checkpoints implements audit.Sink.
 func (s *Bolt) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
-	return all[audit.Checkpoint](s.db, bucketCheckpoints)
+	return all(s.db, bucketCheckpoints, decodeCheckpoint)
 }
 
-// all decodes every value of a bucket, in key order.
-func all[T any](db *bolt.DB, bucket []byte) ([]T, error) {
+// all decodes every record of a bucket, in key order.
+func all[T any](db *bolt.DB, bucket []byte, decode func([]byte) (T, error)) ([]T, error) {
 	var out []T
 	err := db.View(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucket).ForEach(func(k, v []byte) error {
-			var x T
-			if err := json.Unmarshal(v, &x); err != nil {
+			x, err := decode(v)
+			if err != nil {
 				return err
 			}
 			out = append(out, x)
@@ -486,11 +349,20 @@ func (s *Bolt) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64,
 		n := 0
 		err := s.update(func(tx *bolt.Tx) error {
 			c := tx.Bucket(bucketAudit).Cursor()
-			for k, _ := c.First(); k != nil && binary.BigEndian.Uint64(k) <= anchor.Seq && n < 10000; k, _ = c.First() {
+			sessions := map[string]struct{}{} // whose index entries go with the records
+			var through uint64
+			for k, v := c.First(); k != nil && binary.BigEndian.Uint64(k) <= anchor.Seq && n < 10000; k, v = c.First() {
+				through = binary.BigEndian.Uint64(k)
+				if sid, ok := recordSessionID(v); ok && indexable(sid) {
+					sessions[sid] = struct{}{}
+				}
 				if err := c.Delete(); err != nil {
 					return err
 				}
 				n++
+			}
+			if err := pruneIndex(tx.Bucket(bucketAuditSessions), sessions, through); err != nil {
+				return err
 			}
 			// Checkpoints before the anchor name records that are gone.
 			cc := tx.Bucket(bucketCheckpoints).Cursor()
@@ -510,13 +382,13 @@ func (s *Bolt) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64,
 
 // PutSession implements Store.
 func (s *Bolt) PutSession(ctx context.Context, sess *session.Session) error {
-	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketSessions, sess.ID, sess) })
+	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketSessions, sess.ID, sess, encodeSession) })
 }
 
 // CreateSession implements Store.
 func (s *Bolt) CreateSession(ctx context.Context, sess *session.Session, gs []grants.Grant) error {
 	return s.update(func(tx *bolt.Tx) error {
-		if err := put(tx, bucketSessions, sess.ID, sess); err != nil {
+		if err := put(tx, bucketSessions, sess.ID, sess, encodeSession); err != nil {
 			return err
 		}
 		for i := range gs {
@@ -531,7 +403,10 @@ func (s *Bolt) CreateSession(ctx context.Context, sess *session.Session, gs []gr
 // Session implements Store.
 func (s *Bolt) Session(ctx context.Context, id string) (session.Session, error) {
 	var out session.Session
-	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bucketSessions, id, &out) })
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		out, err = get(tx, bucketSessions, id, decodeSession)
+		return err
+	})
 	return out, err
 }
 
@@ -548,8 +423,8 @@ func (s *Bolt) Sessions(ctx context.Context, after string, limit int) ([]session
 			}
 		}
 		for ; k != nil && (limit <= 0 || len(out) < limit); k, v = c.Next() {
-			var sess session.Session
-			if err := json.Unmarshal(v, &sess); err != nil {
+			sess, err := decodeSession(v)
+			if err != nil {
 				return err
 			}
 			out = append(out, sess)
@@ -565,7 +440,7 @@ func (s *Bolt) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) er
 }
 
 func putGrant(tx *bolt.Tx, g *grants.Grant, u grants.Usage) error {
-	if err := put(tx, bucketGrants, g.ID, g); err != nil {
+	if err := put(tx, bucketGrants, g.ID, g, encodeGrant); err != nil {
 		return err
 	}
 	if err := putUsage(tx, g.ID, u); err != nil {
@@ -582,7 +457,9 @@ func putGrant(tx *bolt.Tx, g *grants.Grant, u grants.Usage) error {
 // older, smaller one.
 func putUsage(tx *bolt.Tx, grantID string, u grants.Usage) error {
 	if old := tx.Bucket(bucketUsage).Get([]byte(grantID)); old != nil {
-		var cur struct{ Version uint64 }
+		var cur struct {
+			Version uint64 `json:"Version"` // usageRecord's, without decoding the rest
+		}
 		if err := json.Unmarshal(old, &cur); err != nil {
 			return fmt.Errorf("decode usage of %s: %w", grantID, err)
 		}
@@ -590,7 +467,7 @@ func putUsage(tx *bolt.Tx, grantID string, u grants.Usage) error {
 			return nil
 		}
 	}
-	return put(tx, bucketUsage, grantID, u)
+	return put(tx, bucketUsage, grantID, u, encodeUsage)
 }
 
 // Grant implements Store.
@@ -604,12 +481,15 @@ func (s *Bolt) Grant(ctx context.Context, id string) (GrantRecord, error) {
 }
 
 func getGrant(tx *bolt.Tx, id string, out *GrantRecord) error {
-	if err := get(tx, bucketGrants, id, &out.Grant); err != nil {
+	g, err := get(tx, bucketGrants, id, decodeGrant)
+	if err != nil {
 		return err
 	}
-	if err := get(tx, bucketUsage, id, &out.Usage); err != nil && !errors.Is(err, ErrNotFound) {
+	u, err := get(tx, bucketUsage, id, decodeUsage)
+	if err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
+	out.Grant, out.Usage = g, u
 	return nil
 }
 
@@ -636,7 +516,7 @@ func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]GrantReco
 
 // PutToken implements Store.
 func (s *Bolt) PutToken(ctx context.Context, t auth.Token) error {
-	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketTokens, t.ID, t) })
+	return s.update(func(tx *bolt.Tx) error { return put(tx, bucketTokens, t.ID, t, encodeToken) })
 }
 
 // DeleteToken implements Store.
@@ -652,7 +532,7 @@ func (s *Bolt) DeleteToken(ctx context.Context, id string) error {
 
 // Tokens implements Store.
 func (s *Bolt) Tokens(ctx context.Context) ([]auth.Token, error) {
-	return all[auth.Token](s.db, bucketTokens)
+	return all(s.db, bucketTokens, decodeToken)
 }
 
 // Meta implements Store.
@@ -680,19 +560,55 @@ func (s *Bolt) PutAction(ctx context.Context, a *approval.Action) error {
 }
 
 func putAction(tx *bolt.Tx, a *approval.Action) error {
-	if err := put(tx, bucketActions, a.ID, a); err != nil {
+	if err := put(tx, bucketActions, a.ID, a, encodeAction); err != nil {
 		return err
 	}
 	if a.Status == approval.Pending {
-		return tx.Bucket(bucketPending).Put([]byte(a.ID), nil)
+		// The value is the action's creation time, so PendingSummary reads
+		// no action (stores before it wrote none: those it decodes).
+		at, err := a.CreatedAt.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		return tx.Bucket(bucketPending).Put([]byte(a.ID), at)
 	}
 	return tx.Bucket(bucketPending).Delete([]byte(a.ID))
+}
+
+// PendingSummary implements Store: one read of the pending index, which
+// holds each pending action's creation time.
+func (s *Bolt) PendingSummary(ctx context.Context) (n int, oldest time.Time, err error) {
+	err = s.db.View(func(tx *bolt.Tx) error {
+		actions := tx.Bucket(bucketActions)
+		return tx.Bucket(bucketPending).ForEach(func(id, v []byte) error {
+			var at time.Time
+			if len(v) == 0 || at.UnmarshalBinary(v) != nil {
+				a, err := decodeAction(actions.Get(id))
+				if err != nil {
+					return err
+				}
+				at = a.CreatedAt
+			}
+			if n == 0 || at.Before(oldest) {
+				oldest = at
+			}
+			n++
+			return nil
+		})
+	})
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	return n, oldest, nil
 }
 
 // Action implements approval.Store.
 func (s *Bolt) Action(ctx context.Context, id string) (approval.Action, error) {
 	var a approval.Action
-	err := s.db.View(func(tx *bolt.Tx) error { return get(tx, bucketActions, id, &a) })
+	err := s.db.View(func(tx *bolt.Tx) (err error) {
+		a, err = get(tx, bucketActions, id, decodeAction)
+		return err
+	})
 	if errors.Is(err, ErrNotFound) {
 		return a, approval.ErrNotFound
 	}
@@ -707,8 +623,8 @@ func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) (
 		if status == approval.Pending {
 			c := tx.Bucket(bucketPending).Cursor()
 			for k, _ := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, _ = c.Prev() {
-				var a approval.Action
-				if err := json.Unmarshal(b.Get(k), &a); err != nil {
+				a, err := decodeAction(b.Get(k))
+				if err != nil {
 					return err
 				}
 				out = append(out, a)
@@ -717,8 +633,8 @@ func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) (
 		}
 		c := b.Cursor()
 		for k, v := c.Last(); k != nil && (limit <= 0 || len(out) < limit); k, v = c.Prev() {
-			var a approval.Action
-			if err := json.Unmarshal(v, &a); err != nil {
+			a, err := decodeAction(v)
+			if err != nil {
 				return err
 			}
 			if status == "" || a.Status == status {
@@ -735,7 +651,8 @@ func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) (
 func (s *Bolt) UpdateAction(ctx context.Context, id string, fn func(*approval.Action) error) (approval.Action, error) {
 	var a approval.Action
 	err := s.update(func(tx *bolt.Tx) error {
-		if err := get(tx, bucketActions, id, &a); err != nil {
+		var err error
+		if a, err = get(tx, bucketActions, id, decodeAction); err != nil {
 			if errors.Is(err, ErrNotFound) {
 				return approval.ErrNotFound
 			}
@@ -765,13 +682,9 @@ func (s *Bolt) Close() error {
 		s.live.Lock() // wait for writes in progress; refuse later ones
 		s.closed = true
 		s.live.Unlock()
-		close(s.stop) // the applier drains the journal into bbolt and stops
-		s.stopped.Wait()
+		s.wal.Stop() // the applier drains the journal into bbolt and stops
 		errs := []error{s.db.Sync()}
-		if errs[0] == nil {
-			errs = append(errs, s.journal.truncateIfApplied(s.applied.Load(), 0))
-		}
-		errs = append(errs, s.journal.close(), s.db.Close())
+		errs = append(errs, s.wal.Close(errs[0] == nil), s.db.Close())
 		s.closeErr = errors.Join(errs...)
 	})
 	return s.closeErr

@@ -5,6 +5,7 @@ package store
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
@@ -59,6 +60,18 @@ type Store interface {
 	// Meta reads a small broker state value (ErrNotFound); PutMeta writes it durably.
 	Meta(ctx context.Context, key string) ([]byte, error)
 	PutMeta(ctx context.Context, key string, value []byte) error
+
+	// ScanSessionAudit calls fn with each stored audit record of a session
+	// (its session_id) from sequence from on, in order, without reading the
+	// other sessions' records; data is valid only during the call.
+	ScanSessionAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error
+	// LastSessionAudit calls fn with a session's last audit records, newest
+	// first, at most limit of them; data is valid only during the call.
+	LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error
+
+	// PendingSummary counts the pending actions and gives the oldest one's
+	// creation time (zero when none), without decoding them.
+	PendingSummary(ctx context.Context) (n int, oldest time.Time, err error)
 
 	// Ready reports whether the store can serve.
 	Ready(ctx context.Context) error

@@ -1,9 +1,8 @@
-package store
+package wal
 
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -26,7 +25,8 @@ import (
 // acknowledged to a caller survives a crash either way.
 //
 // Entry: u32 payload length | u32 CRC-32C of payload | payload, where
-// payload = u64 seq | u32 len(data) | data | JSON of the side (or nothing).
+// payload = u64 seq | u32 len(data) | data | the side as the SideCodec encodes
+// it (or nothing).
 //
 // The current file is sealed (renamed to <path>.<last seq>) once it passes
 // its size limit, so it never grows without bound under steady load; a
@@ -46,6 +46,7 @@ type journal struct {
 	lastSeq   uint64
 	buf       []byte
 	sealed    []segment
+	codec     SideCodec
 }
 
 type segment struct {
@@ -55,12 +56,12 @@ type segment struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func openJournal(path string, limit int64) (*journal, error) {
+func openJournal(path string, limit int64, codec SideCodec) (*journal, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open audit journal: %w", err)
 	}
-	j := &journal{path: path, limit: limit, f: f}
+	j := &journal{path: path, limit: limit, f: f, codec: codec}
 	matches, _ := filepath.Glob(path + ".*")
 	sort.Strings(matches) // zero-padded sequence numbers sort in order
 	for _, m := range matches {
@@ -80,7 +81,7 @@ func (j *journal) replay(fn func(e audit.Entry) error) error {
 		if err != nil {
 			return err
 		}
-		_, err = readEntries(f, fn)
+		_, err = j.readEntries(f, fn)
 		f.Close()
 		if err != nil {
 			return err
@@ -89,7 +90,7 @@ func (j *journal) replay(fn func(e audit.Entry) error) error {
 	if _, err := j.f.Seek(0, io.SeekStart); err != nil {
 		return err
 	}
-	off, err := readEntries(j.f, func(e audit.Entry) error {
+	off, err := j.readEntries(j.f, func(e audit.Entry) error {
 		j.lastSeq = e.Seq
 		return fn(e)
 	})
@@ -106,7 +107,7 @@ func (j *journal) replay(fn func(e audit.Entry) error) error {
 
 // readEntries calls fn for each intact entry and returns the offset after
 // the last one.
-func readEntries(rd io.Reader, fn func(e audit.Entry) error) (int64, error) {
+func (j *journal) readEntries(rd io.Reader, fn func(e audit.Entry) error) (int64, error) {
 	r := bufio.NewReaderSize(rd, 1<<20)
 	var off int64
 	var hdr [8]byte
@@ -125,7 +126,7 @@ func readEntries(rd io.Reader, fn func(e audit.Entry) error) (int64, error) {
 		if crc32.Checksum(payload, castagnoli) != binary.BigEndian.Uint32(hdr[4:]) {
 			break
 		}
-		e, err := decodeEntry(payload)
+		e, err := j.decodeEntry(payload)
 		if err != nil {
 			break
 		}
@@ -137,7 +138,7 @@ func readEntries(rd io.Reader, fn func(e audit.Entry) error) (int64, error) {
 	return off, nil
 }
 
-func decodeEntry(p []byte) (audit.Entry, error) {
+func (j *journal) decodeEntry(p []byte) (audit.Entry, error) {
 	seq := binary.BigEndian.Uint64(p[:8])
 	dl := binary.BigEndian.Uint32(p[8:12])
 	if int(dl) > len(p)-12 {
@@ -145,11 +146,14 @@ func decodeEntry(p []byte) (audit.Entry, error) {
 	}
 	e := audit.Entry{Seq: seq, Data: p[12 : 12+dl]}
 	if rest := p[12+dl:]; len(rest) > 0 {
-		var u UsageUpdate
-		if err := json.Unmarshal(rest, &u); err != nil {
+		if j.codec.Decode == nil {
+			return e, errors.New("entry has a side and no decoder")
+		}
+		side, err := j.codec.Decode(rest)
+		if err != nil {
 			return e, err
 		}
-		e.Side = &u
+		e.Side = side
 	}
 	return e, nil
 }
@@ -162,9 +166,9 @@ func (j *journal) append(entries []audit.Entry) error {
 	b := j.buf[:0]
 	for _, e := range entries {
 		var side []byte
-		if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
+		if e.Side != nil && j.codec.Encode != nil {
 			var err error
-			if side, err = json.Marshal(u); err != nil {
+			if side, err = j.codec.Encode(e.Side); err != nil {
 				return err
 			}
 		}
