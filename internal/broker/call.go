@@ -95,6 +95,8 @@ type Call struct {
 	grant    *grants.Live
 	amounts  map[string]float64
 	actionID string
+
+	resp Response // Send's answer, kept here: no allocation of its own
 }
 
 // NewCall starts a call to the named upstream: its request id (a door
@@ -411,7 +413,8 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 		}
 		return fail(ErrNoAnswer, err)
 	}
-	return &Response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop}, nil
+	c.resp = Response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop}
+	return &c.resp, nil
 }
 
 // unreserve gives back what the call reserved on its grant, when it is not sent.
