@@ -13,7 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -284,61 +284,52 @@ func (b *Broker) execute(a approval.Action) {
 		unsent(code, err.Error())
 		return
 	}
-	u := b.upstreams[a.Upstream]
-	bound, stop := b.Bound(context.Background(), l)
-	defer stop()
-	ctx, cancel := context.WithTimeout(bound, u.Timeout)
-	defer cancel()
-	cred, err := u.Credential(ctx)
+	c := b.actionCall(a, l, g)
+	resp, err := c.Send(context.Background())
 	if err != nil {
-		g.Refund(a.Amounts)
-		b.CredentialFailed(a.Upstream)
-		fail("credential_unavailable", "credential unavailable")
-		return
-	}
-	ev := audit.Event{Type: audit.TypeCallAllowed, Actor: audit.Actor{Kind: "sandbox", ID: a.SessionID}, RequestID: a.RequestID,
-		SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID, ActionID: a.ID, Upstream: a.Upstream,
-		Method: a.Request.Method, Path: a.Request.Path, Decision: "allow", BytesIn: int64(len(a.Request.Body))}
-	var side any
-	if g.Grant.MaxUses > 0 || len(g.Grant.Budget) > 0 {
-		side = &store.UsageUpdate{GrantID: g.Grant.ID, Usage: g.Usage()}
-	}
-	if _, err := b.audit.Append(ctx, ev, side); err != nil {
-		g.Refund(a.Amounts)
-		fail("audit_unavailable", "audit unavailable")
-		return
-	}
-	out := &upstream.Outbound{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header.Clone(), Body: a.Request.Body}
-	if out.Header == nil {
-		out.Header = http.Header{}
-	}
-	resp, err := u.Do(ctx, out, cred)
-	if err != nil {
-		code := "upstream_error"
 		switch {
-		case errors.Is(Interrupted(bound), ErrKillswitch):
-			code = "killswitch_engaged"
-		case Interrupted(bound) != nil:
-			code = "session_revoked"
-		case errors.Is(err, upstream.ErrTimeout):
-			code = "upstream_timeout"
+		case errors.Is(err, ErrNoCredential):
+			fail("credential_unavailable", "credential unavailable")
+		case errors.Is(err, ErrNotRecorded):
+			fail("audit_unavailable", "audit unavailable")
+		default:
+			code := "upstream_error"
+			switch {
+			case errors.Is(err, ErrKillswitch):
+				code = "killswitch_engaged"
+			case errors.Is(err, session.ErrRevoked):
+				code = "session_revoked"
+			case errors.Is(err, upstream.ErrTimeout):
+				code = "upstream_timeout"
+			}
+			fail(code, "the upstream call failed")
 		}
-		fail(code, "the upstream call failed")
 		return
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(cred.Scrub.Reader(resp.Body), maxResultBody+1))
+	defer resp.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Scrub.Reader(resp.Body), maxResultBody+1))
 	if err != nil {
 		fail("upstream_error", "reading the upstream's answer failed")
 		return
 	}
 	res := &approval.Result{Status: resp.StatusCode, Header: http.Header{}, ExecutedAt: b.now().UTC(), LatencyUS: b.now().Sub(start).Microseconds()}
-	upstream.ResponseHeader(res.Header, resp.Header, cred.Scrub)
+	resp.CopyHeader(res.Header)
 	if len(body) > maxResultBody {
 		body, res.Truncated = body[:maxResultBody], true
 	}
 	res.Body = body
 	b.finish(a.ID, res, approval.Executed, "")
+}
+
+// actionCall is the call of an approved action, built from its stored
+// request: its use (consumed on g) is refunded if it is not sent.
+func (b *Broker) actionCall(a approval.Action, l *Live, g *grants.Live) *Call {
+	out := &upstream.Outbound{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header.Clone(), Body: a.Request.Body}
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
+	return &Call{b: b, name: a.Upstream, start: time.Now(), l: l, u: b.upstreams[a.Upstream], out: out, grant: g, amounts: a.Amounts, actionID: a.ID,
+		rec: CallRecord{RequestID: a.RequestID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, BytesIn: int64(len(a.Request.Body))}}
 }
 
 // finish stores the outcome of an execution and wakes waiters.

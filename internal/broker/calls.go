@@ -21,63 +21,67 @@ import (
 // claims once per token (then from memory), and the session's state on
 // every call, so a kill takes effect at once.
 func (b *Broker) Verify(token string, remote netip.Addr) (*Live, error) {
+	l, err := b.identify(token)
+	if err != nil {
+		return nil, err
+	}
+	return l, b.standing(l, remote)
+}
+
+// identify finds the live session of a token.
+func (b *Broker) identify(token string) (*Live, error) {
 	b.mu.RLock()
 	l, ok := b.byToken[token]
 	b.mu.RUnlock()
+	if ok {
+		return l, nil
+	}
+	c, err := b.tokens.Verify(token)
+	if err != nil {
+		return nil, err
+	}
+	l, ok = b.live(c.SessionID)
 	if !ok {
-		c, err := b.tokens.Verify(token)
-		if err != nil {
-			return nil, err
+		// Not in memory: expired and forgotten, revoked, or never existed.
+		s, err := b.store.Session(context.Background(), c.SessionID)
+		switch {
+		case err == nil && !s.RevokedAt.IsZero():
+			return nil, session.ErrRevoked
+		case err == nil:
+			return nil, session.ErrExpired
 		}
-		l, ok = b.live(c.SessionID)
-		if !ok {
-			// Not in memory: expired and forgotten, revoked, or never existed.
-			s, err := b.store.Session(context.Background(), c.SessionID)
-			switch {
-			case err == nil && !s.RevokedAt.IsZero():
-				return nil, session.ErrRevoked
-			case err == nil:
-				return nil, session.ErrExpired
-			}
-			return nil, session.ErrInvalidToken
-		}
-		if c.TokenID != l.Session.TokenID {
-			return nil, session.ErrInvalidToken
-		}
-		b.mu.Lock()
-		b.byToken[token] = l
-		b.mu.Unlock()
+		return nil, session.ErrInvalidToken
 	}
-	if l.revoked.Load() {
-		return l, session.ErrRevoked
+	if c.TokenID != l.Session.TokenID {
+		return nil, session.ErrInvalidToken
 	}
-	if !b.now().Before(l.Session.ExpiresAt) {
-		return l, session.ErrExpired
-	}
-	if l.bound && !l.bind.Contains(remote.Unmap()) {
-		return l, session.ErrWrongSource
-	}
+	b.mu.Lock()
+	b.byToken[token] = l
+	b.mu.Unlock()
 	return l, nil
+}
+
+// standing checks an identified session on every call: not killed, not
+// expired, called from its bound source.
+func (b *Broker) standing(l *Live, remote netip.Addr) error {
+	switch {
+	case l.revoked.Load():
+		return session.ErrRevoked
+	case !b.now().Before(l.Session.ExpiresAt):
+		return session.ErrExpired
+	case l.bound && !l.bind.Contains(remote.Unmap()):
+		return session.ErrWrongSource
+	}
+	return nil
 }
 
 // ErrRateLimited means the session called faster than its limit.
 var ErrRateLimited = errors.New("session call rate exceeded")
 
-// Check refuses every sandbox call while the global kill-switch is
-// engaged, then verifies the token and session (see Verify), then the
-// session's call rate.
+// Check admits a bearer of a session token (see Call.Admit): the global
+// kill-switch, the token and session (see Verify), the session's call rate.
 func (b *Broker) Check(token string, remote netip.Addr) (*Live, error) {
-	if b.killswitch.Load() {
-		return nil, ErrKillswitch
-	}
-	l, err := b.Verify(token, remote)
-	if err != nil {
-		return l, err
-	}
-	if l.limiter != nil && !l.limiter.Allow() {
-		return l, ErrRateLimited
-	}
-	return l, nil
+	return b.admit(BearerCaller(token, remote))
 }
 
 // Decide evaluates a canonical call of a verified session against its
@@ -98,91 +102,6 @@ func (b *Broker) Permit(l *Live, upstreamName string, call *grants.Call, held *g
 		return nil, ErrUnknownUpstream
 	}
 	return grants.Permit(b.now(), l.Grants(), upstreamName, call, held.Grant)
-}
-
-// CallRecord describes a sandbox call for the audit log.
-type CallRecord struct {
-	RequestID string
-	Upstream  string
-	Method    string
-	Path      string
-	BytesIn   int64
-}
-
-// RecordAllowed writes the durable "allowed" record of a call before it is
-// forwarded, with the grant's usage (taken after the decision's
-// reservation, so it counts this call; versioned, so a concurrent call's
-// older snapshot sequenced after it cannot replace it in the store). If it
-// cannot be written the reservation is released and the error wraps
-// audit.ErrUnavailable: the call must not happen.
-func (b *Broker) RecordAllowed(ctx context.Context, l *Live, d *grants.Decision, c CallRecord) error {
-	ev := b.callEvent(l, c)
-	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
-	ev.GrantID = d.Grant.Grant.ID
-	var side any
-	if d.Grant.Grant.MaxUses > 0 || len(d.Grant.Grant.Budget) > 0 {
-		side = &store.UsageUpdate{GrantID: d.Grant.Grant.ID, Usage: d.Grant.Usage()}
-	}
-	if _, err := b.audit.Append(ctx, ev, side); err != nil {
-		d.Release()
-		return err
-	}
-	return nil
-}
-
-// RecordDenied writes the durable record of a refused call.
-func (b *Broker) RecordDenied(ctx context.Context, l *Live, c CallRecord, code string, cause error) error {
-	ev := b.callEvent(l, c)
-	ev.Type, ev.Decision, ev.Code = audit.TypeCallDenied, "deny", code
-	ev.Reason = denialReason(cause)
-	_, err := b.audit.Append(ctx, ev, nil)
-	return err
-}
-
-// RecordCompleted appends the outcome of a forwarded call, off the
-// caller's path (the decision is already durable).
-func (b *Broker) RecordCompleted(l *Live, d *grants.Decision, c CallRecord, status int, latencyUS, bytesOut int64, code string) {
-	ev := b.callEvent(l, c)
-	ev.Type, ev.Status, ev.LatencyUS, ev.BytesOut, ev.Code = audit.TypeCallCompleted, status, latencyUS, bytesOut, code
-	if d != nil {
-		ev.GrantID = d.Grant.Grant.ID
-	}
-	b.audit.AppendAsync(ev)
-}
-
-func (b *Broker) callEvent(l *Live, c CallRecord) audit.Event {
-	ev := audit.Event{
-		Actor: audit.Actor{Kind: "sandbox"}, RequestID: c.RequestID, Upstream: c.Upstream,
-		Method: c.Method, Path: c.Path, BytesIn: c.BytesIn,
-	}
-	if l != nil {
-		ev.Actor.ID = l.Session.ID
-		ev.SessionID, ev.TaskID = l.Session.ID, l.Session.TaskID
-	}
-	return ev
-}
-
-// denialReason is the audit's reason: the error text for domain errors (they
-// name parameters and constraints, never values or secrets).
-func denialReason(err error) string {
-	var v *grants.Violation
-	if errors.As(err, &v) {
-		return v.Error()
-	}
-	if errors.Is(err, grants.ErrBadRequest) {
-		return err.Error()
-	}
-	if err == nil {
-		return ""
-	}
-	for _, known := range []error{ErrKillswitch, ErrRateLimited, ErrTooManyPending, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
-		grants.ErrGrantExpired, grants.ErrGrantExhausted, grants.ErrBudgetExceeded, session.ErrInvalidToken,
-		session.ErrExpired, session.ErrRevoked, session.ErrWrongSource} {
-		if errors.Is(err, known) {
-			return known.Error()
-		}
-	}
-	return "refused"
 }
 
 // KillswitchState is the global kill-switch.
@@ -250,27 +169,4 @@ func (b *Broker) AWSSecret(sessionID string) string {
 	m := hmac.New(sha256.New, b.awsKey)
 	m.Write([]byte(sessionID))
 	return hex.EncodeToString(m.Sum(nil))
-}
-
-// CheckAWS is Check for SigV4 callers: the access key id is the session id.
-// The caller must then verify the signature with AWSSecret.
-func (b *Broker) CheckAWS(sessionID string, remote netip.Addr) (*Live, error) {
-	if b.killswitch.Load() {
-		return nil, ErrKillswitch
-	}
-	l, ok := b.live(sessionID)
-	if !ok {
-		return nil, session.ErrInvalidToken
-	}
-	switch {
-	case l.revoked.Load():
-		return l, session.ErrRevoked
-	case !b.now().Before(l.Session.ExpiresAt):
-		return l, session.ErrExpired
-	case l.bound && !l.bind.Contains(remote.Unmap()):
-		return l, session.ErrWrongSource
-	case l.limiter != nil && !l.limiter.Allow():
-		return l, ErrRateLimited
-	}
-	return l, nil
 }

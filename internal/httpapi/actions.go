@@ -12,8 +12,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
-	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
 // maxWait bounds Prefer: wait=N.
@@ -124,22 +122,22 @@ func (s *Server) reviewerAction(a approval.Action) actionJSON {
 // hold answers a gated call: 202 with the pending action, or with
 // Prefer: wait=N the executed upstream answer if the decision comes in time.
 // failed writes a refusal in the protocol of the door the call came through.
-func (s *Server) hold(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, out *upstream.Outbound,
-	rec broker.CallRecord, start time.Time, failed func(Problem), also ...*grants.Decision) {
-	a, err := s.b.Hold(r.Context(), l, d, out, rec, also...)
+func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, failed func(Problem)) {
+	rec := c.Record()
+	a, err := c.Hold(r.Context())
 	if errors.Is(err, broker.ErrTooManyPending) { // a refusal like any other: audited with its code
-		failed(s.refuse(r, l, &rec, start, err))
+		failed(s.refuse(r, c, err))
 		return
 	}
 	if err != nil {
-		s.metrics.call(rec.Upstream, "deny", problemFor(err).Code, time.Since(start))
+		s.metrics.call(rec.Upstream, "deny", problemFor(err).Code, c.Elapsed())
 		s.failWith(r, err, rec.RequestID, failed)
 		return
 	}
-	s.metrics.call(rec.Upstream, "hold", "", time.Since(start))
+	s.metrics.call(rec.Upstream, "hold", "", c.Elapsed())
 	if wait, ok := preferWait(r); ok && wait > 0 {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		if a, err = s.awaitDecision(r, l, a.ID, wait); err != nil {
+		if a, err = s.awaitDecision(r, c.Live(), a.ID, wait); err != nil {
 			s.failWith(r, err, rec.RequestID, failed)
 			return
 		}

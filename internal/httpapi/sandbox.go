@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -9,7 +8,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -22,126 +20,97 @@ import (
 // with a Content-Length; larger ones stream.
 const smallBody = 256 << 10
 
-// beginCall starts a sandbox call on either proxy: its clock, its request
-// id (answered in X-Airlock-Request-Id at once, so even a refusal carries
-// it), the upstream named in the route, and its audit record.
-func beginCall(w http.ResponseWriter, r *http.Request) (time.Time, string, broker.CallRecord) {
-	start := time.Now()
-	reqID := broker.NewRequestID()
-	w.Header().Set("X-Airlock-Request-Id", reqID)
+// beginCall starts a sandbox call on either proxy: its request id is
+// answered in X-Airlock-Request-Id at once, so even a refusal carries it.
+func (s *Server) beginCall(w http.ResponseWriter, r *http.Request) (*broker.Call, string) {
 	name := chi.URLParam(r, "upstream")
-	return start, name, broker.CallRecord{RequestID: reqID, Upstream: truncate(name, 64), Method: truncate(r.Method, 16)}
+	c := s.b.NewCall(name, r.Method)
+	w.Header().Set("X-Airlock-Request-Id", c.RequestID())
+	return c, name
 }
 
-// proxy is ANY /v1/proxy/{upstream}/{path...}: verify, canonicalize,
-// decide, record durably, inject, forward, scrub, record the outcome.
+// proxy is ANY /v1/proxy/{upstream}/{path...}: the REST door. It parses the
+// request into the call pipeline (see broker.Call) and writes its answer.
 func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
-	start, name, rec := beginCall(w, r)
-	reqID := rec.RequestID
-
-	deny := func(l *broker.Live, err error) { writeProblem(w, s.refuse(r, l, &rec, start, err), reqID) }
+	c, name := s.beginCall(w, r)
+	failed := func(p Problem) { writeProblem(w, p, c.RequestID()) }
+	deny := func(err error) { failed(s.refuse(r, c, err)) }
 
 	tok, ok := bearer(r)
 	if !ok {
-		deny(nil, errMissingToken)
+		deny(errMissingToken)
 		return
 	}
-	l, err := s.b.Check(tok, remoteAddr(r))
-	if err != nil {
-		deny(l, err)
+	if err := c.Admit(broker.BearerCaller(tok, remoteAddr(r))); err != nil {
+		deny(err)
 		return
 	}
 	u, ok := s.b.Upstream(name)
 	if !ok {
-		deny(l, broker.ErrUnknownUpstream)
+		deny(broker.ErrUnknownUpstream)
 		return
 	}
-	call, err := readCall(w, r, name, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
+	req, err := readCall(w, r, name, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
 	if err != nil {
-		deny(l, err)
+		deny(err)
 		return
 	}
-	rec.Path = grants.JoinPath(call.Segments)
-	rec.BytesIn = int64(len(call.raw))
-	d, err := s.b.Decide(l, name, &call.Call)
-	if err != nil {
-		deny(l, err)
+	c.SetPath(grants.JoinPath(req.Segments), int64(len(req.Raw)))
+	if err := c.Authorize(req); err != nil {
+		deny(err)
 		return
 	}
-	out, err := outbound(r, u, call, d)
-	if err != nil {
-		d.Release()
-		deny(l, err)
+	if c.Gated() {
+		s.hold(w, r, c, failed)
 		return
 	}
-	if s.b.Gated(l, d) {
-		s.hold(w, r, l, d, out, rec, start, func(p Problem) { writeProblem(w, p, reqID) })
-		return
-	}
-	s.forward(w, r, l, d, u, out, rec, start, deny, func(p Problem) { writeProblem(w, p, reqID) })
+	s.forward(w, r, c, deny, failed)
 }
 
 // refuse records a refused call (durably, with its code), logs and counts
 // it, and returns the problem for the caller to write in its protocol.
-func (s *Server) refuse(r *http.Request, l *broker.Live, rec *broker.CallRecord, start time.Time, err error) Problem {
+func (s *Server) refuse(r *http.Request, c *broker.Call, err error) Problem {
 	p := problemFor(err)
-	if derr := s.b.RecordDenied(r.Context(), l, *rec, p.Code, err); derr != nil {
+	rec := c.Record()
+	if derr := c.Refuse(r.Context(), err, p.Code); derr != nil {
 		s.log.Error("audit of a denied call failed", "request_id", rec.RequestID, "err", derr)
 	}
-	sid := ""
-	if l != nil {
-		sid = l.Session.ID
-	}
-	s.log.Info("call denied", "request_id", rec.RequestID, "session_id", sid, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "code", p.Code)
-	s.metrics.call(rec.Upstream, "deny", p.Code, time.Since(start))
+	s.log.Info("call denied", "request_id", rec.RequestID, "session_id", c.SessionID(), "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "code", p.Code)
+	s.metrics.call(rec.Upstream, "deny", p.Code, c.Elapsed())
 	return p
 }
 
-// forward performs an allowed call, for both proxies: it fails closed
-// without the credential or the durable record, sends the request (cut off
-// by the upstream timeout or a kill of the session), streams the scrubbed
-// answer and records the outcome. deny refuses before anything was sent;
+// forward sends an authorized call, for both proxies, and streams the
+// scrubbed answer. deny refuses before anything was sent (no credential);
 // failed writes an error the client's protocol understands.
-func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live, d *grants.Decision, u *upstream.Upstream,
-	out *upstream.Outbound, rec broker.CallRecord, start time.Time, deny func(*broker.Live, error), failed func(Problem)) {
-	bound, stop := s.b.Bound(r.Context(), l)
-	defer stop()
-	ctx, cancel := context.WithTimeout(bound, u.Timeout)
-	defer cancel()
-	cred, err := u.Credential(ctx)
-	if err != nil {
-		d.Release()
-		s.b.CredentialFailed(u.Name)
-		deny(l, err)
+func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *broker.Call, deny func(error), failed func(Problem)) {
+	rec := c.Record()
+	resp, err := c.Send(r.Context())
+	switch {
+	case errors.Is(err, broker.ErrNoCredential):
+		deny(err)
 		return
-	}
-	if err := s.b.RecordAllowed(r.Context(), l, d, rec); err != nil {
-		s.metrics.call(rec.Upstream, "deny", "audit_unavailable", time.Since(start))
+	case errors.Is(err, broker.ErrNotRecorded):
+		s.metrics.call(rec.Upstream, "deny", "audit_unavailable", c.Elapsed())
 		s.log.Error("call refused: audit record not written", "request_id", rec.RequestID, "err", err)
 		failed(problemFor(err))
 		return
-	}
-	upStart := time.Now()
-	resp, err := u.Do(ctx, out, cred)
-	if err != nil {
-		if cut := broker.Interrupted(bound); cut != nil {
-			err = cut
-		}
+	case err != nil:
 		if r.Context().Err() != nil {
-			s.b.RecordCompleted(l, d, rec, 0, time.Since(start).Microseconds(), 0, "client_gone")
+			c.Complete(0, 0, "client_gone")
 			return
 		}
 		p := problemFor(err)
-		s.b.RecordCompleted(l, d, rec, 0, time.Since(start).Microseconds(), 0, p.Code)
-		s.metrics.call(rec.Upstream, "error", p.Code, time.Since(start))
+		c.Complete(0, 0, p.Code)
+		s.metrics.call(rec.Upstream, "error", p.Code, c.Elapsed())
 		failed(p)
 		return
 	}
-	defer resp.Body.Close()
-	upstream.ResponseHeader(w.Header(), resp.Header, cred.Scrub)
+	defer resp.Close()
+	resp.CopyHeader(w.Header())
 	w.Header().Set("X-Airlock-Request-Id", rec.RequestID)
-	n, werr := writeBody(w, r, resp, cred.Scrub)
-	upDur := time.Since(upStart)
+	n, werr := writeBody(w, r, resp.Response, resp.Scrub)
+	upDur := resp.UpstreamTime()
 	s.metrics.upstream(rec.Upstream, upDur)
 	if errors.Is(werr, errAnswerUnread) {
 		// Nothing was sent yet: refuse in the door's protocol, without the
@@ -152,22 +121,22 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, l *broker.Live,
 			}
 		}
 		p := problemFor(upstream.ErrUpstream)
-		s.b.RecordCompleted(l, d, rec, p.Status, time.Since(start).Microseconds(), 0, p.Code)
-		s.metrics.call(rec.Upstream, "error", p.Code, time.Since(start))
+		c.Complete(p.Status, 0, p.Code)
+		s.metrics.call(rec.Upstream, "error", p.Code, c.Elapsed())
 		failed(p)
 		return
 	}
 	code := ""
 	if werr != nil {
 		code = "stream_interrupted"
-		if cut := broker.Interrupted(bound); cut != nil {
+		if cut := resp.Interrupted(); cut != nil {
 			code = problemFor(cut).Code
 		}
 	}
-	s.b.RecordCompleted(l, d, rec, resp.StatusCode, time.Since(start).Microseconds(), n, code)
-	s.metrics.call(rec.Upstream, "allow", "", time.Since(start)-upDur)
+	c.Complete(resp.StatusCode, n, code)
+	s.metrics.call(rec.Upstream, "allow", "", c.Elapsed()-upDur)
 	if s.log.Enabled(r.Context(), slog.LevelDebug) { // no argument boxing on the hot path otherwise
-		s.log.Debug("call", "request_id", rec.RequestID, "session_id", l.Session.ID, "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
+		s.log.Debug("call", "request_id", rec.RequestID, "session_id", c.SessionID(), "upstream", rec.Upstream, "method", rec.Method, "path", rec.Path, "status", resp.StatusCode, "bytes_out", n)
 	}
 	if errors.Is(werr, errStreamCut) {
 		// The answer was cut off after its headers: end the connection without
@@ -231,11 +200,6 @@ func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scru
 	}
 }
 
-type sandboxCall struct {
-	grants.Call
-	raw []byte
-}
-
 // proxyMethods are the methods a sandbox may use; others answer 405.
 var proxyMethods = []string{
 	http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPost,
@@ -245,7 +209,7 @@ var proxyMethods = []string{
 // readCall canonicalizes the sandbox's request (DESIGN §4): path (under
 // the upstream's options), query, body (bounded before reading, JSON parsed
 // strictly).
-func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64, opts grants.PathOptions) (*sandboxCall, error) {
+func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64, opts grants.PathOptions) (*broker.Request, error) {
 	escaped := r.URL.EscapedPath()
 	prefix := "/v1/proxy/" + name
 	if !strings.HasPrefix(escaped, prefix) {
@@ -270,7 +234,7 @@ func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64
 	if r.ContentLength > maxBody {
 		return nil, errBodyTooLarge
 	}
-	c := &sandboxCall{Call: grants.Call{Method: r.Method, Segments: segs, Query: query, Header: r.Header}}
+	c := &broker.Request{Call: grants.Call{Method: r.Method, Segments: segs, Query: query, Header: r.Header}}
 	if r.Body != nil && r.Body != http.NoBody {
 		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBody))
 		if err != nil {
@@ -280,13 +244,13 @@ func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64
 			}
 			return nil, errors.Join(grants.ErrBadRequest, errors.New("could not read the request body"))
 		}
-		c.raw = body
+		c.Raw = body
 	}
 	if len(r.Header.Values("Content-Type")) > 1 {
 		// One reader takes the first, another the last: which body is it?
 		return nil, errors.Join(grants.ErrBadRequest, errors.New("Content-Type is given more than once"))
 	}
-	if len(c.raw) > 0 {
+	if len(c.Raw) > 0 {
 		c.HasBody = true
 		if ct := r.Header.Get("Content-Type"); isJSON(ct) {
 			if !utf8Charset(ct) {
@@ -294,7 +258,7 @@ func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64
 				// charset would read other keys and values.
 				return nil, errors.Join(grants.ErrBadRequest, errors.New("a JSON body must be UTF-8 (no other charset)"))
 			}
-			v, err := grants.ParseJSON(c.raw)
+			v, err := grants.ParseJSON(c.Raw)
 			if err != nil {
 				return nil, err
 			}
@@ -320,46 +284,4 @@ func utf8Charset(ct string) bool {
 	_, params, err := mime.ParseMediaType(ct)
 	cs, ok := params["charset"]
 	return err == nil && (!ok || strings.EqualFold(cs, "utf-8") || strings.EqualFold(cs, "utf8"))
-}
-
-// outbound builds the request to send from what was checked: canonical
-// path, re-encoded query, allowlisted headers plus the rule's checked or
-// pinned ones, and the checked (or re-serialized) body.
-func outbound(r *http.Request, u *upstream.Upstream, c *sandboxCall, d *grants.Decision) (*upstream.Outbound, error) {
-	h := make(http.Header, len(u.ForwardHeaders)+len(d.Header))
-	for name := range u.ForwardHeaders {
-		if vs, ok := r.Header[name]; ok {
-			h[name] = vs
-		}
-	}
-	for name, vs := range d.Header {
-		h[name] = vs
-	}
-	query := d.Query
-	if u.Inject.Query != "" {
-		// The sandbox cannot supply (or shadow) the credential parameter, under
-		// any key an upstream could read as its name (API_KEY, api_key[], api.key).
-		kept := query[:0:0]
-		for _, p := range query {
-			if !grants.QueryKeyReaches(p.Key, u.Inject.Query) {
-				kept = append(kept, p)
-			}
-		}
-		query = kept
-	}
-	out := &upstream.Outbound{Method: c.Method, Path: grants.JoinPath(c.Segments), Query: grants.EncodeQuery(query), Header: h}
-	switch {
-	case d.BodyChanged:
-		b, err := d.BodyBytes(c.raw)
-		if err != nil {
-			return nil, err
-		}
-		out.Body = b
-		if h.Get("Content-Type") == "" {
-			h.Set("Content-Type", "application/json")
-		}
-	case c.HasBody:
-		out.Body = c.raw
-	}
-	return out, nil
 }

@@ -1,0 +1,516 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// The call pipeline. Every sandbox call is one Call, whichever door it came
+// in by (the REST proxy, the AWS door, the execution of an approved action):
+//
+//	c := b.NewCall(upstream, method)     // request id, clock, audit record
+//	c.Admit(caller)                      // kill-switch, identity, session state, source, rate
+//	c.Authorize(&Request{...})           // decide, build the outbound request, further permissions
+//	c.Gated() → c.Hold(ctx)              // wait for a human
+//	c.Send(ctx) → *Response              // credential, durable "allowed" record, upstream call
+//	c.Complete(status, bytes, code)      // the outcome, once the door wrote the answer
+//
+// A refusal at any step is c.Refuse(ctx, err, code): the durable "denied"
+// record. A door only parses its protocol into a Request and writes the
+// Response (or the error, through its problem table) back in it; each step
+// gives back what it reserved when it fails.
+
+// Caller is who makes a sandbox call: a bearer of a session token, or a
+// SigV4 signer whose access key id is the session id (its signature is
+// verified with Call.VerifySigV4 once the body is read).
+type Caller struct {
+	id     string
+	sigv4  bool
+	remote netip.Addr
+}
+
+// BearerCaller is a caller presenting a session token.
+func BearerCaller(token string, remote netip.Addr) Caller {
+	return Caller{id: token, remote: remote}
+}
+
+// SigV4Caller is a caller signing with the session's aws_credentials.
+func SigV4Caller(accessKey string, remote netip.Addr) Caller {
+	return Caller{id: accessKey, sigv4: true, remote: remote}
+}
+
+// clockSkew bounds how far a SigV4 request's time may be from the broker's.
+const clockSkew = 15 * time.Minute
+
+// Errors of Send, by the step that failed. The error Send returns wraps one
+// of them and the cause; its text is the cause's.
+var (
+	// ErrNoCredential: the credential could not be fetched. Nothing was
+	// sent and the call's reservation was released.
+	ErrNoCredential = errors.New("credential unavailable")
+	// ErrNotRecorded: the durable "allowed" record could not be written
+	// (the cause wraps audit.ErrUnavailable). Nothing was sent and the
+	// call's reservation was released.
+	ErrNotRecorded = errors.New("allowed record not written")
+	// ErrNoAnswer: the upstream call failed after it was recorded. When a
+	// kill cut it, the cause is the kill's (session.ErrRevoked or
+	// ErrKillswitch).
+	ErrNoAnswer = errors.New("upstream call failed")
+)
+
+// stepError is a Send failure: errors.Is matches its step and its cause;
+// its text is the cause's alone (doors show safe causes' text).
+type stepError struct{ step, cause error }
+
+func (e *stepError) Error() string   { return e.cause.Error() }
+func (e *stepError) Unwrap() []error { return []error{e.cause, e.step} }
+
+// Call is one sandbox call on its way through the broker (see above).
+type Call struct {
+	b     *Broker
+	name  string     // the upstream as the door named it
+	rec   CallRecord // what the audit records say of the call
+	start time.Time  // wall clock: latency, never expiry
+
+	l       *Live
+	u       *upstream.Upstream
+	d       *grants.Decision   // the decision that reserved the call's use (not for an executed action)
+	permits []*grants.Decision // further permissions the request needs (AWS)
+	out     *upstream.Outbound
+
+	// An approved action's execution: the grant its use was consumed on
+	// (refunded with amounts when the call is not sent), and its id.
+	grant    *grants.Live
+	amounts  map[string]float64
+	actionID string
+
+	resp Response // Send's answer, kept here: no allocation of its own
+}
+
+// NewCall starts a call to the named upstream: its request id (a door
+// answers it at once, so even a refusal carries it), its clock and its
+// audit record.
+func (b *Broker) NewCall(upstreamName, method string) *Call {
+	start := time.Now()
+	return &Call{b: b, name: upstreamName, start: start,
+		rec: CallRecord{RequestID: NewRequestID(), Upstream: clip(upstreamName, 64), Method: clip(method, 16)}}
+}
+
+// clip bounds what a caller chose before it goes in a record.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// RequestID is the call's request id.
+func (c *Call) RequestID() string { return c.rec.RequestID }
+
+// Record is what the audit records say of the call.
+func (c *Call) Record() CallRecord { return c.rec }
+
+// Elapsed is the time since the call began (wall clock).
+func (c *Call) Elapsed() time.Duration { return time.Since(c.start) }
+
+// Live is the caller's session once Admit identified it, or nil.
+func (c *Call) Live() *Live { return c.l }
+
+// SessionID is the caller's session id once identified, or "".
+func (c *Call) SessionID() string {
+	if c.l == nil {
+		return ""
+	}
+	return c.l.Session.ID
+}
+
+// SetPath records the call's path and the size of its body as the door
+// read them (before Authorize, so that refusals on the way carry them).
+func (c *Call) SetPath(path string, bytesIn int64) {
+	c.rec.Path, c.rec.BytesIn = path, bytesIn
+}
+
+// Admit checks the caller, in this order: the global kill-switch
+// (ErrKillswitch); the token or access key (session.ErrInvalidToken, or for
+// a token whose session is gone session.ErrRevoked or ErrExpired); the
+// session's state (session.ErrRevoked, session.ErrExpired); the source
+// address (session.ErrWrongSource); the session's call rate
+// (ErrRateLimited). The session, once identified, stays on the call for the
+// refusal's record.
+func (c *Call) Admit(caller Caller) error {
+	l, err := c.b.admit(caller)
+	c.l = l
+	return err
+}
+
+func (b *Broker) admit(c Caller) (*Live, error) {
+	if b.killswitch.Load() {
+		return nil, ErrKillswitch
+	}
+	var l *Live
+	if c.sigv4 {
+		var ok bool
+		if l, ok = b.live(c.id); !ok {
+			return nil, session.ErrInvalidToken
+		}
+	} else {
+		var err error
+		if l, err = b.identify(c.id); err != nil {
+			return nil, err
+		}
+	}
+	if err := b.standing(l, c.remote); err != nil {
+		return l, err
+	}
+	if l.limiter != nil && !l.limiter.Allow() {
+		return l, ErrRateLimited
+	}
+	return l, nil
+}
+
+// AWSSecret is the admitted session's SigV4 signing secret (see
+// Broker.AWSSecret).
+func (c *Call) AWSSecret() string { return c.b.AWSSecret(c.l.Session.ID) }
+
+// VerifySigV4 verifies the signature of an admitted SigV4 caller's request
+// over payloadHash (the hash the signature covers, see upstream.SigV4),
+// and its time against the broker's clock.
+func (c *Call) VerifySigV4(sig *upstream.SigV4, r *http.Request, payloadHash string, s3 bool) error {
+	return sig.Verify(r, c.AWSSecret(), payloadHash, c.b.now(), clockSkew, s3)
+}
+
+// Request is a canonical sandbox request as a door parsed it (DESIGN §4):
+// what the grants judge, and what the request sent is built from.
+type Request struct {
+	grants.Call
+	// Raw is the body as received.
+	Raw []byte
+	// AWS is set by the SigV4 door: the request is sent as the AWS API
+	// reads it, signed anew.
+	AWS *AWSRequest
+}
+
+// AWSRequest is what the SigV4 door adds to a Request.
+type AWSRequest struct {
+	Path     string // the escaped path to send (built from the checked bucket and key when the operation has one)
+	RawQuery string // the query as received, sent unless a rule filled a parameter in
+	// Also are further permissions the request needs (a copy's source,
+	// headers that set an ACL, a lock, tags), checked on the request as it
+	// will be sent.
+	Also []upstream.Permission
+}
+
+// Authorize evaluates the request against the session's grants (see
+// Decide; on success one use and any budget of the grant is reserved),
+// builds the request to send from what was checked, and checks the further
+// permissions it needs (see Permit). On failure nothing stays reserved.
+func (c *Call) Authorize(req *Request) error {
+	d, err := c.b.Decide(c.l, c.name, &req.Call)
+	if err != nil {
+		return err
+	}
+	u := c.b.upstreams[c.name]
+	if req.AWS == nil {
+		out, err := restOutbound(u, req, d)
+		if err != nil {
+			d.Release()
+			return err
+		}
+		c.u, c.d, c.grant, c.out = u, d, d.Grant, out
+		return nil
+	}
+	out := &upstream.Outbound{Method: req.Method, Path: req.AWS.Path, Query: req.AWS.RawQuery, Header: awsForwardHeaders(req.Header, d.Header), Body: req.Raw}
+	if len(d.Filled) > 0 {
+		out.Query = grants.EncodeQuery(d.Query)
+	}
+	// The further permissions reserve no use (the call is one call), but an
+	// exhausted grant permits nothing and a permitting rule gates the call
+	// as its own would.
+	var permits []*grants.Decision
+	for _, p := range req.AWS.Also {
+		also := &grants.Call{Method: req.Method, Action: p.Action, Resource: p.Resource, Query: d.Query, Header: out.Header,
+			Body: d.Body, BodyJSON: req.BodyJSON, HasBody: req.HasBody}
+		pd, err := c.b.Permit(c.l, c.name, also, d)
+		if err != nil {
+			d.Release()
+			return fmt.Errorf("%s on %s (required by %s): %w", p.Action, p.Resource, p.Because, err)
+		}
+		permits = append(permits, pd)
+	}
+	c.u, c.d, c.grant, c.out, c.permits = u, d, d.Grant, out, permits
+	return nil
+}
+
+// restOutbound builds the request to send from what was checked: canonical
+// path, re-encoded query, allowlisted headers plus the rule's checked or
+// pinned ones, and the checked (or re-serialized) body.
+func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision) (*upstream.Outbound, error) {
+	h := make(http.Header, len(u.ForwardHeaders)+len(d.Header))
+	for name := range u.ForwardHeaders {
+		if vs, ok := req.Header[name]; ok {
+			h[name] = vs
+		}
+	}
+	for name, vs := range d.Header {
+		h[name] = vs
+	}
+	query := d.Query
+	if u.Inject.Query != "" {
+		// The sandbox cannot supply (or shadow) the credential parameter, under
+		// any key an upstream could read as its name (API_KEY, api_key[], api.key).
+		kept := query[:0:0]
+		for _, p := range query {
+			if !grants.QueryKeyReaches(p.Key, u.Inject.Query) {
+				kept = append(kept, p)
+			}
+		}
+		query = kept
+	}
+	out := &upstream.Outbound{Method: req.Method, Path: grants.JoinPath(req.Segments), Query: grants.EncodeQuery(query), Header: h}
+	switch {
+	case d.BodyChanged:
+		b, err := d.BodyBytes(req.Raw)
+		if err != nil {
+			return nil, err
+		}
+		out.Body = b
+		if h.Get("Content-Type") == "" {
+			h.Set("Content-Type", "application/json")
+		}
+	case req.HasBody:
+		out.Body = req.Raw
+	}
+	return out, nil
+}
+
+// awsForwardHeaders keeps what the AWS API means (content headers, x-amz-*
+// parameters such as metadata and copy source) and drops the sandbox's
+// signature, its framing, and anything that is hop-by-hop.
+func awsForwardHeaders(in, pinned http.Header) http.Header {
+	out := http.Header{}
+	for k, vs := range in {
+		lk := strings.ToLower(k)
+		switch {
+		case lk == "authorization", lk == "x-amz-date", lk == "x-amz-content-sha256", lk == "x-amz-security-token",
+			lk == "x-amz-decoded-content-length", lk == "x-amz-trailer", lk == "expect", lk == "content-length",
+			lk == "amz-sdk-invocation-id", lk == "amz-sdk-request", lk == "x-amz-user-agent":
+		case lk == "content-encoding":
+			var kept []string
+			for _, v := range vs {
+				for e := range strings.SplitSeq(v, ",") {
+					if e = strings.TrimSpace(e); e != "" && !strings.EqualFold(e, "aws-chunked") {
+						kept = append(kept, e)
+					}
+				}
+			}
+			if len(kept) > 0 {
+				out[k] = []string{strings.Join(kept, ",")}
+			}
+		case strings.HasPrefix(lk, "x-amz-"), lk == "content-type", lk == "content-md5", lk == "cache-control",
+			lk == "content-disposition", lk == "content-language", lk == "expires", lk == "range",
+			lk == "if-match", lk == "if-none-match", lk == "if-modified-since", lk == "if-unmodified-since", lk == "accept":
+			if !grants.ForbiddenHeader(k) {
+				out[k] = vs
+			}
+		}
+	}
+	for k, vs := range pinned {
+		out[k] = vs
+	}
+	return out
+}
+
+// Gated reports whether the authorized call must wait for a human (see
+// Broker.Gated): then Hold it, else Send it.
+func (c *Call) Gated() bool { return c.b.Gated(c.l, c.d, c.permits...) }
+
+// Hold turns the gated call into a pending action (see Broker.Hold), which
+// keeps the call's reservation.
+func (c *Call) Hold(ctx context.Context) (approval.Action, error) {
+	return c.b.Hold(ctx, c.l, c.d, c.out, c.rec, c.permits...)
+}
+
+// Response is an upstream's answer to a sent call, its body decoded (see
+// upstream.Upstream.Do): the door writes it, scrubbed with Scrub, then
+// calls Close and the call's Complete.
+type Response struct {
+	*http.Response
+	Scrub  *upstream.Scrubber
+	bound  context.Context
+	sent   time.Time
+	cancel context.CancelFunc
+	stop   func()
+}
+
+// CopyHeader copies the answer's headers for the sandbox (see
+// upstream.ResponseHeader): hop-by-hop headers, cookies and headers named
+// by a secret dropped, every value scrubbed.
+func (r *Response) CopyHeader(dst http.Header) {
+	upstream.ResponseHeader(dst, r.Response.Header, r.Scrub)
+}
+
+// Interrupted is why a kill cut the call (session.ErrRevoked or
+// ErrKillswitch), or nil.
+func (r *Response) Interrupted() error { return Interrupted(r.bound) }
+
+// UpstreamTime is the time since the request was sent (wall clock).
+func (r *Response) UpstreamTime() time.Duration { return time.Since(r.sent) }
+
+// Close ends the answer: its body, and the call's deadline and kill watch.
+func (r *Response) Close() {
+	r.Response.Body.Close()
+	r.cancel()
+	r.stop()
+}
+
+// Send performs the authorized call: it fetches the credential, writes the
+// durable "allowed" record, then sends the request with the credential,
+// cut off by the upstream's timeout, by parent's end, or by a kill of the
+// session or the kill-switch (see Bound). It fails closed: without the
+// credential (ErrNoCredential) or the record (ErrNotRecorded) nothing is
+// sent and the call's reservation is released. A failed upstream call is
+// ErrNoAnswer. The caller must Close the Response.
+func (c *Call) Send(parent context.Context) (*Response, error) {
+	bound, stop := c.b.Bound(parent, c.l)
+	ctx, cancel := context.WithTimeout(bound, c.u.Timeout)
+	fail := func(step, cause error) (*Response, error) {
+		cancel()
+		stop()
+		return nil, &stepError{step: step, cause: cause}
+	}
+	cred, err := c.u.Credential(ctx)
+	if err != nil {
+		c.unreserve()
+		c.b.CredentialFailed(c.u.Name)
+		return fail(ErrNoCredential, err)
+	}
+	// An action's execution has no request of its own: its record is
+	// written under the call's deadline and kill watch.
+	recCtx := parent
+	if c.actionID != "" {
+		recCtx = ctx
+	}
+	if err := c.recordAllowed(recCtx); err != nil {
+		return fail(ErrNotRecorded, err)
+	}
+	sent := time.Now()
+	resp, err := c.u.Do(ctx, c.out, cred)
+	if err != nil {
+		if cut := Interrupted(bound); cut != nil {
+			err = cut
+		}
+		return fail(ErrNoAnswer, err)
+	}
+	c.resp = Response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop}
+	return &c.resp, nil
+}
+
+// unreserve gives back what the call reserved on its grant, when it is not sent.
+func (c *Call) unreserve() {
+	if c.d != nil {
+		c.d.Release()
+		return
+	}
+	c.grant.Refund(c.amounts)
+}
+
+// CallRecord describes a sandbox call for the audit log.
+type CallRecord struct {
+	RequestID string
+	Upstream  string
+	Method    string
+	Path      string
+	BytesIn   int64
+}
+
+// recordAllowed writes the durable "allowed" record of a call before it is
+// sent, with the grant's usage (taken after the decision's reservation, so
+// it counts this call; versioned, so a concurrent call's older snapshot
+// sequenced after it cannot replace it in the store). If it cannot be
+// written the reservation is released and the error wraps
+// audit.ErrUnavailable: the call must not happen.
+func (c *Call) recordAllowed(ctx context.Context) error {
+	ev := c.b.callEvent(c.l, c.rec)
+	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
+	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
+	var side any
+	if c.grant.Grant.MaxUses > 0 || len(c.grant.Grant.Budget) > 0 {
+		side = &store.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}
+	}
+	if _, err := c.b.audit.Append(ctx, ev, side); err != nil {
+		c.unreserve()
+		return err
+	}
+	return nil
+}
+
+// Refuse writes the durable record of the refused call, with the code the
+// door answered: a refusal at any step (admission, authorization, a
+// pending limit, a credential that could not be fetched).
+func (c *Call) Refuse(ctx context.Context, cause error, code string) error {
+	ev := c.b.callEvent(c.l, c.rec)
+	ev.Type, ev.Decision, ev.Code = audit.TypeCallDenied, "deny", code
+	ev.Reason = denialReason(cause)
+	_, err := c.b.audit.Append(ctx, ev, nil)
+	return err
+}
+
+// Complete appends the outcome of a sent call, off the caller's path (the
+// decision is already durable): the status the client got (0 when the
+// upstream gave none), the bytes of the answer it got, and the code of a
+// failure.
+func (c *Call) Complete(status int, bytesOut int64, code string) {
+	ev := c.b.callEvent(c.l, c.rec)
+	ev.Type, ev.Status, ev.LatencyUS, ev.BytesOut, ev.Code = audit.TypeCallCompleted, status, time.Since(c.start).Microseconds(), bytesOut, code
+	if c.d != nil {
+		ev.GrantID = c.d.Grant.Grant.ID
+	}
+	c.b.audit.AppendAsync(ev)
+}
+
+func (b *Broker) callEvent(l *Live, c CallRecord) audit.Event {
+	ev := audit.Event{
+		Actor: audit.Actor{Kind: "sandbox"}, RequestID: c.RequestID, Upstream: c.Upstream,
+		Method: c.Method, Path: c.Path, BytesIn: c.BytesIn,
+	}
+	if l != nil {
+		ev.Actor.ID = l.Session.ID
+		ev.SessionID, ev.TaskID = l.Session.ID, l.Session.TaskID
+	}
+	return ev
+}
+
+// denialReason is the audit's reason: the error text for domain errors (they
+// name parameters and constraints, never values or secrets).
+func denialReason(err error) string {
+	var v *grants.Violation
+	if errors.As(err, &v) {
+		return v.Error()
+	}
+	if errors.Is(err, grants.ErrBadRequest) {
+		return err.Error()
+	}
+	if err == nil {
+		return ""
+	}
+	for _, known := range []error{ErrKillswitch, ErrRateLimited, ErrTooManyPending, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
+		grants.ErrGrantExpired, grants.ErrGrantExhausted, grants.ErrBudgetExceeded, session.ErrInvalidToken,
+		session.ErrExpired, session.ErrRevoked, session.ErrWrongSource} {
+		if errors.Is(err, known) {
+			return known.Error()
+		}
+	}
+	return "refused"
+}
