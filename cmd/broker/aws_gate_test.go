@@ -122,3 +122,24 @@ func TestAWSOperationNeverNamedByPath(t *testing.T) {
 		t.Fatalf("the granted operation at /: %d %s", r.status, r.body)
 	}
 }
+
+// A request that does not verify is refused as the SDK expects
+// (SignatureDoesNotMatch) and audited with the same stable code.
+func TestAWSBadSignatureAuditedAsInvalidToken(t *testing.T) {
+	e := awsAtkStart(t, awsAtkPutOnlyGrant())
+	e.secret = strings.Repeat("0", len(e.secret)) // the right access key, the wrong secret
+	r := e.send(t, "s3", "GET", e.b.sandbox+"/v1/aws/s3/reports/t-42/a.csv", nil, "")
+	if r.status != http.StatusForbidden || !strings.Contains(string(r.body), "SignatureDoesNotMatch") {
+		t.Fatalf("a wrong signature: %d %s", r.status, r.body)
+	}
+	reqID := r.header.Get("X-Airlock-Request-Id")
+	for _, rec := range parseAudit(t, e.b.auditExport()) {
+		if rec.RequestID == reqID {
+			if rec.Type != "call.denied" || rec.Code != "invalid_token" {
+				t.Fatalf("audit of a wrong signature: %s %s, want call.denied invalid_token", rec.Type, rec.Code)
+			}
+			return
+		}
+	}
+	t.Fatal("the refused request has no audit record")
+}

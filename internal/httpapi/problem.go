@@ -50,6 +50,8 @@ var codes = []struct {
 	safe   bool
 }{
 	{errMissingToken, 401, "invalid_token", "Invalid token", true},
+	{errAWSSignature, 403, "invalid_token", "Invalid signature", false},
+	{upstream.ErrSignature, 403, "invalid_token", "Invalid signature", false},
 	{session.ErrInvalidToken, 401, "invalid_token", "Invalid token", false},
 	{session.ErrWrongSource, 401, "invalid_token", "Invalid token", true},
 	{auth.ErrInvalidToken, 401, "invalid_token", "Invalid token", false},
