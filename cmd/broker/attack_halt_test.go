@@ -7,8 +7,11 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -262,5 +265,56 @@ func TestRandomUpstreamNamesDoNotGrowMetrics(t *testing.T) {
 	}
 	if !found {
 		t.Fatal(`refused calls to unknown upstreams are not counted under upstream="unknown"`)
+	}
+}
+
+// A kill that lands while the broker fetches the credential (after the call
+// was authorized, before it was recorded and sent) ends the call there:
+// nothing reaches the upstream, no "allowed" record is written for it, and
+// the grant's use is given back.
+func TestKillDuringCredentialFetchSendsNothing(t *testing.T) {
+	up := newUpstream(t)
+	fifo := filepath.Join(t.TempDir(), "secret")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: fmt.Sprintf(`  - name: slowcred
+    base_url: %s
+    sensitive: false
+    credential: {source: file, path: %s}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+`, up.URL, fifo)})
+	s := b.session(trustedSession(map[string]any{"upstream": "slowcred", "max_uses": 5, "rules": []any{map[string]any{"method": "GET", "path": "/ok"}}}))
+	res := make(chan response, 1)
+	go func() { res <- b.do("GET", b.sandbox+"/v1/proxy/slowcred/ok", s.Token, nil) }()
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // returns once the broker is reading the credential
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := b.do("DELETE", b.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
+		t.Fatalf("kill: %d %s", r.status, r.body)
+	}
+	_, _ = io.WriteString(w, canary)
+	_ = w.Close()
+	select {
+	case r := <-res:
+		r.wantProblem(t, 401, "session_revoked")
+	case <-time.After(20 * time.Second):
+		t.Fatal("the call was not answered")
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("%d requests reached the upstream after the kill", n)
+	}
+	for _, rec := range parseAudit(t, b.auditExport()) {
+		if rec.Type == "call.allowed" && rec.SessionID == s.ID {
+			t.Fatal("a call cut by a kill before it was sent was recorded as allowed")
+		}
+	}
+	var g struct {
+		Uses int `json:"uses"`
+	}
+	_ = json.Unmarshal(b.do("GET", b.control+"/v1/grants/"+s.Grants[0].ID, adminToken, nil).body, &g)
+	if g.Uses != 0 {
+		t.Fatalf("grant uses after the cut call: %d, want 0", g.Uses)
 	}
 }

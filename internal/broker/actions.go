@@ -276,6 +276,10 @@ func (b *Broker) execute(a approval.Action) {
 			return
 		}
 	}
+	if _, ok := b.upstreams[a.Upstream]; !ok {
+		unsent("upstream_error", "the upstream is no longer configured")
+		return
+	}
 	if err := g.ConsumePending(a.Amounts); err != nil {
 		code := "grant_exhausted"
 		if errors.Is(err, grants.ErrBudgetExceeded) {

@@ -64,6 +64,10 @@ var (
 	// (the cause wraps audit.ErrUnavailable). Nothing was sent and the
 	// call's reservation was released.
 	ErrNotRecorded = errors.New("allowed record not written")
+	// ErrNotSent: a kill (the session's, or the kill-switch) came before the
+	// call was recorded; the cause is the kill's. Nothing was sent and the
+	// call's reservation was released.
+	ErrNotSent = errors.New("call cut by a kill before it was sent")
 	// ErrNoAnswer: the upstream call failed after it was recorded. When a
 	// kill cut it, the cause is the kill's (session.ErrRevoked or
 	// ErrKillswitch).
@@ -396,6 +400,13 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 		c.b.CredentialFailed(c.u.Name)
 		return fail(ErrNoCredential, err)
 	}
+	// A kill that came while the door read the request or the credential
+	// was fetched: refused here, before anything is recorded as allowed.
+	// (Bound's cancellation is asynchronous; the flags are not.)
+	if cut := c.cut(bound); cut != nil {
+		c.unreserve()
+		return fail(ErrNotSent, cut)
+	}
 	// An action's execution has no request of its own: its record is
 	// written under the call's deadline and kill watch.
 	recCtx := parent
@@ -415,6 +426,17 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 	}
 	c.resp = Response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop}
 	return &c.resp, nil
+}
+
+// cut is why a kill ended the call's standing, or nil.
+func (c *Call) cut(bound context.Context) error {
+	switch {
+	case c.b.killswitch.Load():
+		return ErrKillswitch
+	case c.l.revoked.Load():
+		return session.ErrRevoked
+	}
+	return Interrupted(bound)
 }
 
 // unreserve gives back what the call reserved on its grant, when it is not sent.

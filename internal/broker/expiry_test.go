@@ -291,3 +291,32 @@ func TestExpiryTimerWakesClockDecides(t *testing.T) {
 		t.Fatalf("woken at expiry: %s, want expired", s)
 	}
 }
+
+// An action held for an upstream that a restart's configuration no longer
+// has fails when approved, gives its use back, and does not take the broker
+// down.
+func TestApprovedActionForRemovedUpstreamFails(t *testing.T) {
+	st := brokertest.MustOpenStore(t, store.DurabilityBuffered)
+	k := expBroker(t, st, brokertest.WithFakeClock(expT0))
+	l, a := expHold(t, k.Broker)
+	grantID := l.Grants()[0].Grant.ID
+	k.Close()
+
+	k = brokertest.MustOpenBroker(t, brokertest.WithStore(st), brokertest.WithFakeClock(expT0),
+		brokertest.WithUpstream(brokertest.Unreachable("other")),
+		brokertest.WithOptions(func(o *broker.Options) { o.MaxSessionTTL, o.DefaultTTL = 24*time.Hour, 24*time.Hour }))
+	if _, err := k.Broker.DecideAction(context.Background(), expReviewer, a.ID, "approve", ""); err != nil {
+		t.Fatal(err)
+	}
+	got, err := k.Broker.WaitAction(context.Background(), a.ID, 10*time.Second)
+	if err != nil || got.Status != approval.Failed || got.Result == nil || got.Result.Code != "upstream_error" {
+		t.Fatalf("action = %+v, %v; want failed with upstream_error", got, err)
+	}
+	g, err := k.Broker.Grant(context.Background(), grantID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Usage.Uses != 0 || g.Pending.Uses != 0 {
+		t.Fatalf("grant after the failed action: uses %d, pending %d; want both 0", g.Usage.Uses, g.Pending.Uses)
+	}
+}

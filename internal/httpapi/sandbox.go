@@ -87,7 +87,7 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *broker.Call,
 	rec := c.Record()
 	resp, err := c.Send(r.Context())
 	switch {
-	case errors.Is(err, broker.ErrNoCredential):
+	case errors.Is(err, broker.ErrNoCredential), errors.Is(err, broker.ErrNotSent):
 		deny(err)
 		return
 	case errors.Is(err, broker.ErrNotRecorded):
