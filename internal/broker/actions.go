@@ -332,7 +332,7 @@ func (b *Broker) actionCall(a approval.Action, l *Live, g *grants.Live) *Call {
 	if out.Header == nil {
 		out.Header = http.Header{}
 	}
-	return &Call{b: b, name: a.Upstream, start: time.Now(), l: l, u: b.upstreams[a.Upstream], out: out, grant: g, amounts: a.Amounts, actionID: a.ID,
+	return &Call{b: b, name: a.Upstream, start: time.Now(), l: l, u: b.upstreams[a.Upstream], out: out, grant: g, amounts: a.Amounts, actionID: a.ID, step: stepCleared,
 		rec: CallRecord{RequestID: a.RequestID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, BytesIn: int64(len(a.Request.Body))}}
 }
 

@@ -101,7 +101,24 @@ type Call struct {
 	actionID string
 
 	resp Response // Send's answer, kept here: no allocation of its own
+
+	step callStep // how far the call got: the steps run only in order
 }
+
+// callStep is how far a call got; each step requires the one before.
+type callStep uint8
+
+const (
+	stepNew        callStep = iota
+	stepAdmitted            // Admit passed
+	stepAuthorized          // Authorize passed
+	stepCleared             // Gated said no, or an approved action: Send may run
+	stepSent                // Send ran (once)
+)
+
+// ErrOutOfOrder is a door calling the pipeline's steps out of order (Send
+// before Gated cleared it, twice, or Authorize before Admit): a bug, refused.
+var ErrOutOfOrder = errors.New("call pipeline steps out of order")
 
 // NewCall starts a call to the named upstream: its request id (a door
 // answers it at once, so even a refusal carries it), its clock and its
@@ -154,8 +171,14 @@ func (c *Call) SetPath(path string, bytesIn int64) {
 // (ErrRateLimited). The session, once identified, stays on the call for the
 // refusal's record.
 func (c *Call) Admit(caller Caller) error {
+	if c.step != stepNew {
+		return ErrOutOfOrder
+	}
 	l, err := c.b.admit(caller)
 	c.l = l
+	if err == nil {
+		c.step = stepAdmitted
+	}
 	return err
 }
 
@@ -221,6 +244,9 @@ type AWSRequest struct {
 // builds the request to send from what was checked, and checks the further
 // permissions it needs (see Permit). On failure nothing stays reserved.
 func (c *Call) Authorize(req *Request) error {
+	if c.step != stepAdmitted {
+		return ErrOutOfOrder
+	}
 	d, err := c.b.Decide(c.l, c.name, &req.Call)
 	if err != nil {
 		return err
@@ -233,6 +259,7 @@ func (c *Call) Authorize(req *Request) error {
 			return err
 		}
 		c.u, c.d, c.grant, c.out = u, d, d.Grant, out
+		c.step = stepAuthorized
 		return nil
 	}
 	out := &upstream.Outbound{Method: req.Method, Path: req.AWS.Path, Query: req.AWS.RawQuery, Header: awsForwardHeaders(req.Header, d.Header), Body: req.Raw}
@@ -254,6 +281,7 @@ func (c *Call) Authorize(req *Request) error {
 		permits = append(permits, pd)
 	}
 	c.u, c.d, c.grant, c.out, c.permits = u, d, d.Grant, out, permits
+	c.step = stepAuthorized
 	return nil
 }
 
@@ -338,11 +366,24 @@ func awsForwardHeaders(in, pinned http.Header) http.Header {
 
 // Gated reports whether the authorized call must wait for a human (see
 // Broker.Gated): then Hold it, else Send it.
-func (c *Call) Gated() bool { return c.b.Gated(c.l, c.d, c.permits...) }
+func (c *Call) Gated() bool {
+	if c.step != stepAuthorized {
+		return true // nothing to clear: Send refuses it anyway
+	}
+	gated := c.b.Gated(c.l, c.d, c.permits...)
+	if !gated {
+		c.step = stepCleared
+	}
+	return gated
+}
 
 // Hold turns the gated call into a pending action (see Broker.Hold), which
 // keeps the call's reservation.
 func (c *Call) Hold(ctx context.Context) (approval.Action, error) {
+	if c.step != stepAuthorized {
+		return approval.Action{}, ErrOutOfOrder
+	}
+	c.step = stepSent // the action is sent, once, by its execution
 	return c.b.Hold(ctx, c.l, c.d, c.out, c.rec, c.permits...)
 }
 
@@ -387,6 +428,15 @@ func (r *Response) Close() {
 // sent and the call's reservation is released. A failed upstream call is
 // ErrNoAnswer. The caller must Close the Response.
 func (c *Call) Send(parent context.Context) (*Response, error) {
+	if c.step != stepCleared {
+		// Never sent without the gate's say, nor twice (a door's bug): an
+		// authorized call's reservation is given back, a sent one's kept.
+		if c.step == stepAuthorized {
+			c.unreserve()
+		}
+		return nil, &stepError{step: ErrNotSent, cause: ErrOutOfOrder}
+	}
+	c.step = stepSent
 	bound, stop := c.b.Bound(parent, c.l)
 	ctx, cancel := context.WithTimeout(bound, c.u.Timeout)
 	fail := func(step, cause error) (*Response, error) {
@@ -496,8 +546,8 @@ func (c *Call) Refuse(ctx context.Context, cause error, code string) error {
 func (c *Call) Complete(status int, bytesOut int64, code string) {
 	ev := c.b.callEvent(c.l, c.rec)
 	ev.Type, ev.Status, ev.LatencyUS, ev.BytesOut, ev.Code = audit.TypeCallCompleted, status, time.Since(c.start).Microseconds(), bytesOut, code
-	if c.d != nil {
-		ev.GrantID = c.d.Grant.Grant.ID
+	if c.grant != nil {
+		ev.GrantID = c.grant.Grant.ID
 	}
 	c.b.audit.AppendAsync(ev)
 }

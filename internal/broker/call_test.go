@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net/http"
 	"net/netip"
 	"net/url"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -108,5 +110,63 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The pipeline's steps run only in order: a door cannot send a call the
+// gate holds (without asking the gate, or after it said so), send twice, or
+// authorize an unadmitted caller; a refused Send gives the reservation back.
+func TestCallStepsRunInOrder(t *testing.T) {
+	k := payBroker(t)
+	b := k.Broker
+	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+		Grants: []grants.Spec{{Upstream: "pay", MaxUses: 3, Approval: grants.ApprovalAlways, Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := netip.MustParseAddr("127.0.0.1")
+	req := func() *broker.Request {
+		return &broker.Request{Call: grants.Call{Method: "POST", Segments: []string{"pay"}, Header: http.Header{}}}
+	}
+	uses := func() int64 {
+		g, err := b.Grant(context.Background(), v.Grants[0].Grant.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Usage.Uses
+	}
+
+	c := b.NewCall("pay", "POST")
+	if err := c.Authorize(req()); !errors.Is(err, broker.ErrOutOfOrder) {
+		t.Fatalf("Authorize before Admit: %v", err)
+	}
+	if err := c.Admit(broker.BearerCaller(v.Token, addr)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Authorize(req()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Send(context.Background()); !errors.Is(err, broker.ErrOutOfOrder) {
+		t.Fatalf("Send without asking the gate: %v", err)
+	}
+	if n := uses(); n != 0 {
+		t.Fatalf("a refused Send kept its use: %d", n)
+	}
+
+	c = b.NewCall("pay", "POST")
+	if err := c.Admit(broker.BearerCaller(v.Token, addr)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Authorize(req()); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Gated() {
+		t.Fatal("an approval: always grant's call is not gated")
+	}
+	if _, err := c.Send(context.Background()); !errors.Is(err, broker.ErrOutOfOrder) {
+		t.Fatalf("Send of a gated call: %v", err)
+	}
+	if n := uses(); n != 0 {
+		t.Fatalf("a refused Send kept its use: %d", n)
 	}
 }
