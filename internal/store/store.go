@@ -1,5 +1,7 @@
-// Package store persists sessions, grants, API tokens, broker state and the
-// audit chain. Bolt is the embedded default (one bbolt file).
+// Package store declares what the broker persists (sessions, grants, API
+// tokens, broker state and the audit chain): the Store interface, its
+// sentinel errors and record-neutral types. It imports no database;
+// internal/store/boltstore is the embedded bbolt implementation.
 package store
 
 import (
@@ -12,6 +14,16 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
+)
+
+// Durability modes of the audit log (DESIGN §7).
+const (
+	// DurabilityFsync: a record is on disk before the caller is answered.
+	DurabilityFsync = "fsync"
+	// DurabilityBuffered: a record is handed to the OS before the answer
+	// (it survives a broker crash) and fsync'd within the store's sync interval (a power
+	// cut can lose that window).
+	DurabilityBuffered = "buffered"
 )
 
 // ErrNotFound is returned when a key does not exist.
