@@ -37,10 +37,7 @@ type GrantRecord struct {
 
 // UsageUpdate is the audit.Entry Side that persists a grant's usage in the
 // same transaction as the call's record.
-type UsageUpdate struct {
-	GrantID string
-	Usage   grants.Usage
-}
+type UsageUpdate = grants.UsageUpdate
 
 // Store is everything the broker persists. Implementations must be safe for
 // concurrent use.

@@ -133,7 +133,7 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 				return err
 			}
 			index.add(e.Seq, e.Data)
-			if u, ok := e.Side.(*store.UsageUpdate); ok && u != nil {
+			if u := e.Side; u != nil {
 				if err := putUsage(tx, u.GrantID, u.Usage); err != nil {
 					return err
 				}

@@ -159,7 +159,7 @@ func TestWriteLegacyFixture(t *testing.T) {
 	}
 	appendAll := func(evs []legacyEvent) {
 		for _, e := range evs {
-			var side any
+			var side *store.UsageUpdate
 			if e.Usage != nil {
 				side = e.Usage
 			}

@@ -210,16 +210,15 @@ type usageUpdateRecord struct {
 
 // encodeSide is the journal's encoding of an audit.Entry's side: a
 // *UsageUpdate, or nothing.
-func encodeSide(side any) ([]byte, error) {
-	u, ok := side.(*store.UsageUpdate)
-	if !ok || u == nil {
+func encodeSide(u *store.UsageUpdate) ([]byte, error) {
+	if u == nil {
 		return nil, nil
 	}
 	return json.Marshal(usageUpdateRecord{Schema: schemaVersion, GrantID: u.GrantID, Usage: toUsageRecord(u.Usage)})
 }
 
 // decodeSide reverses encodeSide.
-func decodeSide(data []byte) (any, error) {
+func decodeSide(data []byte) (*store.UsageUpdate, error) {
 	var r usageUpdateRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decode usage update: %w", err)
