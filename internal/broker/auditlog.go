@@ -156,3 +156,21 @@ func (b *Broker) PruneAudit(ctx context.Context, p auth.Principal, before time.T
 }
 
 var errStopScan = errors.New("stop scan")
+
+// ScanAudit calls fn with each stored audit record from sequence from on, in
+// order. With a sessionID it reads only that session's records, from the
+// store's index by session (not a scan of the whole log). data is valid only
+// during the call.
+func (b *Broker) ScanAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error {
+	if sessionID != "" {
+		return b.store.ScanSessionAudit(ctx, sessionID, from, fn)
+	}
+	return b.store.ScanAudit(ctx, from, fn)
+}
+
+// LastSessionAudit calls fn with a session's last audit records, newest
+// first, at most limit of them, from the store's index by session. data is
+// valid only during the call.
+func (b *Broker) LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error {
+	return b.store.LastSessionAudit(ctx, sessionID, limit, fn)
+}

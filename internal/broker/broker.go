@@ -399,12 +399,6 @@ func (b *Broker) ActionURL(a approval.Action) string {
 	return u.URL(a.Request.Path, a.Request.Query)
 }
 
-// Audit is the chain writer.
-func (b *Broker) Audit() *audit.Writer { return b.audit }
-
-// Store is the underlying store.
-func (b *Broker) Store() store.Store { return b.store }
-
 // Ready reports whether the store is usable and credential sources answer.
 func (b *Broker) Ready(ctx context.Context) map[string]error {
 	out := map[string]error{"store": b.store.Ready(ctx), "audit": b.audit.Healthy()}
