@@ -189,7 +189,7 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 	if len(comment) > 1000 {
 		return approval.Action{}, fieldErr("comment", "at most 1000 characters")
 	}
-	if verdict == "approve" && b.killswitch.Load() {
+	if verdict == "approve" && b.ks.engaged.Load() {
 		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", ErrKillswitch)
 	}
 	var execute bool
@@ -244,7 +244,7 @@ func (b *Broker) execute(a approval.Action) {
 		b.releaseReservation(a)
 		fail(code, reason)
 	}
-	if b.killswitch.Load() {
+	if b.ks.engaged.Load() {
 		unsent("killswitch_engaged", "kill-switch engaged")
 		return
 	}

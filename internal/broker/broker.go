@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -79,9 +78,7 @@ type Broker struct {
 	enforce   bool
 	hmacKey   []byte
 
-	killswitch atomic.Bool
-	halt       atomic.Pointer[halt] // cancelled when the kill-switch is engaged
-	ksMu       sync.Mutex           // serializes engaging and releasing the kill-switch
+	ks killswitch // the global kill-switch service
 
 	approvalTTL time.Duration
 	maxPending  int64
@@ -213,13 +210,8 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if b.maxPending = int64(o.MaxPending); b.maxPending <= 0 {
 		b.maxPending = DefaultMaxPending
 	}
-	if ks, err := o.Store.Meta(ctx, metaKillswitch); err == nil {
-		var st KillswitchState
-		if json.Unmarshal(ks, &st) == nil {
-			b.killswitch.Store(st.Engaged)
-		}
-	}
-	b.halt.Store(newHalt(b.killswitch.Load()))
+	b.ks.store, b.ks.audit, b.ks.now = o.Store, w, o.Now
+	b.ks.load(ctx)
 	if err := b.load(ctx); err != nil {
 		w.Close()
 		return nil, err

@@ -155,7 +155,7 @@ func (c *Call) Admit(caller Caller) error {
 }
 
 func (b *Broker) admit(c Caller) (*Live, error) {
-	if b.killswitch.Load() {
+	if b.ks.engaged.Load() {
 		return nil, ErrKillswitch
 	}
 	var l *Live
