@@ -45,6 +45,8 @@ var (
 // Options configure a Broker.
 type Options struct {
 	Store            store.Store
+	Tokens           TokenStore      // API tokens' digests (default Store)
+	Killswitch       KillswitchStore // the kill-switch's durable state (default Store)
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -78,7 +80,8 @@ type Broker struct {
 	enforce   bool
 	hmacKey   []byte
 
-	ks killswitch // the global kill-switch service
+	ks         killswitch // the global kill-switch service
+	tokenStore TokenStore // API tokens (their digests)
 
 	approvalTTL time.Duration
 	maxPending  int64
@@ -148,6 +151,12 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 		o.Clock = clock.WithNow(o.Now)
 	}
+	if o.Tokens == nil {
+		o.Tokens = o.Store
+	}
+	if o.Killswitch == nil {
+		o.Killswitch = o.Store
+	}
 	for _, u := range o.Upstreams {
 		if u != nil && u.Clock == nil {
 			u.Clock = o.Now // the rotation grace of its scrubber
@@ -174,7 +183,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	apiTokens, err := o.Store.Tokens(ctx)
+	apiTokens, err := o.Tokens.Tokens(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load API tokens: %w", err)
 	}
@@ -183,7 +192,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		store: o.Store, audit: w, tokens: tokens,
+		store: o.Store, audit: w, tokens: tokens, tokenStore: o.Tokens,
 		auth:      auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
 		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
@@ -210,7 +219,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if b.maxPending = int64(o.MaxPending); b.maxPending <= 0 {
 		b.maxPending = DefaultMaxPending
 	}
-	b.ks.store, b.ks.audit, b.ks.now = o.Store, w, o.Now
+	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
 	b.ks.load(ctx)
 	if err := b.load(ctx); err != nil {
 		w.Close()
