@@ -45,6 +45,8 @@ var (
 // Options configure a Broker.
 type Options struct {
 	Store            store.Store
+	Sessions         SessionStore    // sessions and grants (default Store)
+	Actions          approval.Store  // actions awaiting or after approval (default Store)
 	Tokens           TokenStore      // API tokens' digests (default Store)
 	Killswitch       KillswitchStore // the kill-switch's durable state (default Store)
 	Upstreams        map[string]*upstream.Upstream
@@ -80,8 +82,10 @@ type Broker struct {
 	enforce   bool
 	hmacKey   []byte
 
-	ks         killswitch // the global kill-switch service
-	tokenStore TokenStore // API tokens (their digests)
+	ks           killswitch     // the global kill-switch service
+	tokenStore   TokenStore     // API tokens (their digests)
+	sessionStore SessionStore   // sessions and grants
+	actionStore  approval.Store // actions awaiting or after approval
 
 	approvalTTL time.Duration
 	maxPending  int64
@@ -151,6 +155,12 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 		o.Clock = clock.WithNow(o.Now)
 	}
+	if o.Sessions == nil {
+		o.Sessions = o.Store
+	}
+	if o.Actions == nil {
+		o.Actions = o.Store
+	}
 	if o.Tokens == nil {
 		o.Tokens = o.Store
 	}
@@ -193,6 +203,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b := &Broker{
 		store: o.Store, audit: w, tokens: tokens, tokenStore: o.Tokens,
+		sessionStore: o.Sessions, actionStore: o.Actions,
 		auth:      auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
 		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
@@ -265,7 +276,7 @@ func (b *Broker) load(ctx context.Context) error {
 	now := b.now()
 	after := ""
 	for {
-		page, err := b.store.Sessions(ctx, after, 1000)
+		page, err := b.sessionStore.Sessions(ctx, after, 1000)
 		if err != nil {
 			return fmt.Errorf("load sessions: %w", err)
 		}
@@ -273,7 +284,7 @@ func (b *Broker) load(ctx context.Context) error {
 			if !s.RevokedAt.IsZero() || !now.Before(s.ExpiresAt) {
 				continue
 			}
-			recs, err := b.store.SessionGrants(ctx, s.ID)
+			recs, err := b.sessionStore.SessionGrants(ctx, s.ID)
 			if err != nil {
 				return fmt.Errorf("load grants of %s: %w", s.ID, err)
 			}

@@ -40,7 +40,7 @@ func (b *Broker) identify(token string) (*Live, error) {
 	l, ok = b.live(c.SessionID)
 	if !ok {
 		// Not in memory: expired and forgotten, revoked, or never existed.
-		s, err := b.store.Session(context.Background(), c.SessionID)
+		s, err := b.sessionStore.Session(context.Background(), c.SessionID)
 		switch {
 		case err == nil && !s.RevokedAt.IsZero():
 			return nil, session.ErrRevoked
