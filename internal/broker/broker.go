@@ -46,6 +46,7 @@ var (
 type Options struct {
 	Store            store.Store
 	Sessions         SessionStore    // sessions and grants (default Store)
+	Audit            AuditStore      // the audit chain and its index by session (default Store)
 	Actions          approval.Store  // actions awaiting or after approval (default Store)
 	Tokens           TokenStore      // API tokens' digests (default Store)
 	Killswitch       KillswitchStore // the kill-switch's durable state (default Store)
@@ -86,6 +87,7 @@ type Broker struct {
 	tokenStore   TokenStore     // API tokens (their digests)
 	sessionStore SessionStore   // sessions and grants
 	actionStore  approval.Store // actions awaiting or after approval
+	auditStore   AuditStore     // the audit chain and its index by session
 
 	approvalTTL time.Duration
 	maxPending  int64
@@ -158,6 +160,9 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if o.Sessions == nil {
 		o.Sessions = o.Store
 	}
+	if o.Audit == nil {
+		o.Audit = o.Store
+	}
 	if o.Actions == nil {
 		o.Actions = o.Store
 	}
@@ -197,13 +202,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load API tokens: %w", err)
 	}
-	w, err := audit.NewWriter(ctx, o.Store, o.Now, o.Log.With("component", "audit"))
+	w, err := audit.NewWriter(ctx, o.Audit, o.Now, o.Log.With("component", "audit"))
 	if err != nil {
 		return nil, err
 	}
 	b := &Broker{
 		store: o.Store, audit: w, tokens: tokens, tokenStore: o.Tokens,
-		sessionStore: o.Sessions, actionStore: o.Actions,
+		sessionStore: o.Sessions, actionStore: o.Actions, auditStore: o.Audit,
 		auth:      auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
 		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
@@ -216,7 +221,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b.metrics = newMetrics(o.Metrics, b)
 	b.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
 	b.awsKey = derive("aws-sigv4-session")
-	if cps, err := o.Store.Checkpoints(ctx); err == nil && len(cps) > 0 {
+	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
 		b.lastCheckpoint = cps[len(cps)-1].Seq
 	}
 	w.OnCommit(func(n int, d time.Duration) {
