@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
 
 var crashTrials = flag.Int("crash.trials", 3, "crash trials to run (make crash runs 100)")
@@ -61,7 +62,7 @@ func (p *proc) kill() {
 
 func checkBolt(t *testing.T, path string) {
 	t.Helper()
-	if err := store.CheckFile(path); err != nil {
+	if err := boltstore.CheckFile(path); err != nil {
 		t.Fatalf("bbolt consistency check after crash: %v", err)
 	}
 }

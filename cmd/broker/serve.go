@@ -21,7 +21,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
-	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
 
 const usage = `usage: broker <command> [flags]
@@ -89,7 +89,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 	if vault != nil {
 		defer vault.Close()
 	}
-	st, err := store.OpenBolt(filepath.Join(cfg.DataDir, "airlock.db"), cfg.Audit.Durability, log.With("component", "store"))
+	st, err := boltstore.OpenBolt(filepath.Join(cfg.DataDir, "airlock.db"), cfg.Audit.Durability, log.With("component", "store"))
 	if err != nil {
 		return err
 	}
@@ -101,7 +101,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 	}
 	reg := prometheus.NewRegistry()
 	b, err := broker.New(ctx, broker.Options{
-		Store: st, Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
+		Store: st, Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout, MaxPending: cfg.Approval.MaxPendingPerSession,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
 		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,

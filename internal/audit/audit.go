@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // ErrUnavailable means a record could not be written durably; the action it
@@ -72,9 +74,9 @@ type Event struct {
 type Entry struct {
 	Seq  uint64
 	Data []byte
-	// Side is state the sink persists in the same transaction as the record
-	// (for example a grant's usage counters), or nil.
-	Side any
+	// Side is the grant usage the sink persists in the same transaction as
+	// the record, or nil.
+	Side *grants.UsageUpdate
 }
 
 // Sink stores the chain.

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // maxBatch bounds one group commit.
@@ -55,7 +57,7 @@ type Writer struct {
 
 type pending struct {
 	ev      Event
-	side    any
+	side    *grants.UsageUpdate
 	done    chan error // nil for records nobody waits for
 	written time.Time  // when its batch was written (commit latency metric)
 }
@@ -91,7 +93,7 @@ var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan er
 // Append writes ev durably and returns it sealed (Seq, Time, hashes set).
 // side, if not nil, is persisted by the sink in the same transaction.
 // Any failure is wrapped in ErrUnavailable.
-func (w *Writer) Append(ctx context.Context, ev Event, side any) (Event, error) {
+func (w *Writer) Append(ctx context.Context, ev Event, side *grants.UsageUpdate) (Event, error) {
 	if err := ctx.Err(); err != nil {
 		return ev, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}

@@ -86,7 +86,7 @@ func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *ups
 			a.PermitGrants = append(a.PermitGrants, x.Grant.Grant.ID)
 		}
 	}
-	if err := b.store.PutAction(ctx, &a); err != nil {
+	if err := b.actionStore.PutAction(ctx, &a); err != nil {
 		b.releasePending(a)
 		return a, fmt.Errorf("store action: %w", err)
 	}
@@ -94,7 +94,7 @@ func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *ups
 	ev.Type, ev.ActionID, ev.GrantID, ev.Decision = typeActionPending, a.ID, a.GrantID, "hold"
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
 		// A reviewer may have decided meanwhile: then that decision released it.
-		if _, uerr := b.store.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
+		if _, uerr := b.actionStore.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
 			if x.Status != approval.Pending {
 				return errUnchanged
 			}
@@ -153,7 +153,7 @@ var errUnchanged = errors.New("unchanged")
 // expire moves a pending action past its expiry to expired; it can never run.
 func (b *Broker) expire(id string) {
 	b.stopExpiry(id)
-	a, err := b.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
+	a, err := b.actionStore.UpdateAction(context.Background(), id, func(a *approval.Action) error {
 		if a.Status != approval.Pending {
 			return errUnchanged
 		}
@@ -189,11 +189,11 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 	if len(comment) > 1000 {
 		return approval.Action{}, fieldErr("comment", "at most 1000 characters")
 	}
-	if verdict == "approve" && b.killswitch.Load() {
+	if verdict == "approve" && b.ks.engaged.Load() {
 		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", ErrKillswitch)
 	}
 	var execute bool
-	a, err := b.store.UpdateAction(ctx, id, func(a *approval.Action) error {
+	a, err := b.actionStore.UpdateAction(ctx, id, func(a *approval.Action) error {
 		var err error
 		execute, err = approval.Decide(a, approval.Reviewer{ID: p.ID, Name: p.Name}, verdict, comment, b.now().UTC())
 		return err
@@ -244,7 +244,7 @@ func (b *Broker) execute(a approval.Action) {
 		b.releaseReservation(a)
 		fail(code, reason)
 	}
-	if b.killswitch.Load() {
+	if b.ks.engaged.Load() {
 		unsent("killswitch_engaged", "kill-switch engaged")
 		return
 	}
@@ -338,7 +338,7 @@ func (b *Broker) actionCall(a approval.Action, l *Live, g *grants.Live) *Call {
 
 // finish stores the outcome of an execution and wakes waiters.
 func (b *Broker) finish(id string, res *approval.Result, status approval.Status, reason string) {
-	a, err := b.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
+	a, err := b.actionStore.UpdateAction(context.Background(), id, func(a *approval.Action) error {
 		if a.Status != approval.Executing {
 			return errUnchanged
 		}
@@ -359,7 +359,7 @@ func (b *Broker) finish(id string, res *approval.Result, status approval.Status,
 
 // denySessionActions denies the pending actions of a killed session.
 func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessionID string) {
-	pending, err := b.store.Actions(ctx, approval.Pending, 0)
+	pending, err := b.actionStore.Actions(ctx, approval.Pending, 0)
 	if err != nil {
 		b.log.Error("list pending actions", "err", err)
 		return
@@ -368,7 +368,7 @@ func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessi
 		if a.SessionID != sessionID {
 			continue
 		}
-		a, err := b.store.UpdateAction(ctx, a.ID, func(a *approval.Action) error {
+		a, err := b.actionStore.UpdateAction(ctx, a.ID, func(a *approval.Action) error {
 			if a.Status != approval.Pending {
 				return errUnchanged
 			}
@@ -390,7 +390,7 @@ func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessi
 // actions that were executing as failed: their outcome is unknown and they
 // are never sent again.
 func (b *Broker) loadActions(ctx context.Context) error {
-	all, err := b.store.Actions(ctx, "", 0)
+	all, err := b.actionStore.Actions(ctx, "", 0)
 	if err != nil {
 		return fmt.Errorf("load actions: %w", err)
 	}
@@ -409,17 +409,17 @@ func (b *Broker) loadActions(ctx context.Context) error {
 
 // Action returns one action.
 func (b *Broker) Action(ctx context.Context, id string) (approval.Action, error) {
-	return b.store.Action(ctx, id)
+	return b.actionStore.Action(ctx, id)
 }
 
 // Actions lists actions by status, newest first.
 func (b *Broker) Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error) {
-	return b.store.Actions(ctx, status, limit)
+	return b.actionStore.Actions(ctx, status, limit)
 }
 
 // SessionAction returns an action of the sandbox's own session.
 func (b *Broker) SessionAction(ctx context.Context, l *Live, id string) (approval.Action, error) {
-	a, err := b.store.Action(ctx, id)
+	a, err := b.actionStore.Action(ctx, id)
 	if err != nil {
 		return a, err
 	}
@@ -436,14 +436,14 @@ func (b *Broker) WaitAction(ctx context.Context, id string, d time.Duration) (ap
 	defer timer.Stop()
 	for {
 		changed := b.notifier.Changed(id) // before the read: no lost wake-up
-		a, err := b.store.Action(ctx, id)
+		a, err := b.actionStore.Action(ctx, id)
 		if err != nil || a.Status.Terminal() || d <= 0 {
 			return a, err
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return b.store.Action(ctx, id)
+			return b.actionStore.Action(ctx, id)
 		case <-ctx.Done():
 			return a, nil
 		}

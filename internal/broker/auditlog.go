@@ -14,6 +14,19 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 )
 
+// AuditStore is where the audit chain lives: the writer's sink, plus the
+// index by session that a session's trail and a filtered export read
+// instead of scanning the whole log.
+type AuditStore interface {
+	audit.Sink
+	// ScanSessionAudit calls fn with each record of a session from
+	// sequence from on, in order; data is valid only during the call.
+	ScanSessionAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error
+	// LastSessionAudit calls fn with a session's last records, newest
+	// first, at most limit; data is valid only during the call.
+	LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error
+}
+
 // checkpointer signs the chain head every N records or T, and on Close.
 type checkpointer struct {
 	every    uint64
@@ -31,7 +44,7 @@ func (b *Broker) PublicKey() string {
 
 // Checkpoints lists the signed checkpoints.
 func (b *Broker) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
-	return b.store.Checkpoints(ctx)
+	return b.auditStore.Checkpoints(ctx)
 }
 
 func (b *Broker) startCheckpointer(every uint64, interval time.Duration) {
@@ -84,7 +97,7 @@ func (b *Broker) Checkpoint(ctx context.Context) (audit.Checkpoint, error) {
 	}
 	c := audit.Checkpoint{Seq: seq, Hash: head, Time: b.now().UTC()}
 	c.Sign(b.signKey)
-	if err := b.store.PutCheckpoint(ctx, c); err != nil {
+	if err := b.auditStore.PutCheckpoint(ctx, c); err != nil {
 		return c, err
 	}
 	b.lastCheckpoint = seq
@@ -103,7 +116,7 @@ func (b *Broker) stopCheckpointer() {
 
 // Verify walks the whole chain with its checkpoints.
 func (b *Broker) VerifyAudit(ctx context.Context) (audit.Report, error) {
-	cps, err := b.store.Checkpoints(ctx)
+	cps, err := b.auditStore.Checkpoints(ctx)
 	if err != nil {
 		return audit.Report{}, err
 	}
@@ -111,7 +124,7 @@ func (b *Broker) VerifyAudit(ctx context.Context) (audit.Report, error) {
 	if err != nil {
 		return audit.Report{}, err
 	}
-	err = b.store.ScanAudit(ctx, 0, func(_ uint64, data []byte) error { return cv.Next(data) })
+	err = b.auditStore.ScanAudit(ctx, 0, func(_ uint64, data []byte) error { return cv.Next(data) })
 	if err != nil && !audit.IsStop(err) {
 		return audit.Report{}, err
 	}
@@ -124,7 +137,7 @@ func (b *Broker) VerifyAudit(ctx context.Context) (audit.Report, error) {
 func (b *Broker) PruneAudit(ctx context.Context, p auth.Principal, before time.Time) (uint64, audit.Checkpoint, error) {
 	var anchor audit.Checkpoint
 	head, _ := b.audit.Head()
-	err := b.store.ScanAudit(ctx, 0, func(seq uint64, data []byte) error {
+	err := b.auditStore.ScanAudit(ctx, 0, func(seq uint64, data []byte) error {
 		var e struct {
 			Time time.Time `json:"time"`
 			Hash string    `json:"hash"`
@@ -146,7 +159,7 @@ func (b *Broker) PruneAudit(ctx context.Context, p auth.Principal, before time.T
 	}
 	anchor.Time, anchor.Anchor = b.now().UTC(), true
 	anchor.Sign(b.signKey)
-	n, err := b.store.PruneAudit(ctx, anchor)
+	n, err := b.auditStore.PruneAudit(ctx, anchor)
 	if err != nil {
 		return n, anchor, fmt.Errorf("prune: %w", err)
 	}
@@ -156,3 +169,21 @@ func (b *Broker) PruneAudit(ctx context.Context, p auth.Principal, before time.T
 }
 
 var errStopScan = errors.New("stop scan")
+
+// ScanAudit calls fn with each stored audit record from sequence from on, in
+// order. With a sessionID it reads only that session's records, from the
+// store's index by session (not a scan of the whole log). data is valid only
+// during the call.
+func (b *Broker) ScanAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error {
+	if sessionID != "" {
+		return b.auditStore.ScanSessionAudit(ctx, sessionID, from, fn)
+	}
+	return b.auditStore.ScanAudit(ctx, from, fn)
+}
+
+// LastSessionAudit calls fn with a session's last audit records, newest
+// first, at most limit of them, from the store's index by session. data is
+// valid only during the call.
+func (b *Broker) LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error {
+	return b.auditStore.LastSessionAudit(ctx, sessionID, limit, fn)
+}

@@ -11,7 +11,6 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -46,6 +45,11 @@ var (
 // Options configure a Broker.
 type Options struct {
 	Store            store.Store
+	Sessions         SessionStore    // sessions and grants (default Store)
+	Audit            AuditStore      // the audit chain and its index by session (default Store)
+	Actions          approval.Store  // actions awaiting or after approval (default Store)
+	Tokens           TokenStore      // API tokens' digests (default Store)
+	Killswitch       KillswitchStore // the kill-switch's durable state (default Store)
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -79,9 +83,11 @@ type Broker struct {
 	enforce   bool
 	hmacKey   []byte
 
-	killswitch atomic.Bool
-	halt       atomic.Pointer[halt] // cancelled when the kill-switch is engaged
-	ksMu       sync.Mutex           // serializes engaging and releasing the kill-switch
+	ks           killswitch     // the global kill-switch service
+	tokenStore   TokenStore     // API tokens (their digests)
+	sessionStore SessionStore   // sessions and grants
+	actionStore  approval.Store // actions awaiting or after approval
+	auditStore   AuditStore     // the audit chain and its index by session
 
 	approvalTTL time.Duration
 	maxPending  int64
@@ -151,6 +157,21 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 		o.Clock = clock.WithNow(o.Now)
 	}
+	if o.Sessions == nil {
+		o.Sessions = o.Store
+	}
+	if o.Audit == nil {
+		o.Audit = o.Store
+	}
+	if o.Actions == nil {
+		o.Actions = o.Store
+	}
+	if o.Tokens == nil {
+		o.Tokens = o.Store
+	}
+	if o.Killswitch == nil {
+		o.Killswitch = o.Store
+	}
 	for _, u := range o.Upstreams {
 		if u != nil && u.Clock == nil {
 			u.Clock = o.Now // the rotation grace of its scrubber
@@ -177,16 +198,17 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	apiTokens, err := o.Store.Tokens(ctx)
+	apiTokens, err := o.Tokens.Tokens(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("load API tokens: %w", err)
 	}
-	w, err := audit.NewWriter(ctx, o.Store, o.Now, o.Log.With("component", "audit"))
+	w, err := audit.NewWriter(ctx, o.Audit, o.Now, o.Log.With("component", "audit"))
 	if err != nil {
 		return nil, err
 	}
 	b := &Broker{
-		store: o.Store, audit: w, tokens: tokens,
+		store: o.Store, audit: w, tokens: tokens, tokenStore: o.Tokens,
+		sessionStore: o.Sessions, actionStore: o.Actions, auditStore: o.Audit,
 		auth:      auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
 		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
@@ -199,7 +221,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b.metrics = newMetrics(o.Metrics, b)
 	b.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
 	b.awsKey = derive("aws-sigv4-session")
-	if cps, err := o.Store.Checkpoints(ctx); err == nil && len(cps) > 0 {
+	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
 		b.lastCheckpoint = cps[len(cps)-1].Seq
 	}
 	w.OnCommit(func(n int, d time.Duration) {
@@ -213,13 +235,8 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if b.maxPending = int64(o.MaxPending); b.maxPending <= 0 {
 		b.maxPending = DefaultMaxPending
 	}
-	if ks, err := o.Store.Meta(ctx, metaKillswitch); err == nil {
-		var st KillswitchState
-		if json.Unmarshal(ks, &st) == nil {
-			b.killswitch.Store(st.Engaged)
-		}
-	}
-	b.halt.Store(newHalt(b.killswitch.Load()))
+	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
+	b.ks.load(ctx)
 	if err := b.load(ctx); err != nil {
 		w.Close()
 		return nil, err
@@ -264,7 +281,7 @@ func (b *Broker) load(ctx context.Context) error {
 	now := b.now()
 	after := ""
 	for {
-		page, err := b.store.Sessions(ctx, after, 1000)
+		page, err := b.sessionStore.Sessions(ctx, after, 1000)
 		if err != nil {
 			return fmt.Errorf("load sessions: %w", err)
 		}
@@ -272,7 +289,7 @@ func (b *Broker) load(ctx context.Context) error {
 			if !s.RevokedAt.IsZero() || !now.Before(s.ExpiresAt) {
 				continue
 			}
-			recs, err := b.store.SessionGrants(ctx, s.ID)
+			recs, err := b.sessionStore.SessionGrants(ctx, s.ID)
 			if err != nil {
 				return fmt.Errorf("load grants of %s: %w", s.ID, err)
 			}
@@ -398,12 +415,6 @@ func (b *Broker) ActionURL(a approval.Action) string {
 	}
 	return u.URL(a.Request.Path, a.Request.Query)
 }
-
-// Audit is the chain writer.
-func (b *Broker) Audit() *audit.Writer { return b.audit }
-
-// Store is the underlying store.
-func (b *Broker) Store() store.Store { return b.store }
 
 // Ready reports whether the store is usable and credential sources answer.
 func (b *Broker) Ready(ctx context.Context) map[string]error {

@@ -13,7 +13,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
-	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -183,7 +182,7 @@ func (c *Call) Admit(caller Caller) error {
 }
 
 func (b *Broker) admit(c Caller) (*Live, error) {
-	if b.killswitch.Load() {
+	if b.ks.engaged.Load() {
 		return nil, ErrKillswitch
 	}
 	var l *Live
@@ -517,9 +516,9 @@ func (c *Call) recordAllowed(ctx context.Context) error {
 	ev := c.b.callEvent(c.l, c.rec)
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
-	var side any
+	var side *grants.UsageUpdate
 	if c.grant.Grant.MaxUses > 0 || len(c.grant.Grant.Budget) > 0 {
-		side = &store.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}
+		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}
 	}
 	if _, err := c.b.audit.Append(ctx, ev, side); err != nil {
 		c.unreserve()

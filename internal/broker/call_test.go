@@ -17,6 +17,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -24,7 +25,7 @@ import (
 // one call a second (burst 1) on the test's clock.
 func callBroker(t *testing.T, now func() time.Time) *broker.Broker {
 	t.Helper()
-	st, err := store.OpenBolt(filepath.Join(t.TempDir(), "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	st, err := boltstore.OpenBolt(filepath.Join(t.TempDir(), "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,16 +5,13 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/netip"
 
-	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
-	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // Verify resolves a session token to its live session: the signature and
@@ -43,7 +40,7 @@ func (b *Broker) identify(token string) (*Live, error) {
 	l, ok = b.live(c.SessionID)
 	if !ok {
 		// Not in memory: expired and forgotten, revoked, or never existed.
-		s, err := b.store.Session(context.Background(), c.SessionID)
+		s, err := b.sessionStore.Session(context.Background(), c.SessionID)
 		switch {
 		case err == nil && !s.RevokedAt.IsZero():
 			return nil, session.ErrRevoked
@@ -114,19 +111,7 @@ type KillswitchState struct {
 
 // Killswitch returns the global state.
 func (b *Broker) Killswitch(ctx context.Context) (KillswitchState, error) {
-	var st KillswitchState
-	data, err := b.store.Meta(ctx, metaKillswitch)
-	if errors.Is(err, store.ErrNotFound) {
-		return st, nil
-	}
-	if err != nil {
-		return st, err
-	}
-	if err := json.Unmarshal(data, &st); err != nil {
-		return st, err
-	}
-	st.Engaged = b.killswitch.Load()
-	return st, nil
+	return b.ks.state(ctx)
 }
 
 // SetKillswitch engages or releases the global kill-switch. Engaged, every
@@ -139,27 +124,7 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 	if len(reason) > 500 {
 		return KillswitchState{}, fieldErr("reason", "at most 500 characters")
 	}
-	b.ksMu.Lock() // one change at a time: an engage acknowledged is never undone by a concurrent release
-	defer b.ksMu.Unlock()
-	st := KillswitchState{Engaged: engaged, By: p.ID, Reason: reason, Since: b.now().UTC().Format("2006-01-02T15:04:05.000Z07:00")}
-	if engaged {
-		b.engage() // refuse new calls and cut running ones at once, before the write
-	}
-	data, _ := json.Marshal(st)
-	if err := b.store.PutMeta(ctx, metaKillswitch, data); err != nil {
-		return KillswitchState{}, fmt.Errorf("persist kill-switch: %w", err)
-	}
-	typ := audit.TypeKillswitch
-	if !engaged {
-		typ = audit.TypeKillswitchOff
-	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: typ, Actor: b.actorOf(p), Reason: reason}, nil); err != nil {
-		return KillswitchState{}, err
-	}
-	if !engaged {
-		b.release()
-	}
-	return st, nil
+	return b.ks.set(ctx, b.actorOf(p), p.ID, engaged, reason)
 }
 
 // AWSSecret is the session's SigV4 signing secret: derived from the session

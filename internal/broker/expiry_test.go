@@ -18,6 +18,7 @@ import (
 	airclock "github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -32,7 +33,7 @@ var expReviewer = auth.Principal{ID: "rev", Name: "rev", Role: auth.RoleReviewer
 // it outlives the brokers opened on it) with opts' clock; its upstream
 // "pay" is unreachable, so an action that ran would end failed, never
 // expired. Kit.Close closes it (once; the test's cleanup does too).
-func expBroker(tb testing.TB, st *store.Bolt, opts ...brokertest.Option) *brokertest.Kit {
+func expBroker(tb testing.TB, st *boltstore.Bolt, opts ...brokertest.Option) *brokertest.Kit {
 	tb.Helper()
 	pay := brokertest.Unreachable("pay")
 	pay.Source = staticSource{}
@@ -79,7 +80,7 @@ func expStatus(t *testing.T, b *broker.Broker, id string) approval.Status {
 }
 
 // expAudit returns the times of the audit records of type typ about action id.
-func expAudit(t *testing.T, st *store.Bolt, typ, id string) []time.Time {
+func expAudit(t *testing.T, st *boltstore.Bolt, typ, id string) []time.Time {
 	t.Helper()
 	var at []time.Time
 	err := st.ScanAudit(context.Background(), 0, func(_ uint64, data []byte) error {

@@ -23,28 +23,14 @@ func newHalt(engaged bool) *halt {
 	return &halt{ctx: ctx, cancel: cancel}
 }
 
-// engage refuses new sandbox calls and cuts every running one.
-func (b *Broker) engage() {
-	b.killswitch.Store(true)
-	b.halt.Load().cancel(ErrKillswitch)
-}
-
-// release starts a new period in which calls may run.
-func (b *Broker) release() {
-	if b.halt.Load().ctx.Err() != nil {
-		b.halt.Store(newHalt(false))
-	}
-	b.killswitch.Store(false)
-}
-
 // Bound returns a context for work done on behalf of a session's call (an
 // upstream call, a long-poll for a decision): it ends when parent does,
 // when the session is killed (cause session.ErrRevoked) or when the global
 // kill-switch is engaged (cause ErrKillswitch). Call stop when done.
 func (b *Broker) Bound(parent context.Context, l *Live) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
-	h := b.halt.Load()
-	if h.ctx.Err() != nil || b.killswitch.Load() {
+	h := b.ks.halt.Load()
+	if h.ctx.Err() != nil || b.ks.engaged.Load() {
 		cancel(ErrKillswitch)
 		return ctx, func() {}
 	}

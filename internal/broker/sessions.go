@@ -16,6 +16,19 @@ import (
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
+// SessionStore is what sessions and their grants need persisted. Session
+// and Grant return store.ErrNotFound for an unknown id; Sessions lists in id
+// (creation) order after after, at most limit.
+type SessionStore interface {
+	PutSession(ctx context.Context, s *session.Session) error
+	CreateSession(ctx context.Context, s *session.Session, gs []grants.Grant) error
+	Session(ctx context.Context, id string) (session.Session, error)
+	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
+	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
+	Grant(ctx context.Context, id string) (store.GrantRecord, error)
+	SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error)
+}
+
 // SessionRequest is what an operator asks for.
 type SessionRequest struct {
 	TaskID         string
@@ -151,7 +164,7 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	// shown, only when both are.
 	var g errgroup.Group
 	g.Go(func() error {
-		if err := b.store.CreateSession(ctx, &s, recs); err != nil {
+		if err := b.sessionStore.CreateSession(ctx, &s, recs); err != nil {
 			return fmt.Errorf("store session: %w", err)
 		}
 		return nil
@@ -234,7 +247,7 @@ func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
 	if l, ok := b.live(id); ok {
 		return b.view(l), nil
 	}
-	s, err := b.store.Session(ctx, id)
+	s, err := b.sessionStore.Session(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return SessionView{}, ErrNotFound
 	}
@@ -245,7 +258,7 @@ func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
 }
 
 func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView, error) {
-	recs, err := b.store.SessionGrants(ctx, s.ID)
+	recs, err := b.sessionStore.SessionGrants(ctx, s.ID)
 	if err != nil {
 		return SessionView{}, err
 	}
@@ -265,7 +278,7 @@ func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView
 
 // Sessions lists sessions in creation order after cursor `after`.
 func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]SessionView, string, error) {
-	ss, err := b.store.Sessions(ctx, after, limit+1)
+	ss, err := b.sessionStore.Sessions(ctx, after, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -313,7 +326,7 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	s := l.Session
 	s.RevokedAt = now
 	var firstErr error
-	if err := b.store.PutSession(ctx, &s); err != nil {
+	if err := b.sessionStore.PutSession(ctx, &s); err != nil {
 		firstErr = err
 	}
 	for _, g := range l.Grants() {
@@ -321,7 +334,7 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 		if rec.RevokedAt.IsZero() {
 			rec.RevokedAt = now
 		}
-		if err := b.store.PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
+		if err := b.sessionStore.PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -365,7 +378,7 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 	if b.enforce && l.Session.Isolation < r2.RequiredIsolation() {
 		return GrantView{}, fmt.Errorf("%w: this grant raises the required isolation to %s", session.ErrIsolationWeak, r2.RequiredIsolation())
 	}
-	if err := b.store.PutGrant(ctx, &g, grants.Usage{}); err != nil {
+	if err := b.sessionStore.PutGrant(ctx, &g, grants.Usage{}); err != nil {
 		return GrantView{}, fmt.Errorf("store grant: %w", err)
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: b.actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
@@ -389,7 +402,7 @@ func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
 		l, live := b.live(gl.Grant.SessionID)
 		return b.grantView(gl, !live || l.revoked.Load()), nil
 	}
-	r, err := b.store.Grant(ctx, id)
+	r, err := b.sessionStore.Grant(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return GrantView{}, ErrNotFound
 	}
@@ -400,7 +413,7 @@ func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
 	if err != nil {
 		return GrantView{}, err
 	}
-	sess, err := b.store.Session(ctx, r.Grant.SessionID)
+	sess, err := b.sessionStore.Session(ctx, r.Grant.SessionID)
 	return b.grantView(gl, err != nil || !sess.RevokedAt.IsZero()), nil
 }
 
@@ -418,7 +431,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	gl.Revoke()
 	rec := gl.Grant
 	rec.RevokedAt = b.now().UTC()
-	if err := b.store.PutGrant(ctx, &rec, gl.Usage()); err != nil {
+	if err := b.sessionStore.PutGrant(ctx, &rec, gl.Usage()); err != nil {
 		return GrantView{}, fmt.Errorf("grant revoked, but persisting it failed: %w", err)
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: b.actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {

@@ -12,6 +12,14 @@ import (
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
+// TokenStore is what API tokens need persisted: only each token's digest,
+// never its secret. DeleteToken returns store.ErrNotFound for an unknown id.
+type TokenStore interface {
+	PutToken(ctx context.Context, t auth.Token) error
+	DeleteToken(ctx context.Context, id string) error
+	Tokens(ctx context.Context) ([]auth.Token, error)
+}
+
 // CreateToken makes an API token for role; the token string is returned
 // once and only its digest is stored.
 func (b *Broker) CreateToken(ctx context.Context, p auth.Principal, role, name string, ttl time.Duration) (auth.Token, string, error) {
@@ -31,7 +39,7 @@ func (b *Broker) CreateToken(ctx context.Context, p auth.Principal, role, name s
 	}
 	secret, digest := auth.NewSecret(t.ID)
 	t.Digest = digest
-	if err := b.store.PutToken(ctx, t); err != nil {
+	if err := b.tokenStore.PutToken(ctx, t); err != nil {
 		return auth.Token{}, "", fmt.Errorf("store token: %w", err)
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenCreated, Actor: b.actorOf(p), Reason: "role " + role + ", token " + b.AuditID(t.ID)}, nil); err != nil {
@@ -50,7 +58,7 @@ func (b *Broker) Tokens() []auth.Token {
 
 // RevokeToken deletes an API token at once.
 func (b *Broker) RevokeToken(ctx context.Context, p auth.Principal, id string) error {
-	if err := b.store.DeleteToken(ctx, id); err != nil {
+	if err := b.tokenStore.DeleteToken(ctx, id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return ErrNotFound
 		}

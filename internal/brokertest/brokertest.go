@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -32,8 +33,8 @@ const AdminToken = "admin-admin-admin-admin"
 // Kit is a broker opened for a test and what it was opened on.
 type Kit struct {
 	Broker *broker.Broker
-	Store  *store.Bolt // the bbolt store under the broker (WithOptions may wrap it)
-	Clock  *clock.Fake // the broker's clock when it is a Fake, else nil
+	Store  *boltstore.Bolt // the bbolt store under the broker (WithOptions may wrap it)
+	Clock  *clock.Fake     // the broker's clock when it is a Fake, else nil
 	once   sync.Once
 }
 
@@ -46,7 +47,7 @@ type Option func(*settings)
 
 type settings struct {
 	durability string
-	st         *store.Bolt
+	st         *boltstore.Bolt
 	clock      clock.Clock
 	upstreams  map[string]*upstream.Upstream
 	edits      []func(*broker.Options)
@@ -58,7 +59,7 @@ func WithDurability(d string) Option { return func(s *settings) { s.durability =
 
 // WithStore runs the broker on st (from MustOpenStore) instead of a store
 // of its own, so a test can open several brokers on one file in turn.
-func WithStore(st *store.Bolt) Option { return func(s *settings) { s.st = st } }
+func WithStore(st *boltstore.Bolt) Option { return func(s *settings) { s.st = st } }
 
 // WithFakeClock runs the broker on a clock.Fake at t0, returned as Kit.Clock.
 func WithFakeClock(t0 time.Time) Option { return WithClock(clock.NewFake(t0)) }
@@ -85,10 +86,10 @@ func WithOptions(edit func(*broker.Options)) Option {
 
 // MustOpenStore opens a bbolt store in durability d in tb.TempDir().
 // tb.Cleanup closes it and runs bbolt's consistency check on the file.
-func MustOpenStore(tb testing.TB, d string) *store.Bolt {
+func MustOpenStore(tb testing.TB, d string) *boltstore.Bolt {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "airlock.db")
-	st, err := store.OpenBolt(path, d, Discard())
+	st, err := boltstore.OpenBolt(path, d, Discard())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func MustOpenStore(tb testing.TB, d string) *store.Bolt {
 			tb.Errorf("close the store: %v", err)
 			return
 		}
-		if err := store.CheckFile(path); err != nil {
+		if err := boltstore.CheckFile(path); err != nil {
 			tb.Errorf("the store after the test: %v", err)
 		}
 	})

@@ -112,6 +112,13 @@ type Usage struct {
 	Version uint64
 }
 
+// UsageUpdate is a snapshot of one grant's usage that a store persists in the
+// same transaction as the audit record of the call it counts (audit.Entry.Side).
+type UsageUpdate struct {
+	GrantID string
+	Usage   Usage
+}
+
 // FieldError names the offending field of a malformed grant.
 type FieldError struct {
 	Field string

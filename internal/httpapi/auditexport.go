@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -82,13 +81,7 @@ func (s *Server) exportAudit(w http.ResponseWriter, r *http.Request, p auth.Prin
 	var e audit.Event
 	// A session's records come from the store's index by session, the
 	// whole log otherwise; the filter below applies either way.
-	scan := s.b.Store().ScanAudit
-	if f.sessionID != "" {
-		scan = func(ctx context.Context, from uint64, fn func(uint64, []byte) error) error {
-			return s.b.Store().ScanSessionAudit(ctx, f.sessionID, from, fn)
-		}
-	}
-	err = scan(r.Context(), f.from, func(seq uint64, data []byte) error {
+	err = s.b.ScanAudit(r.Context(), f.sessionID, f.from, func(seq uint64, data []byte) error {
 		if decode {
 			e = audit.Event{}
 			if err := json.Unmarshal(data, &e); err != nil {

@@ -30,6 +30,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -37,7 +38,7 @@ const admin = brokertest.AdminToken
 
 // faultyStore is the real bbolt store with audit writes that can be made to fail.
 type faultyStore struct {
-	*store.Bolt
+	*boltstore.Bolt
 	failAudit atomic.Bool
 }
 

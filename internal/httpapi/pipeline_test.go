@@ -29,6 +29,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -45,7 +46,7 @@ const pipeCanary = "CANARY-pipeline-secret"
 // pipeStore is the real bbolt store whose writes of "allowed" records can
 // be made to fail (the rest of the audit log stays writable).
 type pipeStore struct {
-	*store.Bolt
+	*boltstore.Bolt
 	failAllowed atomic.Bool
 }
 
@@ -89,7 +90,7 @@ type pipeEnv struct {
 func pipeStart(t *testing.T) *pipeEnv {
 	t.Helper()
 	dir := t.TempDir()
-	bolt, err := store.OpenBolt(filepath.Join(dir, "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	bolt, err := boltstore.OpenBolt(filepath.Join(dir, "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -60,7 +60,7 @@ func (u uiBackend) SetKillswitch(ctx context.Context, p auth.Principal, engaged 
 // session (not a scan of the whole log), newest first.
 func (u uiBackend) SessionTrail(ctx context.Context, sessionID string, limit int) ([]web.TrailEntry, error) {
 	out := make([]web.TrailEntry, 0, limit)
-	err := u.Store().LastSessionAudit(ctx, sessionID, limit, func(seq uint64, data []byte) error {
+	err := u.Broker.LastSessionAudit(ctx, sessionID, limit, func(seq uint64, data []byte) error {
 		var e audit.Event
 		if json.Unmarshal(data, &e) != nil || e.SessionID != sessionID {
 			return nil

@@ -1,5 +1,7 @@
-// Package store persists sessions, grants, API tokens, broker state and the
-// audit chain. Bolt is the embedded default (one bbolt file).
+// Package store declares what the broker persists (sessions, grants, API
+// tokens, broker state and the audit chain): the Store interface, its
+// sentinel errors and record-neutral types. It imports no database;
+// internal/store/boltstore is the embedded bbolt implementation.
 package store
 
 import (
@@ -14,6 +16,16 @@ import (
 	"github.com/airlock-broker/airlock/internal/session"
 )
 
+// Durability modes of the audit log (DESIGN §7).
+const (
+	// DurabilityFsync: a record is on disk before the caller is answered.
+	DurabilityFsync = "fsync"
+	// DurabilityBuffered: a record is handed to the OS before the answer
+	// (it survives a broker crash) and fsync'd within the store's sync interval (a power
+	// cut can lose that window).
+	DurabilityBuffered = "buffered"
+)
+
 // ErrNotFound is returned when a key does not exist.
 var ErrNotFound = errors.New("not found")
 
@@ -25,10 +37,7 @@ type GrantRecord struct {
 
 // UsageUpdate is the audit.Entry Side that persists a grant's usage in the
 // same transaction as the call's record.
-type UsageUpdate struct {
-	GrantID string
-	Usage   grants.Usage
-}
+type UsageUpdate = grants.UsageUpdate
 
 // Store is everything the broker persists. Implementations must be safe for
 // concurrent use.

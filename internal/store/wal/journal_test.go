@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // TestJournalCutsATornTail: entries written and synced replay whole, with
@@ -15,14 +16,14 @@ import (
 func TestJournalCutsATornTail(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "airlock.db.journal")
 	codec := SideCodec{
-		Encode: func(side any) ([]byte, error) { return []byte(side.(string)), nil },
-		Decode: func(data []byte) (any, error) { return string(data), nil },
+		Encode: func(side *grants.UsageUpdate) ([]byte, error) { return []byte(side.GrantID), nil },
+		Decode: func(data []byte) (*grants.UsageUpdate, error) { return &grants.UsageUpdate{GrantID: string(data)}, nil },
 	}
 	j, err := openJournal(path, 0, codec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := j.append([]audit.Entry{{Seq: 1, Data: []byte(`{"seq":1}`)}, {Seq: 2, Data: []byte(`{"seq":2}`), Side: "side-2"}}); err != nil {
+	if err := j.append([]audit.Entry{{Seq: 1, Data: []byte(`{"seq":1}`)}, {Seq: 2, Data: []byte(`{"seq":2}`), Side: &grants.UsageUpdate{GrantID: "side-2"}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := j.sync(); err != nil {
@@ -41,7 +42,7 @@ func TestJournalCutsATornTail(t *testing.T) {
 	if err := j.replay(func(e audit.Entry) error { got = append(got, e); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0].Side != nil || got[1].Side != "side-2" || string(got[1].Data) != `{"seq":2}` {
+	if len(got) != 2 || got[0].Side != nil || got[1].Side == nil || got[1].Side.GrantID != "side-2" || string(got[1].Data) != `{"seq":2}` {
 		t.Fatalf("replayed %+v", got)
 	}
 	if err := j.append([]audit.Entry{{Seq: 3, Data: []byte(`{"seq":3}`)}}); err != nil {

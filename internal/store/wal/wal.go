@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // SyncInterval bounds the unsynced window in buffered mode.
@@ -38,8 +39,8 @@ const DefaultMaxBacklog = 1 << 18
 // SideCodec encodes an audit.Entry's Side into a journal entry and back.
 // Encode returns nil for a side it does not persist.
 type SideCodec struct {
-	Encode func(side any) ([]byte, error)
-	Decode func(data []byte) (any, error)
+	Encode func(side *grants.UsageUpdate) ([]byte, error)
+	Decode func(data []byte) (*grants.UsageUpdate, error)
 }
 
 // Options configure a Log.

@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
 
 // writeLegacy regenerates testdata/legacy: a bbolt file and an audit journal
@@ -118,7 +119,7 @@ func TestWriteLegacyFixture(t *testing.T) {
 	d := legacyFixture()
 	dir := t.TempDir()
 	path := filepath.Join(dir, "airlock.db")
-	s, err := store.OpenBolt(path, store.DurabilityFsync, discard)
+	s, err := boltstore.OpenBolt(path, store.DurabilityFsync, discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func TestWriteLegacyFixture(t *testing.T) {
 	}
 	appendAll := func(evs []legacyEvent) {
 		for _, e := range evs {
-			var side any
+			var side *store.UsageUpdate
 			if e.Usage != nil {
 				side = e.Usage
 			}
@@ -214,7 +215,7 @@ func TestLegacyFileLoads(t *testing.T) {
 		}
 	}
 	path := filepath.Join(dir, "airlock.db")
-	s, err := store.OpenBolt(path, store.DurabilityFsync, discard)
+	s, err := boltstore.OpenBolt(path, store.DurabilityFsync, discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
 
 // Two concurrent calls on a grant each take a usage snapshot after their
@@ -51,18 +52,18 @@ func TestUsageOlderSnapshotNeverWins(t *testing.T) {
 	}
 	tests := []struct {
 		name  string
-		write func(ctx context.Context, s *store.Bolt, first, second grants.Usage) error
+		write func(ctx context.Context, s *boltstore.Bolt, first, second grants.Usage) error
 	}{
-		{"journal: reversed in one batch", func(ctx context.Context, s *store.Bolt, first, second grants.Usage) error {
+		{"journal: reversed in one batch", func(ctx context.Context, s *boltstore.Bolt, first, second grants.Usage) error {
 			return s.CommitAudit(ctx, []audit.Entry{entry(1, second), entry(2, first)})
 		}},
-		{"journal: reversed across batches", func(ctx context.Context, s *store.Bolt, first, second grants.Usage) error {
+		{"journal: reversed across batches", func(ctx context.Context, s *boltstore.Bolt, first, second grants.Usage) error {
 			if err := s.CommitAudit(ctx, []audit.Entry{entry(1, second)}); err != nil {
 				return err
 			}
 			return s.CommitAudit(ctx, []audit.Entry{entry(2, first)})
 		}},
-		{"grant write after the journal", func(ctx context.Context, s *store.Bolt, first, second grants.Usage) error {
+		{"grant write after the journal", func(ctx context.Context, s *boltstore.Bolt, first, second grants.Usage) error {
 			if err := s.CommitAudit(ctx, []audit.Entry{entry(1, second)}); err != nil {
 				return err
 			}
@@ -71,7 +72,7 @@ func TestUsageOlderSnapshotNeverWins(t *testing.T) {
 			}
 			return s.PutGrant(ctx, &g, first)
 		}},
-		{"journal after a grant write", func(ctx context.Context, s *store.Bolt, first, second grants.Usage) error {
+		{"journal after a grant write", func(ctx context.Context, s *boltstore.Bolt, first, second grants.Usage) error {
 			if err := s.PutGrant(ctx, &g, second); err != nil {
 				return err
 			}
@@ -82,7 +83,7 @@ func TestUsageOlderSnapshotNeverWins(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx := context.Background()
 			path := filepath.Join(t.TempDir(), "airlock.db")
-			s, err := store.OpenBolt(path, store.DurabilityFsync, discard)
+			s, err := boltstore.OpenBolt(path, store.DurabilityFsync, discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -98,7 +99,7 @@ func TestUsageOlderSnapshotNeverWins(t *testing.T) {
 			}
 			CheckConsistency(t, path)
 			// The restart.
-			s, err = store.OpenBolt(path, store.DurabilityFsync, discard)
+			s, err = boltstore.OpenBolt(path, store.DurabilityFsync, discard)
 			if err != nil {
 				t.Fatal(err)
 			}

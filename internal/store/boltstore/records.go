@@ -1,4 +1,4 @@
-package store
+package boltstore
 
 import (
 	"encoding/json"
@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // The stored form of every value is a record type of this file: explicit
@@ -209,16 +210,15 @@ type usageUpdateRecord struct {
 
 // encodeSide is the journal's encoding of an audit.Entry's side: a
 // *UsageUpdate, or nothing.
-func encodeSide(side any) ([]byte, error) {
-	u, ok := side.(*UsageUpdate)
-	if !ok || u == nil {
+func encodeSide(u *store.UsageUpdate) ([]byte, error) {
+	if u == nil {
 		return nil, nil
 	}
 	return json.Marshal(usageUpdateRecord{Schema: schemaVersion, GrantID: u.GrantID, Usage: toUsageRecord(u.Usage)})
 }
 
 // decodeSide reverses encodeSide.
-func decodeSide(data []byte) (any, error) {
+func decodeSide(data []byte) (*store.UsageUpdate, error) {
 	var r usageUpdateRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decode usage update: %w", err)
@@ -230,7 +230,7 @@ func decodeSide(data []byte) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &UsageUpdate{GrantID: r.GrantID, Usage: u}, nil
+	return &store.UsageUpdate{GrantID: r.GrantID, Usage: u}, nil
 }
 
 // tokenRecord is a stored API token (bucket tokens, key its id).

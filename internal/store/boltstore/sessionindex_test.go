@@ -1,4 +1,4 @@
-package store
+package boltstore
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	bolt "go.etcd.io/bbolt"
 
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // sidRecord is an audit record as the audit writer encodes it (byte for
@@ -80,7 +81,7 @@ func FuzzRecordSessionID(f *testing.F) {
 
 func indexTestStore(t *testing.T, path string) *Bolt {
 	t.Helper()
-	s, err := OpenBolt(path, DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := OpenBolt(path, store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

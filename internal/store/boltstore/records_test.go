@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"context"

@@ -1,4 +1,6 @@
-package store
+// Package boltstore is the embedded store.Store: one bbolt file, with the
+// audit chain written through a write-ahead journal (internal/store/wal).
+package boltstore
 
 import (
 	"bytes"
@@ -18,6 +20,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/wal"
 )
 
@@ -32,16 +35,6 @@ var (
 	bucketActions       = []byte("actions")
 	bucketPending       = []byte("actions_pending")
 	bucketCheckpoints   = []byte("audit_checkpoints")
-)
-
-// Durability modes of the audit log (DESIGN §7).
-const (
-	// DurabilityFsync: a record is on disk before the caller is answered.
-	DurabilityFsync = "fsync"
-	// DurabilityBuffered: a record is handed to the OS before the answer
-	// (it survives a broker crash) and fsync'd within SyncInterval (a power
-	// cut can lose that window).
-	DurabilityBuffered = "buffered"
 )
 
 // SyncInterval bounds the unsynced window in buffered mode.
@@ -72,7 +65,7 @@ const journalLimit = 32 << 20
 // OpenBolt opens (creating) the database file at path.
 func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 	switch durability {
-	case "", DurabilityFsync, DurabilityBuffered:
+	case "", store.DurabilityFsync, store.DurabilityBuffered:
 	default:
 		return nil, fmt.Errorf("unknown audit durability %q", durability)
 	}
@@ -109,7 +102,7 @@ func OpenBolt(path, durability string, log *slog.Logger) (*Bolt, error) {
 	// Records acknowledged before a crash but not yet in bbolt are in the
 	// journal: opening it replays them.
 	s.wal, err = wal.Open(wal.Options{
-		Path: path + ".journal", Limit: journalLimit, Buffered: durability == DurabilityBuffered,
+		Path: path + ".journal", Limit: journalLimit, Buffered: durability == store.DurabilityBuffered,
 		Apply: s.applyEntries, Codec: wal.SideCodec{Encode: encodeSide, Decode: decodeSide},
 		MaxBacklog: maxPending, Log: log,
 	})
@@ -140,7 +133,7 @@ func (s *Bolt) applyEntries(entries []audit.Entry) error {
 				return err
 			}
 			index.add(e.Seq, e.Data)
-			if u, ok := e.Side.(*UsageUpdate); ok && u != nil {
+			if u := e.Side; u != nil {
 				if err := putUsage(tx, u.GrantID, u.Usage); err != nil {
 					return err
 				}
@@ -196,7 +189,7 @@ func get[T any](tx *bolt.Tx, bucket []byte, key string, decode func([]byte) (T, 
 	data := tx.Bucket(bucket).Get([]byte(key))
 	if data == nil {
 		var zero T
-		return zero, ErrNotFound
+		return zero, store.ErrNotFound
 	}
 	return decode(data)
 }
@@ -471,22 +464,22 @@ func putUsage(tx *bolt.Tx, grantID string, u grants.Usage) error {
 }
 
 // Grant implements Store.
-func (s *Bolt) Grant(ctx context.Context, id string) (GrantRecord, error) {
+func (s *Bolt) Grant(ctx context.Context, id string) (store.GrantRecord, error) {
 	if err := s.flushAudit(); err != nil { // usage rides with audit records
-		return GrantRecord{}, err
+		return store.GrantRecord{}, err
 	}
-	var out GrantRecord
+	var out store.GrantRecord
 	err := s.db.View(func(tx *bolt.Tx) error { return getGrant(tx, id, &out) })
 	return out, err
 }
 
-func getGrant(tx *bolt.Tx, id string, out *GrantRecord) error {
+func getGrant(tx *bolt.Tx, id string, out *store.GrantRecord) error {
 	g, err := get(tx, bucketGrants, id, decodeGrant)
 	if err != nil {
 		return err
 	}
 	u, err := get(tx, bucketUsage, id, decodeUsage)
-	if err != nil && !errors.Is(err, ErrNotFound) {
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
 		return err
 	}
 	out.Grant, out.Usage = g, u
@@ -494,16 +487,16 @@ func getGrant(tx *bolt.Tx, id string, out *GrantRecord) error {
 }
 
 // SessionGrants implements Store.
-func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error) {
+func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error) {
 	if err := s.flushAudit(); err != nil { // usage rides with audit records
 		return nil, err
 	}
-	var out []GrantRecord
+	var out []store.GrantRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		prefix := []byte(sessionID + "/")
 		c := tx.Bucket(bucketSessionGrants).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			var r GrantRecord
+			var r store.GrantRecord
 			if err := getGrant(tx, string(k[len(prefix):]), &r); err != nil {
 				return err
 			}
@@ -524,7 +517,7 @@ func (s *Bolt) DeleteToken(ctx context.Context, id string) error {
 	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTokens)
 		if b.Get([]byte(id)) == nil {
-			return ErrNotFound
+			return store.ErrNotFound
 		}
 		return b.Delete([]byte(id))
 	})
@@ -541,7 +534,7 @@ func (s *Bolt) Meta(ctx context.Context, key string) ([]byte, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketMeta).Get([]byte(key))
 		if v == nil {
-			return ErrNotFound
+			return store.ErrNotFound
 		}
 		out = bytes.Clone(v)
 		return nil
@@ -609,7 +602,7 @@ func (s *Bolt) Action(ctx context.Context, id string) (approval.Action, error) {
 		a, err = get(tx, bucketActions, id, decodeAction)
 		return err
 	})
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, store.ErrNotFound) {
 		return a, approval.ErrNotFound
 	}
 	return a, err
@@ -653,7 +646,7 @@ func (s *Bolt) UpdateAction(ctx context.Context, id string, fn func(*approval.Ac
 	err := s.update(func(tx *bolt.Tx) error {
 		var err error
 		if a, err = get(tx, bucketActions, id, decodeAction); err != nil {
-			if errors.Is(err, ErrNotFound) {
+			if errors.Is(err, store.ErrNotFound) {
 				return approval.ErrNotFound
 			}
 			return err

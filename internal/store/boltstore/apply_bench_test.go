@@ -1,4 +1,4 @@
-package store
+package boltstore
 
 import (
 	"bytes"
@@ -9,12 +9,13 @@ import (
 	"testing"
 
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // BenchmarkApplyEntries is the applier's cost per record: journaled records
 // moved into bbolt in batches of 1000 (about what 250 ms of load gives).
 func BenchmarkApplyEntries(b *testing.B) {
-	s, err := OpenBolt(filepath.Join(b.TempDir(), "a.db"), DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := OpenBolt(filepath.Join(b.TempDir(), "a.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -40,7 +41,7 @@ func BenchmarkApplyEntries(b *testing.B) {
 // audit writer makes them, naming one of 64 sessions each (so the session
 // index has an entry per record).
 func BenchmarkApplyEntriesSessions(b *testing.B) {
-	s, err := OpenBolt(filepath.Join(b.TempDir(), "a.db"), DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := OpenBolt(filepath.Join(b.TempDir(), "a.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store_test
+package boltstore_test
 
 import (
 	"context"
@@ -17,16 +17,17 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"golang.org/x/sync/errgroup"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // MustOpen opens a bbolt store in a temp dir and checks its consistency at cleanup.
-func MustOpen(tb testing.TB, durability string) *store.Bolt {
+func MustOpen(tb testing.TB, durability string) *boltstore.Bolt {
 	tb.Helper()
 	path := filepath.Join(tb.TempDir(), "airlock.db")
-	s, err := store.OpenBolt(path, durability, discard)
+	s, err := boltstore.OpenBolt(path, durability, discard)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func MustOpen(tb testing.TB, durability string) *store.Bolt {
 // check beside a running writer can report pages that writer is freeing).
 func CheckConsistency(tb testing.TB, path string) {
 	tb.Helper()
-	if err := store.CheckFile(path); err != nil {
+	if err := boltstore.CheckFile(path); err != nil {
 		tb.Errorf("bbolt consistency check: %v", err)
 	}
 }
@@ -158,7 +159,7 @@ func TestAuditCloseWritesEveryQueuedRecord(t *testing.T) {
 
 // flakySink fails commits while failing is set.
 type flakySink struct {
-	*store.Bolt
+	*boltstore.Bolt
 	failing atomic.Bool
 }
 
@@ -284,7 +285,7 @@ func BenchmarkAuditAppend(b *testing.B) {
 // records were written, which a finished sync covers, and whether writes go
 // on while a sync runs.
 type pipelineSink struct {
-	*store.Bolt
+	*boltstore.Bolt
 	written    atomic.Uint64 // highest seq written
 	synced     atomic.Uint64 // highest seq a finished sync covers
 	syncing    atomic.Bool
@@ -396,7 +397,7 @@ func TestAuditFailedSyncStopsTheWriter(t *testing.T) {
 // closed files (the race detector watches this test).
 func TestWritesDuringCloseAreRefused(t *testing.T) {
 	ctx := context.Background()
-	s, err := store.OpenBolt(filepath.Join(t.TempDir(), "a.db"), store.DurabilityFsync, discard)
+	s, err := boltstore.OpenBolt(filepath.Join(t.TempDir(), "a.db"), store.DurabilityFsync, discard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package store
+package boltstore
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/wal"
 )
 
@@ -32,7 +33,7 @@ func TestJournalReplay(t *testing.T) {
 	}
 	entries := []audit.Entry{
 		{Seq: 1, Data: []byte(`{"seq":1}`)},
-		{Seq: 2, Data: []byte(`{"seq":2}`), Side: &UsageUpdate{GrantID: "grt_1", Usage: grants.Usage{Uses: 7}}},
+		{Seq: 2, Data: []byte(`{"seq":2}`), Side: &store.UsageUpdate{GrantID: "grt_1", Usage: grants.Usage{Uses: 7}}},
 	}
 	if _, err := l.Write(entries); err != nil {
 		t.Fatal(err)
@@ -57,7 +58,7 @@ func TestJournalReplay(t *testing.T) {
 	}
 	f.Close()
 
-	s, err := OpenBolt(path, DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := OpenBolt(path, store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,7 @@ func TestJournalReplay(t *testing.T) {
 	if st, err := os.Stat(path + ".journal"); err != nil || st.Size() != 0 {
 		t.Fatalf("the journal is not emptied on a clean close: %v %v", st, err)
 	}
-	s, err = OpenBolt(path, DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err = OpenBolt(path, store.DurabilityFsync, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestJournalReplay(t *testing.T) {
 func TestAuditBacklogFailsClosed(t *testing.T) {
 	defer func(old uint64) { maxPending = old }(maxPending)
 	maxPending = 50
-	s, err := OpenBolt(filepath.Join(t.TempDir(), "a.db"), DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "a.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +124,7 @@ func TestAuditBacklogCountsOnlyUnapplied(t *testing.T) {
 	maxPending = 50
 	path := filepath.Join(t.TempDir(), "a.db")
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	s, err := OpenBolt(path, DurabilityBuffered, log)
+	s, err := OpenBolt(path, store.DurabilityBuffered, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestAuditBacklogCountsOnlyUnapplied(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = OpenBolt(path, DurabilityBuffered, log)
+	s, err = OpenBolt(path, store.DurabilityBuffered, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,103 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/store"
+)
+
+// KillswitchStore is what the kill-switch persists: its state, one small
+// value under a key. Meta returns store.ErrNotFound for a key never written;
+// PutMeta is durable when it returns.
+type KillswitchStore interface {
+	Meta(ctx context.Context, key string) ([]byte, error)
+	PutMeta(ctx context.Context, key string, value []byte) error
+}
+
+// killswitch is the global kill-switch service: its state in memory (read
+// on every call), the period it cuts running calls in (halt), and its
+// durable state and audit records.
+type killswitch struct {
+	store KillswitchStore
+	audit *audit.Writer
+	now   func() time.Time
+
+	engaged atomic.Bool
+	halt    atomic.Pointer[halt] // cancelled when the kill-switch is engaged
+	mu      sync.Mutex           // serializes engaging and releasing
+}
+
+// load reads the stored state (a broker restarts engaged if it was).
+func (k *killswitch) load(ctx context.Context) {
+	if data, err := k.store.Meta(ctx, metaKillswitch); err == nil {
+		var st KillswitchState
+		if json.Unmarshal(data, &st) == nil {
+			k.engaged.Store(st.Engaged)
+		}
+	}
+	k.halt.Store(newHalt(k.engaged.Load()))
+}
+
+// state returns the global state.
+func (k *killswitch) state(ctx context.Context) (KillswitchState, error) {
+	var st KillswitchState
+	data, err := k.store.Meta(ctx, metaKillswitch)
+	if errors.Is(err, store.ErrNotFound) {
+		return st, nil
+	}
+	if err != nil {
+		return st, err
+	}
+	if err := json.Unmarshal(data, &st); err != nil {
+		return st, err
+	}
+	st.Engaged = k.engaged.Load()
+	return st, nil
+}
+
+// set engages or releases the switch on behalf of actor (whose id is by),
+// persists the state and writes its audit record.
+func (k *killswitch) set(ctx context.Context, actor audit.Actor, by string, engaged bool, reason string) (KillswitchState, error) {
+	k.mu.Lock() // one change at a time: an engage acknowledged is never undone by a concurrent release
+	defer k.mu.Unlock()
+	st := KillswitchState{Engaged: engaged, By: by, Reason: reason, Since: k.now().UTC().Format("2006-01-02T15:04:05.000Z07:00")}
+	if engaged {
+		k.engage() // refuse new calls and cut running ones at once, before the write
+	}
+	data, _ := json.Marshal(st)
+	if err := k.store.PutMeta(ctx, metaKillswitch, data); err != nil {
+		return KillswitchState{}, fmt.Errorf("persist kill-switch: %w", err)
+	}
+	typ := audit.TypeKillswitch
+	if !engaged {
+		typ = audit.TypeKillswitchOff
+	}
+	if _, err := k.audit.Append(ctx, audit.Event{Type: typ, Actor: actor, Reason: reason}, nil); err != nil {
+		return KillswitchState{}, err
+	}
+	if !engaged {
+		k.release()
+	}
+	return st, nil
+}
+
+// engage refuses new sandbox calls and cuts every running one.
+func (k *killswitch) engage() {
+	k.engaged.Store(true)
+	k.halt.Load().cancel(ErrKillswitch)
+}
+
+// release starts a new period in which calls may run.
+func (k *killswitch) release() {
+	if k.halt.Load().ctx.Err() != nil {
+		k.halt.Store(newHalt(false))
+	}
+	k.engaged.Store(false)
+}
