@@ -480,7 +480,7 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 // cut is why a kill ended the call's standing, or nil.
 func (c *Call) cut(bound context.Context) error {
 	switch {
-	case c.b.killswitch.Load():
+	case c.b.ks.engaged.Load():
 		return ErrKillswitch
 	case c.l.revoked.Load():
 		return session.ErrRevoked
