@@ -73,7 +73,6 @@ type Broker struct {
 	store     store.Store
 	audit     *audit.Writer
 	tokens    *session.Tokens
-	auth      *auth.Authenticator
 	upstreams map[string]*upstream.Upstream
 	now       func() time.Time
 	clock     clock.Clock
@@ -81,10 +80,10 @@ type Broker struct {
 	maxTTL    time.Duration
 	defTTL    time.Duration
 	enforce   bool
-	hmacKey   []byte
+	names     auditNames // how the audit log names identifiers (HMAC'd)
 
+	toks         tokenService   // API tokens
 	ks           killswitch     // the global kill-switch service
-	tokenStore   TokenStore     // API tokens (their digests)
 	sessionStore SessionStore   // sessions and grants
 	actionStore  approval.Store // actions awaiting or after approval
 	auditStore   AuditStore     // the audit chain and its index by session
@@ -207,16 +206,19 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		store: o.Store, audit: w, tokens: tokens, tokenStore: o.Tokens,
+		store: o.Store, audit: w, tokens: tokens,
 		sessionStore: o.Sessions, actionStore: o.Actions, auditStore: o.Audit,
-		auth:      auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
 		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
-		hmacKey:  derive("audit-hmac"),
+		names:    auditNames{key: derive("audit-hmac")},
 		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
 		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook, timers: map[string]clock.Timer{},
 		rateLimit: o.RateLimit, rateBurst: max(o.RateBurst, 1),
+	}
+	b.toks = tokenService{
+		store: o.Tokens, auth: auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
+		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.notifier,
 	}
 	b.metrics = newMetrics(o.Metrics, b)
 	b.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
@@ -388,15 +390,11 @@ func NewRequestID() string {
 
 // HMAC hides an identifier that could be abused (token and lease ids) in the
 // audit log, keyed per installation.
-func (b *Broker) HMAC(v string) string {
-	m := hmac.New(sha256.New, b.hmacKey)
-	m.Write([]byte(v))
-	return hex.EncodeToString(m.Sum(nil)[:16])
-}
+func (b *Broker) HMAC(v string) string { return b.names.HMAC(v) }
 
 // Authenticate resolves a control-plane bearer token.
 func (b *Broker) Authenticate(bearer string) (auth.Principal, error) {
-	return b.auth.Authenticate(bearer)
+	return b.toks.authenticate(bearer)
 }
 
 // Upstream returns a configured upstream.
@@ -426,17 +424,34 @@ func (b *Broker) Ready(ctx context.Context) map[string]error {
 	return out
 }
 
-// actorOf is how the audit log names a control-plane identity: API token
+// actorOf is how the audit log names a control-plane identity (see auditNames.actor).
+func (b *Broker) actorOf(p auth.Principal) audit.Actor { return b.names.actor(p) }
+
+// AuditID is the audit log's name for an API token id.
+func (b *Broker) AuditID(tokenID string) string { return b.names.AuditID(tokenID) }
+
+// auditNames is how the audit log names identifiers that could be abused
+// (token and lease ids): HMAC'd with a key derived per installation.
+type auditNames struct{ key []byte }
+
+// HMAC hides v, keyed per installation.
+func (n auditNames) HMAC(v string) string {
+	m := hmac.New(sha256.New, n.key)
+	m.Write([]byte(v))
+	return hex.EncodeToString(m.Sum(nil)[:16])
+}
+
+// actor is how the audit log names a control-plane identity: API token
 // ids are HMAC'd with the installation key (AuditID), the bootstrap admin
 // keeps its name.
-func (b *Broker) actorOf(p auth.Principal) audit.Actor {
-	return audit.Actor{Kind: p.Role, ID: b.AuditID(p.ID)}
+func (n auditNames) actor(p auth.Principal) audit.Actor {
+	return audit.Actor{Kind: p.Role, ID: n.AuditID(p.ID)}
 }
 
 // AuditID is the audit log's name for an API token id.
-func (b *Broker) AuditID(tokenID string) string {
+func (n auditNames) AuditID(tokenID string) string {
 	if !strings.HasPrefix(tokenID, "tok_") {
 		return tokenID
 	}
-	return "tok:" + b.HMAC(tokenID)
+	return "tok:" + n.HMAC(tokenID)
 }

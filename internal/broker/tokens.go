@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -20,9 +22,49 @@ type TokenStore interface {
 	Tokens(ctx context.Context) ([]auth.Token, error)
 }
 
+// tokenService is the control plane's API tokens: the authenticator that
+// holds them in memory (read on every control-plane request), their
+// durable digests, and their audit records.
+type tokenService struct {
+	store    TokenStore
+	auth     *auth.Authenticator
+	audit    *audit.Writer
+	names    auditNames
+	now      func() time.Time
+	log      *slog.Logger
+	notifier *approval.Notifier // live pages reload when a token goes
+}
+
 // CreateToken makes an API token for role; the token string is returned
 // once and only its digest is stored.
 func (b *Broker) CreateToken(ctx context.Context, p auth.Principal, role, name string, ttl time.Duration) (auth.Token, string, error) {
+	return b.toks.create(ctx, p, role, name, ttl)
+}
+
+// Tokens lists API tokens (never their secrets).
+func (b *Broker) Tokens() []auth.Token { return b.toks.list() }
+
+// RevokeToken deletes an API token at once.
+func (b *Broker) RevokeToken(ctx context.Context, p auth.Principal, id string) error {
+	return b.toks.revoke(ctx, p, id)
+}
+
+// Principal is the control-plane identity with API token id id as it
+// stands now (auth.ErrNotFound once revoked, auth.ErrExpired once expired):
+// the web page checks its reviewer's token with it on every request.
+func (b *Broker) Principal(id string) (auth.Principal, error) { return b.toks.principal(id) }
+
+// RecordLogout audits the end of a reviewer's web log-in: logged out, or
+// ended because its token was revoked, expired or lost its role.
+func (b *Broker) RecordLogout(ctx context.Context, p auth.Principal, reason string) {
+	b.toks.recordLogout(ctx, p, reason)
+}
+
+func (s *tokenService) authenticate(bearer string) (auth.Principal, error) {
+	return s.auth.Authenticate(bearer)
+}
+
+func (s *tokenService) create(ctx context.Context, p auth.Principal, role, name string, ttl time.Duration) (auth.Token, string, error) {
 	if !auth.ValidRole(role) {
 		return auth.Token{}, "", fieldErr("role", "must be admin, operator, reviewer or auditor")
 	}
@@ -32,56 +74,49 @@ func (b *Broker) CreateToken(ctx context.Context, p auth.Principal, role, name s
 	if ttl < 0 {
 		return auth.Token{}, "", fieldErr("ttl", "must be positive")
 	}
-	now := b.now().UTC()
+	now := s.now().UTC()
 	t := auth.Token{ID: newID("tok_", now), Name: name, Role: role, CreatedAt: now, CreatedBy: p.ID}
 	if ttl > 0 {
 		t.ExpiresAt = now.Add(ttl)
 	}
 	secret, digest := auth.NewSecret(t.ID)
 	t.Digest = digest
-	if err := b.tokenStore.PutToken(ctx, t); err != nil {
+	if err := s.store.PutToken(ctx, t); err != nil {
 		return auth.Token{}, "", fmt.Errorf("store token: %w", err)
 	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenCreated, Actor: b.actorOf(p), Reason: "role " + role + ", token " + b.AuditID(t.ID)}, nil); err != nil {
+	if _, err := s.audit.Append(ctx, audit.Event{Type: audit.TypeTokenCreated, Actor: s.names.actor(p), Reason: "role " + role + ", token " + s.names.AuditID(t.ID)}, nil); err != nil {
 		return auth.Token{}, "", err
 	}
-	b.auth.Put(t)
+	s.auth.Put(t)
 	return t, secret, nil
 }
 
-// Tokens lists API tokens (never their secrets).
-func (b *Broker) Tokens() []auth.Token {
-	ts := b.auth.List()
+func (s *tokenService) list() []auth.Token {
+	ts := s.auth.List()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
 	return ts
 }
 
-// RevokeToken deletes an API token at once.
-func (b *Broker) RevokeToken(ctx context.Context, p auth.Principal, id string) error {
-	if err := b.tokenStore.DeleteToken(ctx, id); err != nil {
+func (s *tokenService) revoke(ctx context.Context, p auth.Principal, id string) error {
+	if err := s.store.DeleteToken(ctx, id); err != nil {
 		if errors.Is(err, store.ErrNotFound) {
 			return ErrNotFound
 		}
 		return err
 	}
-	b.auth.Delete(id)
-	_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeTokenRevoked, Actor: b.actorOf(p), Reason: "token " + b.AuditID(id)}, nil)
-	b.notifier.Notify("") // live web pages reload, and a log-in made with this token ends
+	s.auth.Delete(id)
+	_, err := s.audit.Append(ctx, audit.Event{Type: audit.TypeTokenRevoked, Actor: s.names.actor(p), Reason: "token " + s.names.AuditID(id)}, nil)
+	s.notifier.Notify("") // live web pages reload, and a log-in made with this token ends
 	return err
 }
 
-// Principal is the control-plane identity with API token id id as it
-// stands now (auth.ErrNotFound once revoked, auth.ErrExpired once expired):
-// the web page checks its reviewer's token with it on every request.
-func (b *Broker) Principal(id string) (auth.Principal, error) {
-	return b.auth.Lookup(id)
+func (s *tokenService) principal(id string) (auth.Principal, error) {
+	return s.auth.Lookup(id)
 }
 
-// RecordLogout audits the end of a reviewer's web log-in: logged out, or
-// ended because its token was revoked, expired or lost its role.
-func (b *Broker) RecordLogout(ctx context.Context, p auth.Principal, reason string) {
-	ev := audit.Event{Type: audit.TypeUILogout, Actor: b.actorOf(p), Reason: reason}
-	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
-		b.log.Error("audit of a log-out failed", "err", err)
+func (s *tokenService) recordLogout(ctx context.Context, p auth.Principal, reason string) {
+	ev := audit.Event{Type: audit.TypeUILogout, Actor: s.names.actor(p), Reason: reason}
+	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
+		s.log.Error("audit of a log-out failed", "err", err)
 	}
 }
