@@ -152,7 +152,9 @@ func Decide(a *Action, r Reviewer, verdict, comment string, now time.Time) (bool
 
 // Store persists actions. UpdateAction runs fn on the stored action inside
 // one write transaction and stores the result unless fn fails, so state
-// transitions are checked where they are made.
+// transitions are checked where they are made. Action and UpdateAction
+// return ErrNotFound (this package's) for an unknown id, never the
+// adapter's own not-found error; UpdateAction then does not call fn.
 type Store interface {
 	PutAction(ctx context.Context, a *Action) error
 	Action(ctx context.Context, id string) (Action, error)

@@ -86,7 +86,7 @@ type Broker struct {
 	ks           killswitch     // the global kill-switch service
 	sessionStore SessionStore   // sessions and grants
 	actionStore  approval.Store // actions awaiting or after approval
-	auditStore   AuditStore     // the audit chain and its index by session
+	auditLog     auditLog       // the audit chain: checkpoints, verify, prune, scans
 
 	approvalTTL time.Duration
 	maxPending  int64
@@ -94,15 +94,11 @@ type Broker struct {
 	rateBurst   int
 	metrics     *metrics
 
-	signKey        ed25519.PrivateKey
-	awsKey         []byte
-	cp             *checkpointer
-	cpMu           sync.Mutex
-	lastCheckpoint uint64
-	notifier       *approval.Notifier
-	webhook        *approval.Webhook
-	timersMu       sync.Mutex
-	timers         map[string]clock.Timer
+	awsKey   []byte
+	notifier *approval.Notifier
+	webhook  *approval.Webhook
+	timersMu sync.Mutex
+	timers   map[string]clock.Timer
 
 	mu       sync.RWMutex
 	sessions map[string]*Live
@@ -207,7 +203,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b := &Broker{
 		store: o.Store, audit: w, tokens: tokens,
-		sessionStore: o.Sessions, actionStore: o.Actions, auditStore: o.Audit,
+		sessionStore: o.Sessions, actionStore: o.Actions,
 		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
 		names:    auditNames{key: derive("audit-hmac")},
@@ -221,15 +217,16 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.notifier,
 	}
 	b.metrics = newMetrics(o.Metrics, b)
-	b.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
+	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
+	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
 	b.awsKey = derive("aws-sigv4-session")
 	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
-		b.lastCheckpoint = cps[len(cps)-1].Seq
+		b.auditLog.lastCheckpoint = cps[len(cps)-1].Seq
 	}
 	w.OnCommit(func(n int, d time.Duration) {
 		b.metrics.auditCommit.Observe(d.Seconds())
 		b.metrics.auditRecords.Add(float64(n))
-		b.committed(n)
+		b.auditLog.committed(n)
 	})
 	if b.approvalTTL <= 0 {
 		b.approvalTTL = 15 * time.Minute
@@ -253,13 +250,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 	}
 	go b.janitor()
-	b.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
+	b.auditLog.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
 	return b, nil
 }
 
 // Close stops background work, flushes the audit log and signs its head.
 func (b *Broker) Close() {
-	b.stopCheckpointer()
+	b.auditLog.stopCheckpointer()
 	close(b.stopJanitor)
 	<-b.janitorDone
 	b.timersMu.Lock()
