@@ -105,7 +105,7 @@ func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *ups
 		}
 		return a, err
 	}
-	b.scheduleExpiry(a.ID, a.ExpiresAt)
+	b.expiry.schedule(a.ID, a.ExpiresAt)
 	b.announce(a, typeActionPending, "")
 	return a, nil
 }
@@ -119,40 +119,11 @@ func (b *Broker) announce(a approval.Action, event, reviewer string) {
 	})
 }
 
-// scheduleExpiry arms the wake-up of a pending action's expiry. The timer
-// only wakes the broker: the clock decides, and an early wake-up (the
-// clock is behind the timer) sleeps again until at.
-func (b *Broker) scheduleExpiry(id string, at time.Time) {
-	t := b.clock.AfterFunc(max(at.Sub(b.now()), 0), func() {
-		if b.now().Before(at) {
-			b.scheduleExpiry(id, at)
-			return
-		}
-		b.expire(id)
-	})
-	b.timersMu.Lock()
-	defer b.timersMu.Unlock()
-	if b.timers == nil { // closed
-		t.Stop()
-		return
-	}
-	b.timers[id] = t
-}
-
-func (b *Broker) stopExpiry(id string) {
-	b.timersMu.Lock()
-	defer b.timersMu.Unlock()
-	if t, ok := b.timers[id]; ok {
-		t.Stop()
-		delete(b.timers, id)
-	}
-}
-
 var errUnchanged = errors.New("unchanged")
 
 // expire moves a pending action past its expiry to expired; it can never run.
 func (b *Broker) expire(id string) {
-	b.stopExpiry(id)
+	b.expiry.stop(id)
 	a, err := b.actionStore.UpdateAction(context.Background(), id, func(a *approval.Action) error {
 		if a.Status != approval.Pending {
 			return errUnchanged
@@ -213,7 +184,7 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 	typ := typeActionApproved
 	if verdict == "deny" {
 		typ = typeActionDenied
-		b.stopExpiry(id)
+		b.expiry.stop(id)
 	}
 	ev := audit.Event{Type: typ, Actor: b.actorOf(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
@@ -226,7 +197,7 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 	}
 	b.announce(a, typ, p.ID)
 	if execute {
-		b.stopExpiry(id)
+		b.expiry.stop(id)
 		go b.execute(a)
 	}
 	return a, nil
@@ -379,7 +350,7 @@ func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessi
 			continue
 		}
 		b.releasePending(a)
-		b.stopExpiry(a.ID)
+		b.expiry.stop(a.ID)
 		b.recordAction(a, typeActionDenied, b.actorOf(p), "session killed")
 		b.announce(a, typeActionDenied, p.ID)
 	}
@@ -398,7 +369,7 @@ func (b *Broker) loadActions(ctx context.Context) error {
 		switch a.Status {
 		case approval.Pending:
 			b.restorePending(a)
-			b.scheduleExpiry(a.ID, a.ExpiresAt)
+			b.expiry.schedule(a.ID, a.ExpiresAt)
 		case approval.Executing:
 			b.finish(a.ID, &approval.Result{Code: "upstream_error", ExecutedAt: b.now().UTC()}, approval.Failed,
 				"the broker stopped while executing; the outcome is unknown and the request is not sent again")

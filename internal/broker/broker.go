@@ -75,7 +75,6 @@ type Broker struct {
 	tokens    *session.Tokens
 	upstreams map[string]*upstream.Upstream
 	now       func() time.Time
-	clock     clock.Clock
 	log       *slog.Logger
 	maxTTL    time.Duration
 	defTTL    time.Duration
@@ -97,8 +96,7 @@ type Broker struct {
 	awsKey   []byte
 	notifier *approval.Notifier
 	webhook  *approval.Webhook
-	timersMu sync.Mutex
-	timers   map[string]clock.Timer
+	expiry   *expiryTimers // wakes the broker at pending actions' expiry
 
 	mu       sync.RWMutex
 	sessions map[string]*Live
@@ -204,18 +202,19 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b := &Broker{
 		store: o.Store, audit: w, tokens: tokens,
 		sessionStore: o.Sessions, actionStore: o.Actions,
-		upstreams: o.Upstreams, now: o.Now, clock: o.Clock, log: o.Log,
+		upstreams: o.Upstreams, now: o.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
 		names:    auditNames{key: derive("audit-hmac")},
 		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
-		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook, timers: map[string]clock.Timer{},
+		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook,
 		rateLimit: o.RateLimit, rateBurst: max(o.RateBurst, 1),
 	}
 	b.toks = tokenService{
 		store: o.Tokens, auth: auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
 		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.notifier,
 	}
+	b.expiry = newExpiryTimers(o.Clock, o.Now, b.expire)
 	b.metrics = newMetrics(o.Metrics, b)
 	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
 	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
@@ -259,12 +258,7 @@ func (b *Broker) Close() {
 	b.auditLog.stopCheckpointer()
 	close(b.stopJanitor)
 	<-b.janitorDone
-	b.timersMu.Lock()
-	for _, t := range b.timers {
-		t.Stop()
-	}
-	b.timers = nil // no timer is armed after Close
-	b.timersMu.Unlock()
+	b.expiry.close() // no timer is armed after Close
 	b.mu.Lock()
 	for _, l := range b.sessions {
 		l.cancel()
