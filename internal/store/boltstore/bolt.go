@@ -277,19 +277,28 @@ func (s *Bolt) ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, d
 		if err != nil {
 			return err
 		}
-		for i := range buf {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := fn(seqs[i], buf[i]); err != nil {
-				return err
-			}
+		if err := deliver(ctx, seqs, buf, fn); err != nil {
+			return err
 		}
 		if len(buf) < chunk {
 			return nil
 		}
 		next = seqs[len(seqs)-1] + 1
 	}
+}
+
+// deliver hands records read in one transaction to fn, after it closed,
+// stopping at the first error or when ctx ends.
+func deliver(ctx context.Context, seqs []uint64, buf [][]byte, fn func(uint64, []byte) error) error {
+	for i := range buf {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(seqs[i], buf[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func seqKey(seq uint64) []byte {

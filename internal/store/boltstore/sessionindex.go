@@ -328,13 +328,8 @@ func (s *Bolt) ScanSessionAudit(ctx context.Context, sessionID string, from uint
 		if err != nil {
 			return err
 		}
-		for i := range buf {
-			if err := ctx.Err(); err != nil {
-				return err
-			}
-			if err := fn(seqs[i], buf[i]); err != nil {
-				return err
-			}
+		if err := deliver(ctx, seqs, buf, fn); err != nil {
+			return err
 		}
 		if len(buf) < chunk {
 			return nil
@@ -397,13 +392,5 @@ func (s *Bolt) LastSessionAudit(ctx context.Context, sessionID string, limit int
 	if err != nil {
 		return err
 	}
-	for i := range buf {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := fn(seqs[i], buf[i]); err != nil {
-			return err
-		}
-	}
-	return nil
+	return deliver(ctx, seqs, buf, fn)
 }
