@@ -44,12 +44,16 @@ var (
 
 // Options configure a Broker.
 type Options struct {
+	// Store, when set, is a convenience: it fills every port below left nil.
+	// Without it each port is required.
 	Store            store.Store
 	Sessions         SessionStore    // sessions and grants (default Store)
 	Audit            AuditStore      // the audit chain and its index by session (default Store)
-	Actions          approval.Store  // actions awaiting or after approval (default Store)
+	Actions          ActionStore     // actions awaiting or after approval (default Store)
 	Tokens           TokenStore      // API tokens' digests (default Store)
 	Killswitch       KillswitchStore // the kill-switch's durable state (default Store)
+	Meta             MetaStore       // the installation secret (default Store)
+	Health           HealthCheck     // the storage's readiness, reported by Ready as "store" (default Store)
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -70,7 +74,7 @@ type Options struct {
 
 // Broker is the broker's domain service.
 type Broker struct {
-	store     store.Store
+	health    HealthCheck
 	audit     *audit.Writer
 	tokens    *session.Tokens
 	upstreams map[string]*upstream.Upstream
@@ -81,11 +85,11 @@ type Broker struct {
 	enforce   bool
 	names     auditNames // how the audit log names identifiers (HMAC'd)
 
-	toks         tokenService   // API tokens
-	ks           killswitch     // the global kill-switch service
-	sessionStore SessionStore   // sessions and grants
-	actionStore  approval.Store // actions awaiting or after approval
-	auditLog     auditLog       // the audit chain: checkpoints, verify, prune, scans
+	toks         tokenService // API tokens
+	ks           killswitch   // the global kill-switch service
+	sessionStore SessionStore // sessions and grants
+	actionStore  ActionStore  // actions awaiting or after approval
+	auditLog     auditLog     // the audit chain: checkpoints, verify, prune, scans
 
 	approvalTTL time.Duration
 	maxPending  int64
@@ -150,33 +154,21 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 		o.Clock = clock.WithNow(o.Now)
 	}
-	if o.Sessions == nil {
-		o.Sessions = o.Store
-	}
-	if o.Audit == nil {
-		o.Audit = o.Store
-	}
-	if o.Actions == nil {
-		o.Actions = o.Store
-	}
-	if o.Tokens == nil {
-		o.Tokens = o.Store
-	}
-	if o.Killswitch == nil {
-		o.Killswitch = o.Store
+	if err := o.fillPorts(); err != nil {
+		return nil, err
 	}
 	for _, u := range o.Upstreams {
 		if u != nil && u.Clock == nil {
 			u.Clock = o.Now // the rotation grace of its scrubber
 		}
 	}
-	secret, err := o.Store.Meta(ctx, metaSecret)
+	secret, err := o.Meta.Meta(ctx, metaSecret)
 	if errors.Is(err, store.ErrNotFound) {
 		secret = make([]byte, 32)
 		if _, err := rand.Read(secret); err != nil {
 			return nil, err
 		}
-		if err := o.Store.PutMeta(ctx, metaSecret, secret); err != nil {
+		if err := o.Meta.PutMeta(ctx, metaSecret, secret); err != nil {
 			return nil, fmt.Errorf("store installation secret: %w", err)
 		}
 	} else if err != nil {
@@ -200,7 +192,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{
-		store: o.Store, audit: w, tokens: tokens,
+		health: o.Health, audit: w, tokens: tokens,
 		sessionStore: o.Sessions, actionStore: o.Actions,
 		upstreams: o.Upstreams, now: o.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
@@ -407,7 +399,7 @@ func (b *Broker) ActionURL(a approval.Action) string {
 
 // Ready reports whether the store is usable and credential sources answer.
 func (b *Broker) Ready(ctx context.Context) map[string]error {
-	out := map[string]error{"store": b.store.Ready(ctx), "audit": b.audit.Healthy()}
+	out := map[string]error{"store": b.health.Ready(ctx), "audit": b.audit.Healthy()}
 	for name, u := range b.upstreams {
 		_, err := u.Credential(ctx)
 		out["credential:"+name] = err

@@ -14,12 +14,8 @@ import (
 )
 
 // KillswitchStore is what the kill-switch persists: its state, one small
-// value under a key. Meta returns store.ErrNotFound for a key never written;
-// PutMeta is durable when it returns.
-type KillswitchStore interface {
-	Meta(ctx context.Context, key string) ([]byte, error)
-	PutMeta(ctx context.Context, key string, value []byte) error
-}
+// value under a key (see MetaStore).
+type KillswitchStore = MetaStore
 
 // killswitch is the global kill-switch service: its state in memory (read
 // on every call), the period it cuts running calls in (halt), and its

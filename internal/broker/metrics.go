@@ -81,7 +81,7 @@ func (c pendingCollector) Collect(ch chan<- prometheus.Metric) {
 func (b *Broker) pendingStats() (int, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	n, oldest, err := b.store.PendingSummary(ctx)
+	n, oldest, err := b.actionStore.PendingSummary(ctx)
 	if err != nil || n == 0 {
 		return 0, 0
 	}

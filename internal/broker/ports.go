@@ -1,0 +1,63 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/approval"
+)
+
+// MetaStore holds small broker state values under a key (the installation
+// secret, the kill-switch's state). Meta returns store.ErrNotFound for a key
+// never written; PutMeta is durable when it returns.
+type MetaStore interface {
+	Meta(ctx context.Context, key string) ([]byte, error)
+	PutMeta(ctx context.Context, key string, value []byte) error
+}
+
+// ActionStore is where actions awaiting or after approval live, plus the
+// summary the pending-approvals metrics read on each scrape.
+type ActionStore interface {
+	approval.Store
+	// PendingSummary counts the pending actions and gives the oldest one's
+	// creation time (zero when none), without decoding them.
+	PendingSummary(ctx context.Context) (n int, oldest time.Time, err error)
+}
+
+// HealthCheck reports whether the storage behind the ports can serve.
+type HealthCheck interface {
+	Ready(ctx context.Context) error
+}
+
+// fillPorts fills the ports left nil from Store and requires every one.
+func (o *Options) fillPorts() error {
+	if o.Store != nil {
+		if o.Sessions == nil {
+			o.Sessions = o.Store
+		}
+		if o.Audit == nil {
+			o.Audit = o.Store
+		}
+		if o.Actions == nil {
+			o.Actions = o.Store
+		}
+		if o.Tokens == nil {
+			o.Tokens = o.Store
+		}
+		if o.Killswitch == nil {
+			o.Killswitch = o.Store
+		}
+		if o.Meta == nil {
+			o.Meta = o.Store
+		}
+		if o.Health == nil {
+			o.Health = o.Store
+		}
+	}
+	if o.Sessions == nil || o.Audit == nil || o.Actions == nil || o.Tokens == nil ||
+		o.Killswitch == nil || o.Meta == nil || o.Health == nil {
+		return errors.New("broker: every store port (Sessions, Audit, Actions, Tokens, Killswitch, Meta, Health) is required, or Store")
+	}
+	return nil
+}
