@@ -16,7 +16,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -85,30 +84,19 @@ type Broker struct {
 	enforce   bool
 	names     auditNames // how the audit log names identifiers (HMAC'd)
 
-	toks         tokenService // API tokens
-	ks           killswitch   // the global kill-switch service
-	sessionStore SessionStore // sessions and grants
-	actionStore  ActionStore  // actions awaiting or after approval
-	auditLog     auditLog     // the audit chain: checkpoints, verify, prune, scans
+	sess        sessionService // live sessions and grants, their store and call rates
+	toks        tokenService   // API tokens
+	ks          killswitch     // the global kill-switch service
+	actionStore ActionStore    // actions awaiting or after approval
+	auditLog    auditLog       // the audit chain: checkpoints, verify, prune, scans
 
 	approvalTTL time.Duration
 	maxPending  int64
-	rateLimit   rate.Limit
-	rateBurst   int
 	metrics     *metrics
 
-	awsKey   []byte
 	notifier *approval.Notifier
 	webhook  *approval.Webhook
 	expiry   *expiryTimers // wakes the broker at pending actions' expiry
-
-	mu       sync.RWMutex
-	sessions map[string]*Live
-	byToken  map[string]*Live
-	grantIdx map[string]*grants.Live
-
-	stopJanitor chan struct{}
-	janitorDone chan struct{}
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -193,15 +181,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b := &Broker{
 		health: o.Health, audit: w, tokens: tokens,
-		sessionStore: o.Sessions, actionStore: o.Actions,
-		upstreams: o.Upstreams, now: o.Now, log: o.Log,
+		actionStore: o.Actions,
+		upstreams:   o.Upstreams, now: o.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
-		names:    auditNames{key: derive("audit-hmac")},
-		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
-		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
+		names:       auditNames{key: derive("audit-hmac")},
 		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook,
-		rateLimit: o.RateLimit, rateBurst: max(o.RateBurst, 1),
 	}
+	b.sess = newSessionService(o.Sessions, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	b.toks = tokenService{
 		store: o.Tokens, auth: auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
 		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.notifier,
@@ -210,7 +196,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b.metrics = newMetrics(o.Metrics, b)
 	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
 	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
-	b.awsKey = derive("aws-sigv4-session")
 	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
 		b.auditLog.lastCheckpoint = cps[len(cps)-1].Seq
 	}
@@ -227,7 +212,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
 	b.ks.load(ctx)
-	if err := b.load(ctx); err != nil {
+	if err := b.sess.load(ctx); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -240,7 +225,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 			obs.SetObserver(func(i upstream.FetchInfo) { b.credentialFetched(name, i) })
 		}
 	}
-	go b.janitor()
+	b.sess.startJanitor()
 	b.auditLog.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
 	return b, nil
 }
@@ -248,109 +233,12 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 // Close stops background work, flushes the audit log and signs its head.
 func (b *Broker) Close() {
 	b.auditLog.stopCheckpointer()
-	close(b.stopJanitor)
-	<-b.janitorDone
+	b.sess.stop()
 	b.expiry.close() // no timer is armed after Close
-	b.mu.Lock()
-	for _, l := range b.sessions {
-		l.cancel()
-	}
-	b.mu.Unlock()
+	b.sess.cancelAll()
 	b.audit.Close()
 	if _, err := b.Checkpoint(context.Background()); err != nil {
 		b.log.Error("final audit checkpoint failed", "err", err)
-	}
-}
-
-func (b *Broker) load(ctx context.Context) error {
-	now := b.now()
-	after := ""
-	for {
-		page, err := b.sessionStore.Sessions(ctx, after, 1000)
-		if err != nil {
-			return fmt.Errorf("load sessions: %w", err)
-		}
-		for _, s := range page {
-			if !s.RevokedAt.IsZero() || !now.Before(s.ExpiresAt) {
-				continue
-			}
-			recs, err := b.sessionStore.SessionGrants(ctx, s.ID)
-			if err != nil {
-				return fmt.Errorf("load grants of %s: %w", s.ID, err)
-			}
-			var live []*grants.Live
-			for _, r := range recs {
-				g, err := grants.Compile(r.Grant, r.Usage)
-				if err != nil {
-					return fmt.Errorf("compile grant %s: %w", r.Grant.ID, err)
-				}
-				if !r.Grant.RevokedAt.IsZero() {
-					g.Revoke()
-				}
-				live = append(live, g)
-			}
-			b.addLive(s, live)
-		}
-		if len(page) < 1000 {
-			return nil
-		}
-		after = page[len(page)-1].ID
-	}
-}
-
-func (b *Broker) addLive(s session.Session, gs []*grants.Live) *Live {
-	l := &Live{Session: s}
-	if b.rateLimit > 0 {
-		l.limiter = rate.NewLimiter(b.rateLimit, b.rateBurst)
-	}
-	l.bind, l.bound = s.Bind()
-	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.grants.Store(&gs)
-	b.mu.Lock()
-	b.sessions[s.ID] = l
-	for _, g := range gs {
-		b.grantIdx[g.Grant.ID] = g
-	}
-	b.mu.Unlock()
-	return l
-}
-
-// janitor forgets expired sessions so memory stays bounded.
-func (b *Broker) janitor() {
-	defer close(b.janitorDone)
-	t := time.NewTicker(time.Minute)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stopJanitor:
-			return
-		case <-t.C:
-			b.forgetExpired()
-		}
-	}
-}
-
-func (b *Broker) forgetExpired() {
-	now := b.now()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for id, l := range b.sessions {
-		if now.Before(l.Session.ExpiresAt) && !l.revoked.Load() {
-			continue
-		}
-		if !l.revoked.Load() {
-			b.sessionEnded(l, l.Session.ExpiresAt) // killed sessions were observed at the kill
-		}
-		l.cancel()
-		delete(b.sessions, id)
-		for _, g := range l.Grants() {
-			delete(b.grantIdx, g.Grant.ID)
-		}
-	}
-	for tok, l := range b.byToken {
-		if _, ok := b.sessions[l.Session.ID]; !ok {
-			delete(b.byToken, tok)
-		}
 	}
 }
 

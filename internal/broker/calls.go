@@ -2,9 +2,6 @@ package broker
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -27,9 +24,7 @@ func (b *Broker) Verify(token string, remote netip.Addr) (*Live, error) {
 
 // identify finds the live session of a token.
 func (b *Broker) identify(token string) (*Live, error) {
-	b.mu.RLock()
-	l, ok := b.byToken[token]
-	b.mu.RUnlock()
+	l, ok := b.sess.byTokenLive(token)
 	if ok {
 		return l, nil
 	}
@@ -40,7 +35,7 @@ func (b *Broker) identify(token string) (*Live, error) {
 	l, ok = b.live(c.SessionID)
 	if !ok {
 		// Not in memory: expired and forgotten, revoked, or never existed.
-		s, err := b.sessionStore.Session(context.Background(), c.SessionID)
+		s, err := b.sess.store.Session(context.Background(), c.SessionID)
 		switch {
 		case err == nil && !s.RevokedAt.IsZero():
 			return nil, session.ErrRevoked
@@ -52,9 +47,7 @@ func (b *Broker) identify(token string) (*Live, error) {
 	if c.TokenID != l.Session.TokenID {
 		return nil, session.ErrInvalidToken
 	}
-	b.mu.Lock()
-	b.byToken[token] = l
-	b.mu.Unlock()
+	b.sess.remember(token, l)
 	return l, nil
 }
 
@@ -131,7 +124,5 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 // id under an installation key, never stored, worth nothing anywhere but
 // at this broker for this session.
 func (b *Broker) AWSSecret(sessionID string) string {
-	m := hmac.New(sha256.New, b.awsKey)
-	m.Write([]byte(sessionID))
-	return hex.EncodeToString(m.Sum(nil))
+	return b.sess.awsSecret(sessionID)
 }

@@ -47,9 +47,8 @@ func (b *Broker) freeSlot(sessionID string) {
 
 // liveGrant finds a grant of an active session in memory, or nil.
 func (b *Broker) liveGrant(id string) *grants.Live {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.grantIdx[id]
+	gl, _ := b.sess.grant(id)
+	return gl
 }
 
 // releasePending gives back everything a pending action held, when it left

@@ -164,7 +164,7 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	// shown, only when both are.
 	var g errgroup.Group
 	g.Go(func() error {
-		if err := b.sessionStore.CreateSession(ctx, &s, recs); err != nil {
+		if err := b.sess.store.CreateSession(ctx, &s, recs); err != nil {
 			return fmt.Errorf("store session: %w", err)
 		}
 		return nil
@@ -176,7 +176,7 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if err := g.Wait(); err != nil {
 		return SessionView{}, err
 	}
-	l := b.addLive(s, live)
+	l := b.sess.addLive(s, live)
 	v := b.view(l)
 	v.Token = token
 	for _, g := range recs {
@@ -235,19 +235,14 @@ func status(revoked bool, expires, now time.Time) string {
 	return "active"
 }
 
-func (b *Broker) live(id string) (*Live, bool) {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	l, ok := b.sessions[id]
-	return l, ok
-}
+func (b *Broker) live(id string) (*Live, bool) { return b.sess.live(id) }
 
 // Session returns a session's view, from memory when active, else from the store.
 func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
 	if l, ok := b.live(id); ok {
 		return b.view(l), nil
 	}
-	s, err := b.sessionStore.Session(ctx, id)
+	s, err := b.sess.store.Session(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return SessionView{}, ErrNotFound
 	}
@@ -258,7 +253,7 @@ func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
 }
 
 func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView, error) {
-	recs, err := b.sessionStore.SessionGrants(ctx, s.ID)
+	recs, err := b.sess.store.SessionGrants(ctx, s.ID)
 	if err != nil {
 		return SessionView{}, err
 	}
@@ -278,7 +273,7 @@ func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView
 
 // Sessions lists sessions in creation order after cursor `after`.
 func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]SessionView, string, error) {
-	ss, err := b.sessionStore.Sessions(ctx, after, limit+1)
+	ss, err := b.sess.store.Sessions(ctx, after, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -326,7 +321,7 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	s := l.Session
 	s.RevokedAt = now
 	var firstErr error
-	if err := b.sessionStore.PutSession(ctx, &s); err != nil {
+	if err := b.sess.store.PutSession(ctx, &s); err != nil {
 		firstErr = err
 	}
 	for _, g := range l.Grants() {
@@ -334,7 +329,7 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 		if rec.RevokedAt.IsZero() {
 			rec.RevokedAt = now
 		}
-		if err := b.sessionStore.PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
+		if err := b.sess.store.PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -378,31 +373,24 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 	if b.enforce && l.Session.Isolation < r2.RequiredIsolation() {
 		return GrantView{}, fmt.Errorf("%w: this grant raises the required isolation to %s", session.ErrIsolationWeak, r2.RequiredIsolation())
 	}
-	if err := b.sessionStore.PutGrant(ctx, &g, grants.Usage{}); err != nil {
+	if err := b.sess.store.PutGrant(ctx, &g, grants.Usage{}); err != nil {
 		return GrantView{}, fmt.Errorf("store grant: %w", err)
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: b.actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
 		return GrantView{}, err
 	}
-	b.mu.Lock()
-	cur := l.Grants()
-	updated := append(append([]*grants.Live{}, cur...), gl)
-	l.grants.Store(&updated)
-	b.grantIdx[g.ID] = gl
-	b.mu.Unlock()
+	b.sess.addGrant(l, gl)
 	return b.grantView(gl, false), nil
 }
 
 // Grant returns one grant.
 func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
-	b.mu.RLock()
-	gl, ok := b.grantIdx[id]
-	b.mu.RUnlock()
+	gl, ok := b.sess.grant(id)
 	if ok {
 		l, live := b.live(gl.Grant.SessionID)
 		return b.grantView(gl, !live || l.revoked.Load()), nil
 	}
-	r, err := b.sessionStore.Grant(ctx, id)
+	r, err := b.sess.store.Grant(ctx, id)
 	if errors.Is(err, store.ErrNotFound) {
 		return GrantView{}, ErrNotFound
 	}
@@ -413,15 +401,13 @@ func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
 	if err != nil {
 		return GrantView{}, err
 	}
-	sess, err := b.sessionStore.Session(ctx, r.Grant.SessionID)
+	sess, err := b.sess.store.Session(ctx, r.Grant.SessionID)
 	return b.grantView(gl, err != nil || !sess.RevokedAt.IsZero()), nil
 }
 
 // RevokeGrant makes a grant unusable at once.
 func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (GrantView, error) {
-	b.mu.RLock()
-	gl, ok := b.grantIdx[id]
-	b.mu.RUnlock()
+	gl, ok := b.sess.grant(id)
 	if !ok {
 		return b.Grant(ctx, id)
 	}
@@ -431,7 +417,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	gl.Revoke()
 	rec := gl.Grant
 	rec.RevokedAt = b.now().UTC()
-	if err := b.sessionStore.PutGrant(ctx, &rec, gl.Usage()); err != nil {
+	if err := b.sess.store.PutGrant(ctx, &rec, gl.Usage()); err != nil {
 		return GrantView{}, fmt.Errorf("grant revoked, but persisting it failed: %w", err)
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: b.actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
@@ -444,12 +430,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 
 // ActiveSessions lists the sessions in memory that are alive.
 func (b *Broker) ActiveSessions() []SessionView {
-	b.mu.RLock()
-	ls := make([]*Live, 0, len(b.sessions))
-	for _, l := range b.sessions {
-		ls = append(ls, l)
-	}
-	b.mu.RUnlock()
+	ls := b.sess.all()
 	out := make([]SessionView, 0, len(ls))
 	for _, l := range ls {
 		if v := b.view(l); v.Status == "active" {
