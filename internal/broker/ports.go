@@ -17,7 +17,9 @@ type MetaStore interface {
 }
 
 // ActionStore is where actions awaiting or after approval live, plus the
-// summary the pending-approvals metrics read on each scrape.
+// summary the pending-approvals metrics read on each scrape. Action and
+// UpdateAction return approval.ErrNotFound for an unknown id (see
+// approval.Store); PendingSummary has no not-found error (none pending is 0).
 type ActionStore interface {
 	approval.Store
 	// PendingSummary counts the pending actions and gives the oldest one's
@@ -25,7 +27,8 @@ type ActionStore interface {
 	PendingSummary(ctx context.Context) (n int, oldest time.Time, err error)
 }
 
-// HealthCheck reports whether the storage behind the ports can serve.
+// HealthCheck reports whether the storage behind the ports can serve; its
+// error is shown by Broker.Ready as "store".
 type HealthCheck interface {
 	Ready(ctx context.Context) error
 }
