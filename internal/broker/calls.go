@@ -11,17 +11,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/session"
 )
 
-// Verify resolves a session token to its live session: the signature and
-// claims once per token (then from memory), and the session's state on
-// every call, so a kill takes effect at once.
-func (b *Broker) Verify(token string, remote netip.Addr) (*Live, error) {
-	l, err := b.identify(token)
-	if err != nil {
-		return nil, err
-	}
-	return l, b.standing(l, remote)
-}
-
 // identify finds the live session of a token.
 func (b *Broker) identify(token string) (*Live, error) {
 	l, ok := b.sess.byTokenLive(token)

@@ -27,10 +27,11 @@ func TestKillswitchChangesAreWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	loopback := netip.MustParseAddr("127.0.0.1")
-	l, err := b.Verify(v.Token, loopback)
-	if err != nil {
+	admitted := b.NewCall("pay", "GET")
+	if err := admitted.Admit(broker.BearerCaller(v.Token, loopback)); err != nil {
 		t.Fatal(err)
 	}
+	l := admitted.Live()
 	for round := 0; round < 50; round++ {
 		var wg sync.WaitGroup
 		for i := 0; i < 4; i++ {
