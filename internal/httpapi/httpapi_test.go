@@ -98,6 +98,15 @@ func newEnv(t *testing.T) *env {
 
 func (e *env) call(t *testing.T, method, u, token, body string) (int, map[string]any) {
 	t.Helper()
+	var m map[string]any
+	return callJSON(t, method, u, token, body, &m), m
+}
+
+// callJSON sends a request with a bearer token (and a JSON body when not
+// empty), fails the test if the answer carries the canary credential, and
+// decodes the answer into out (when not nil).
+func callJSON(t *testing.T, method, u, token, body string, out any) int {
+	t.Helper()
 	req, _ := http.NewRequest(method, u, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+token)
 	if body != "" {
@@ -110,11 +119,12 @@ func (e *env) call(t *testing.T, method, u, token, body string) (int, map[string
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	if bytes.Contains(data, []byte("CANARY")) {
-		t.Fatalf("response carries the credential: %s", data)
+		t.Fatalf("%s %s answered the credential: %s", method, u, data)
 	}
-	var m map[string]any
-	_ = json.Unmarshal(data, &m)
-	return resp.StatusCode, m
+	if out != nil {
+		_ = json.Unmarshal(data, out)
+	}
+	return resp.StatusCode
 }
 
 func (e *env) session(t *testing.T) string {

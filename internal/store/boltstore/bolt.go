@@ -258,20 +258,32 @@ func (s *Bolt) ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, d
 	if err := s.flushAudit(); err != nil {
 		return err
 	}
-	const chunk = 1024
+	return s.scanChunks(ctx, from, func(tx *bolt.Tx, next uint64, seqs []uint64, buf [][]byte) ([]uint64, [][]byte) {
+		c := tx.Bucket(bucketAudit).Cursor()
+		var key [8]byte
+		binary.BigEndian.PutUint64(key[:], next)
+		for k, v := c.Seek(key[:]); k != nil && len(buf) < scanChunk; k, v = c.Next() {
+			seqs = append(seqs, binary.BigEndian.Uint64(k))
+			buf = append(buf, bytes.Clone(v))
+		}
+		return seqs, buf
+	}, fn)
+}
+
+// scanChunk is how many records one read transaction of a scan reads.
+const scanChunk = 1024
+
+// scanChunks runs a scan from seq from on: read, in a short read
+// transaction of its own, appends up to scanChunk records at or after next
+// (copied out), which are handed to fn once the transaction closed; a
+// chunk short of scanChunk ends the scan.
+func (s *Bolt) scanChunks(ctx context.Context, from uint64, read func(tx *bolt.Tx, next uint64, seqs []uint64, buf [][]byte) ([]uint64, [][]byte), fn func(seq uint64, data []byte) error) error {
 	next := from
-	buf := make([][]byte, 0, chunk)
-	seqs := make([]uint64, 0, chunk)
+	buf := make([][]byte, 0, scanChunk)
+	seqs := make([]uint64, 0, scanChunk)
 	for {
-		buf, seqs = buf[:0], seqs[:0]
 		err := s.db.View(func(tx *bolt.Tx) error {
-			c := tx.Bucket(bucketAudit).Cursor()
-			var key [8]byte
-			binary.BigEndian.PutUint64(key[:], next)
-			for k, v := c.Seek(key[:]); k != nil && len(buf) < chunk; k, v = c.Next() {
-				seqs = append(seqs, binary.BigEndian.Uint64(k))
-				buf = append(buf, bytes.Clone(v))
-			}
+			seqs, buf = read(tx, next, seqs[:0], buf[:0])
 			return nil
 		})
 		if err != nil {
@@ -280,7 +292,7 @@ func (s *Bolt) ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, d
 		if err := deliver(ctx, seqs, buf, fn); err != nil {
 			return err
 		}
-		if len(buf) < chunk {
+		if len(buf) < scanChunk {
 			return nil
 		}
 		next = seqs[len(seqs)-1] + 1

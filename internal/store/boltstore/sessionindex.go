@@ -285,57 +285,40 @@ func (s *Bolt) ScanSessionAudit(ctx context.Context, sessionID string, from uint
 	if err := s.flushAudit(); err != nil {
 		return err
 	}
-	const chunk = 1024
 	prefix := sessionKeyPrefix([]byte(sessionID))
-	next := from
-	buf := make([][]byte, 0, chunk)
-	seqs := make([]uint64, 0, chunk)
-	for {
-		buf, seqs = buf[:0], seqs[:0]
-		err := s.db.View(func(tx *bolt.Tx) error {
-			log := tx.Bucket(bucketAudit)
-			c := tx.Bucket(bucketAuditSessions).Cursor()
-			// The block holding next starts at or before it.
-			start := binary.BigEndian.AppendUint64(bytes.Clone(prefix), next)
-			k, v := c.Seek(start)
-			if k == nil || !bytes.Equal(k, start) {
-				var pk, pv []byte
-				if k == nil {
-					pk, pv = c.Last()
-				} else {
-					pk, pv = c.Prev()
+	return s.scanChunks(ctx, from, func(tx *bolt.Tx, next uint64, seqs []uint64, buf [][]byte) ([]uint64, [][]byte) {
+		log := tx.Bucket(bucketAudit)
+		c := tx.Bucket(bucketAuditSessions).Cursor()
+		// The block holding next starts at or before it.
+		start := binary.BigEndian.AppendUint64(bytes.Clone(prefix), next)
+		k, v := c.Seek(start)
+		if k == nil || !bytes.Equal(k, start) {
+			var pk, pv []byte
+			if k == nil {
+				pk, pv = c.Last()
+			} else {
+				pk, pv = c.Prev()
+			}
+			if pk != nil && inRange(pk, prefix) {
+				k, v = pk, pv
+			} else {
+				k, v = c.Seek(start)
+			}
+		}
+		for ; k != nil && inRange(k, prefix) && len(buf) < scanChunk; k, v = c.Next() {
+			for i := 0; i < len(v) && len(buf) < scanChunk; i += 8 {
+				seq := binary.BigEndian.Uint64(v[i:])
+				if seq < next {
+					continue
 				}
-				if pk != nil && inRange(pk, prefix) {
-					k, v = pk, pv
-				} else {
-					k, v = c.Seek(start)
+				if data := log.Get(seqKey(seq)); data != nil {
+					seqs = append(seqs, seq)
+					buf = append(buf, bytes.Clone(data))
 				}
 			}
-			for ; k != nil && inRange(k, prefix) && len(buf) < chunk; k, v = c.Next() {
-				for i := 0; i < len(v) && len(buf) < chunk; i += 8 {
-					seq := binary.BigEndian.Uint64(v[i:])
-					if seq < next {
-						continue
-					}
-					if data := log.Get(seqKey(seq)); data != nil {
-						seqs = append(seqs, seq)
-						buf = append(buf, bytes.Clone(data))
-					}
-				}
-			}
-			return nil
-		})
-		if err != nil {
-			return err
 		}
-		if err := deliver(ctx, seqs, buf, fn); err != nil {
-			return err
-		}
-		if len(buf) < chunk {
-			return nil
-		}
-		next = seqs[len(seqs)-1] + 1
-	}
+		return seqs, buf
+	}, fn)
 }
 
 // LastSessionAudit calls fn with the session's last records, newest first,
