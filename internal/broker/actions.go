@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"slices"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -56,6 +58,79 @@ func (b *Broker) Gated(l *Live, d *grants.Decision, also ...*grants.Decision) bo
 	return false
 }
 
+// approvals is the human gate's service: the actions awaiting or after
+// approval (its ActionStore), what each pending action holds (a slot of its
+// session's pending limit and its grant's reservation, see pending.go), the
+// timers of their expiry, the reviewers' decisions and the exactly-once
+// execution of an approved action (the "executing" claim taken in the
+// store, then finish), and the notifier and webhook that tell waiters,
+// live pages and outside listeners of each change. What it needs of the
+// rest of the broker it is given (gateDeps, an auditAppender); the Broker
+// keeps thin exported methods over it.
+type approvals struct {
+	store      ActionStore
+	notifier   *approval.Notifier // wakes waiters of an action, and live pages at any change
+	webhook    *approval.Webhook  // announces pending actions and decisions, or nil
+	expiry     *expiryTimers      // wakes the service at pending actions' expiry
+	audit      auditAppender
+	names      auditNames
+	now        func() time.Time
+	log        *slog.Logger
+	ttl        time.Duration // how long a pending action waits for a decision
+	maxPending int64         // pending actions per session
+	gate       gateDeps
+}
+
+// gateDeps is what the approvals service is given of the rest of the broker.
+type gateDeps struct {
+	live     func(id string) (*Live, bool)        // a session in memory (sessionService)
+	grant    func(id string) (*grants.Live, bool) // a grant of a session in memory (sessionService)
+	engaged  func() bool                          // the global kill-switch
+	standing func(l *Live) session.RuleOfTwo      // the session's Rule-of-Two standing now
+	upstream func(name string) bool               // whether an upstream is configured
+	// send sends an approved action's stored request through the call
+	// pipeline (see Broker.sendApproved): its use, consumed on g, is
+	// refunded when it is not sent.
+	send func(ctx context.Context, a approval.Action, l *Live, g *grants.Live) (*Response, error)
+}
+
+// auditAppender writes durable audit records (the audit log's writer).
+type auditAppender interface {
+	Append(ctx context.Context, ev audit.Event, side *grants.UsageUpdate) (audit.Event, error)
+}
+
+// approvalsConfig configures newApprovals.
+type approvalsConfig struct {
+	store      ActionStore
+	audit      auditAppender
+	names      auditNames
+	clock      clock.Clock // arms the expiry timers
+	now        func() time.Time
+	log        *slog.Logger
+	webhook    *approval.Webhook
+	ttl        time.Duration // default 15m
+	maxPending int           // default DefaultMaxPending
+	gate       gateDeps
+}
+
+func newApprovals(c approvalsConfig) *approvals {
+	s := &approvals{
+		store: c.store, notifier: approval.NewNotifier(), webhook: c.webhook, audit: c.audit, names: c.names,
+		now: c.now, log: c.log, ttl: c.ttl, maxPending: int64(c.maxPending), gate: c.gate,
+	}
+	if s.ttl <= 0 {
+		s.ttl = 15 * time.Minute
+	}
+	if s.maxPending <= 0 {
+		s.maxPending = DefaultMaxPending
+	}
+	s.expiry = newExpiryTimers(c.clock, c.now, s.expire)
+	return s
+}
+
+// close disarms every expiry timer; none is armed after it.
+func (s *approvals) close() { s.expiry.close() }
+
 // Hold turns a gated call into a pending action that stores the request
 // exactly as it will be sent. The action keeps the decision's reservation
 // (one use and its budgeted amounts count against the grant while it is
@@ -65,17 +140,55 @@ func (b *Broker) Gated(l *Live, d *grants.Decision, also ...*grants.Decision) bo
 // action names their grants, and execute runs it only while each of them
 // still permits (live, unexpired, not exhausted).
 func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord, also ...*grants.Decision) (approval.Action, error) {
-	if !l.takePendingSlot(b.maxPending) {
+	return b.appr.hold(ctx, l, d, out, rec, also...)
+}
+
+// DecideAction records a reviewer's verdict. The final approval executes the
+// stored request exactly once, in the background; the answer does not wait
+// for the upstream.
+func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict, comment string) (approval.Action, error) {
+	return b.appr.decide(ctx, p, id, verdict, comment)
+}
+
+// Action returns one action (approval.ErrNotFound for an unknown id).
+func (b *Broker) Action(ctx context.Context, id string) (approval.Action, error) {
+	return b.appr.store.Action(ctx, id)
+}
+
+// Actions lists actions by status ("" for all), newest first, at most limit.
+func (b *Broker) Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error) {
+	return b.appr.store.Actions(ctx, status, limit)
+}
+
+// SessionAction returns an action of the sandbox's own session
+// (approval.ErrNotFound for another session's).
+func (b *Broker) SessionAction(ctx context.Context, l *Live, id string) (approval.Action, error) {
+	return b.appr.sessionAction(ctx, l, id)
+}
+
+// WaitAction waits up to d for the action to reach a terminal state, waking
+// on its change (no polling).
+func (b *Broker) WaitAction(ctx context.Context, id string, d time.Duration) (approval.Action, error) {
+	return b.appr.wait(ctx, id, d)
+}
+
+// Changes returns a channel closed at the next change of any action or
+// session, for live pages.
+func (b *Broker) Changes() <-chan struct{} { return b.appr.notifier.Any() }
+
+// hold: see Broker.Hold.
+func (s *approvals) hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord, also ...*grants.Decision) (approval.Action, error) {
+	if !l.takePendingSlot(s.maxPending) {
 		d.Release()
-		return approval.Action{}, fmt.Errorf("%w (at most %d)", ErrTooManyPending, b.maxPending)
+		return approval.Action{}, fmt.Errorf("%w (at most %d)", ErrTooManyPending, s.maxPending)
 	}
 	d.Pend()
-	now := b.now().UTC()
-	r2 := b.ruleOfTwo(&l.Session, l.Grants())
+	now := s.now().UTC()
+	r2 := s.gate.standing(l)
 	a := approval.Action{
 		ID: newID("act_", now), SessionID: l.Session.ID, TaskID: l.Session.TaskID, GrantID: d.Grant.Grant.ID,
 		Upstream: rec.Upstream, RequestID: rec.RequestID, SessionCreatedBy: l.Session.CreatedBy,
-		CreatedAt: now, ExpiresAt: now.Add(b.approvalTTL), Status: approval.Pending,
+		CreatedAt: now, ExpiresAt: now.Add(s.ttl), Status: approval.Pending,
 		Request: approval.Request{Method: out.Method, Path: out.Path, Query: out.Query, Header: out.Header.Clone(), Body: out.Body},
 		Pinned:  d.Pinned, Filled: d.Filled,
 		Standing:          approval.Standing{UntrustedInput: r2.UntrustedInput, SensitiveAccess: r2.SensitiveAccess, ExternalAction: r2.ExternalAction},
@@ -86,45 +199,45 @@ func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *ups
 			a.PermitGrants = append(a.PermitGrants, x.Grant.Grant.ID)
 		}
 	}
-	if err := b.actionStore.PutAction(ctx, &a); err != nil {
-		b.releasePending(a)
+	if err := s.store.PutAction(ctx, &a); err != nil {
+		s.releasePending(a)
 		return a, fmt.Errorf("store action: %w", err)
 	}
-	ev := b.callEvent(l, rec)
+	ev := callEvent(l, rec)
 	ev.Type, ev.ActionID, ev.GrantID, ev.Decision = typeActionPending, a.ID, a.GrantID, "hold"
-	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
+	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		// A reviewer may have decided meanwhile: then that decision released it.
-		if _, uerr := b.actionStore.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
+		if _, uerr := s.store.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
 			if x.Status != approval.Pending {
 				return errUnchanged
 			}
 			x.Status, x.Reason = approval.Failed, "audit unavailable"
 			return nil
 		}); uerr == nil {
-			b.releasePending(a)
+			s.releasePending(a)
 		}
 		return a, err
 	}
-	b.expiry.schedule(a.ID, a.ExpiresAt)
-	b.announce(a, typeActionPending, "")
+	s.expiry.schedule(a.ID, a.ExpiresAt)
+	s.announce(a, typeActionPending, "")
 	return a, nil
 }
 
-func (b *Broker) announce(a approval.Action, event, reviewer string) {
-	b.notifier.Notify(a.ID)
-	b.webhook.Send(approval.WebhookEvent{
+func (s *approvals) announce(a approval.Action, event, reviewer string) {
+	s.notifier.Notify(a.ID)
+	s.webhook.Send(approval.WebhookEvent{
 		Event: event, ActionID: a.ID, SessionID: a.SessionID, TaskID: a.TaskID, Upstream: a.Upstream,
 		Method: a.Request.Method, Path: a.Request.Path, Status: string(a.Status), ExpiresAt: a.ExpiresAt,
-		Reviewer: reviewer, At: b.now().UTC(),
+		Reviewer: reviewer, At: s.now().UTC(),
 	})
 }
 
 var errUnchanged = errors.New("unchanged")
 
 // expire moves a pending action past its expiry to expired; it can never run.
-func (b *Broker) expire(id string) {
-	b.expiry.stop(id)
-	a, err := b.actionStore.UpdateAction(context.Background(), id, func(a *approval.Action) error {
+func (s *approvals) expire(id string) {
+	s.expiry.stop(id)
+	a, err := s.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
 		if a.Status != approval.Pending {
 			return errUnchanged
 		}
@@ -133,72 +246,70 @@ func (b *Broker) expire(id string) {
 	})
 	if err != nil {
 		if !errors.Is(err, errUnchanged) {
-			b.log.Error("expire action", "action_id", id, "err", err)
+			s.log.Error("expire action", "action_id", id, "err", err)
 		}
 		return
 	}
-	b.releasePending(a)
-	b.recordAction(a, typeActionExpired, audit.Actor{Kind: "system"}, "")
-	b.announce(a, typeActionExpired, "")
+	s.releasePending(a)
+	s.recordAction(a, typeActionExpired, audit.Actor{Kind: "system"}, "")
+	s.announce(a, typeActionExpired, "")
 }
 
-func (b *Broker) recordAction(a approval.Action, typ string, actor audit.Actor, reason string) {
+func (s *approvals) recordAction(a approval.Action, typ string, actor audit.Actor, reason string) {
 	ev := audit.Event{Type: typ, Actor: actor, SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: reason, RequestID: a.RequestID}
 	if a.Result != nil {
 		ev.Status, ev.Code, ev.LatencyUS, ev.BytesOut = a.Result.Status, a.Result.Code, a.Result.LatencyUS, int64(len(a.Result.Body))
 	}
-	if _, err := b.audit.Append(context.Background(), ev, nil); err != nil {
-		b.log.Error("audit of an action failed", "action_id", a.ID, "type", typ, "err", err)
+	if _, err := s.audit.Append(context.Background(), ev, nil); err != nil {
+		s.log.Error("audit of an action failed", "action_id", a.ID, "type", typ, "err", err)
 	}
 }
 
-// DecideAction records a reviewer's verdict. The final approval executes the
-// stored request exactly once, in the background; the answer does not wait
-// for the upstream.
-func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict, comment string) (approval.Action, error) {
+// decide: see Broker.DecideAction.
+func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, comment string) (approval.Action, error) {
 	if len(comment) > 1000 {
 		return approval.Action{}, fieldErr("comment", "at most 1000 characters")
 	}
-	if verdict == "approve" && b.ks.engaged.Load() {
+	if verdict == "approve" && s.gate.engaged() {
 		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", ErrKillswitch)
 	}
 	var execute bool
-	a, err := b.actionStore.UpdateAction(ctx, id, func(a *approval.Action) error {
+	a, err := s.store.UpdateAction(ctx, id, func(a *approval.Action) error {
 		var err error
-		execute, err = approval.Decide(a, approval.Reviewer{ID: p.ID, Name: p.Name}, verdict, comment, b.now().UTC())
+		execute, err = approval.Decide(a, approval.Reviewer{ID: p.ID, Name: p.Name}, verdict, comment, s.now().UTC())
 		return err
 	})
 	if errors.Is(err, approval.ErrExpired) {
-		b.expire(id)
+		s.expire(id)
 	}
 	if err != nil {
 		return a, err
 	}
 	switch {
 	case a.Status == approval.Denied:
-		b.releasePending(a)
+		s.releasePending(a)
 	case execute: // the grant's reservation goes to execute
-		b.freeSlot(a.SessionID)
+		s.freeSlot(a.SessionID)
 	}
 	typ := typeActionApproved
 	if verdict == "deny" {
 		typ = typeActionDenied
-		b.expiry.stop(id)
+		s.expiry.stop(id)
 	}
-	ev := audit.Event{Type: typ, Actor: b.actorOf(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
+	ev := audit.Event{Type: typ, Actor: s.names.actor(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
-	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
+	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
-			b.releaseReservation(a)
-			b.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: b.now().UTC()}, approval.Failed, "audit unavailable")
+			s.releaseReservation(a)
+			s.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: s.now().UTC()}, approval.Failed, "audit unavailable")
 		}
 		return a, err
 	}
-	b.announce(a, typ, p.ID)
+	s.announce(a, typ, p.ID)
 	if execute {
-		b.expiry.stop(id)
-		go b.execute(a)
+		s.expiry.stop(id)
+		go s.execute(a)
 	}
 	return a, nil
 }
@@ -206,21 +317,21 @@ func (b *Broker) DecideAction(ctx context.Context, p auth.Principal, id, verdict
 // execute sends an approved action's stored request once. The action's
 // reservation on its grant (held since Hold) becomes usage when it is sent,
 // and is released when it is not.
-func (b *Broker) execute(a approval.Action) {
-	start := b.now()
+func (s *approvals) execute(a approval.Action) {
+	start := s.now()
 	fail := func(code, reason string) {
-		b.finish(a.ID, &approval.Result{Code: code, ExecutedAt: b.now().UTC()}, approval.Failed, reason)
+		s.finish(a.ID, &approval.Result{Code: code, ExecutedAt: s.now().UTC()}, approval.Failed, reason)
 	}
 	unsent := func(code, reason string) {
-		b.releaseReservation(a)
+		s.releaseReservation(a)
 		fail(code, reason)
 	}
-	if b.ks.engaged.Load() {
+	if s.gate.engaged() {
 		unsent("killswitch_engaged", "kill-switch engaged")
 		return
 	}
-	l, ok := b.live(a.SessionID)
-	if !ok || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
+	l, ok := s.gate.live(a.SessionID)
+	if !ok || l.revoked.Load() || !s.now().Before(l.Session.ExpiresAt) {
 		unsent("session_revoked", "the session ended before execution")
 		return
 	}
@@ -233,7 +344,7 @@ func (b *Broker) execute(a approval.Action) {
 		return nil
 	}
 	g := grantOf(a.GrantID)
-	if g == nil || g.Revoked() || !b.now().Before(g.Grant.ExpiresAt) {
+	if g == nil || g.Revoked() || !s.now().Before(g.Grant.ExpiresAt) {
 		unsent("grant_expired", "the grant ended before execution")
 		return
 	}
@@ -242,12 +353,12 @@ func (b *Broker) execute(a approval.Action) {
 	// grant never limits its uses: see grants.Permit.)
 	for _, id := range a.PermitGrants {
 		pg := grantOf(id)
-		if pg == nil || pg.Revoked() || !b.now().Before(pg.Grant.ExpiresAt) {
+		if pg == nil || pg.Revoked() || !s.now().Before(pg.Grant.ExpiresAt) {
 			unsent("grant_expired", "a grant the request needs ended before execution")
 			return
 		}
 	}
-	if _, ok := b.upstreams[a.Upstream]; !ok {
+	if !s.gate.upstream(a.Upstream) {
 		unsent("upstream_error", "the upstream is no longer configured")
 		return
 	}
@@ -259,8 +370,7 @@ func (b *Broker) execute(a approval.Action) {
 		unsent(code, err.Error())
 		return
 	}
-	c := b.actionCall(a, l, g)
-	resp, err := c.Send(context.Background())
+	resp, err := s.gate.send(context.Background(), a, l, g)
 	if err != nil {
 		switch {
 		case errors.Is(err, ErrNoCredential):
@@ -287,29 +397,18 @@ func (b *Broker) execute(a approval.Action) {
 		fail("upstream_error", "reading the upstream's answer failed")
 		return
 	}
-	res := &approval.Result{Status: resp.StatusCode, Header: http.Header{}, ExecutedAt: b.now().UTC(), LatencyUS: b.now().Sub(start).Microseconds()}
+	res := &approval.Result{Status: resp.StatusCode, Header: http.Header{}, ExecutedAt: s.now().UTC(), LatencyUS: s.now().Sub(start).Microseconds()}
 	resp.CopyHeader(res.Header)
 	if len(body) > maxResultBody {
 		body, res.Truncated = body[:maxResultBody], true
 	}
 	res.Body = body
-	b.finish(a.ID, res, approval.Executed, "")
-}
-
-// actionCall is the call of an approved action, built from its stored
-// request: its use (consumed on g) is refunded if it is not sent.
-func (b *Broker) actionCall(a approval.Action, l *Live, g *grants.Live) *Call {
-	out := &upstream.Outbound{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header.Clone(), Body: a.Request.Body}
-	if out.Header == nil {
-		out.Header = http.Header{}
-	}
-	return &Call{b: b, name: a.Upstream, start: time.Now(), l: l, u: b.upstreams[a.Upstream], out: out, grant: g, amounts: a.Amounts, actionID: a.ID, step: stepCleared,
-		rec: CallRecord{RequestID: a.RequestID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, BytesIn: int64(len(a.Request.Body))}}
+	s.finish(a.ID, res, approval.Executed, "")
 }
 
 // finish stores the outcome of an execution and wakes waiters.
-func (b *Broker) finish(id string, res *approval.Result, status approval.Status, reason string) {
-	a, err := b.actionStore.UpdateAction(context.Background(), id, func(a *approval.Action) error {
+func (s *approvals) finish(id string, res *approval.Result, status approval.Status, reason string) {
+	a, err := s.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
 		if a.Status != approval.Executing {
 			return errUnchanged
 		}
@@ -317,29 +416,29 @@ func (b *Broker) finish(id string, res *approval.Result, status approval.Status,
 		return nil
 	})
 	if err != nil {
-		b.log.Error("store action outcome", "action_id", id, "err", err)
+		s.log.Error("store action outcome", "action_id", id, "err", err)
 		return
 	}
 	typ := typeActionExecuted
 	if status == approval.Failed {
 		typ = typeActionFailed
 	}
-	b.recordAction(a, typ, audit.Actor{Kind: "system"}, reason)
-	b.announce(a, typ, "")
+	s.recordAction(a, typ, audit.Actor{Kind: "system"}, reason)
+	s.announce(a, typ, "")
 }
 
 // denySessionActions denies the pending actions of a killed session.
-func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessionID string) {
-	pending, err := b.actionStore.Actions(ctx, approval.Pending, 0)
+func (s *approvals) denySession(ctx context.Context, p auth.Principal, sessionID string) {
+	pending, err := s.store.Actions(ctx, approval.Pending, 0)
 	if err != nil {
-		b.log.Error("list pending actions", "err", err)
+		s.log.Error("list pending actions", "err", err)
 		return
 	}
 	for _, a := range pending {
 		if a.SessionID != sessionID {
 			continue
 		}
-		a, err := b.actionStore.UpdateAction(ctx, a.ID, func(a *approval.Action) error {
+		a, err := s.store.UpdateAction(ctx, a.ID, func(a *approval.Action) error {
 			if a.Status != approval.Pending {
 				return errUnchanged
 			}
@@ -349,10 +448,10 @@ func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessi
 		if err != nil {
 			continue
 		}
-		b.releasePending(a)
-		b.expiry.stop(a.ID)
-		b.recordAction(a, typeActionDenied, b.actorOf(p), "session killed")
-		b.announce(a, typeActionDenied, p.ID)
+		s.releasePending(a)
+		s.expiry.stop(a.ID)
+		s.recordAction(a, typeActionDenied, s.names.actor(p), "session killed")
+		s.announce(a, typeActionDenied, p.ID)
 	}
 }
 
@@ -360,37 +459,27 @@ func (b *Broker) denySessionActions(ctx context.Context, p auth.Principal, sessi
 // their reservations again (session slot, grant use and amounts), and marks
 // actions that were executing as failed: their outcome is unknown and they
 // are never sent again.
-func (b *Broker) loadActions(ctx context.Context) error {
-	all, err := b.actionStore.Actions(ctx, "", 0)
+func (s *approvals) load(ctx context.Context) error {
+	all, err := s.store.Actions(ctx, "", 0)
 	if err != nil {
 		return fmt.Errorf("load actions: %w", err)
 	}
 	for _, a := range all {
 		switch a.Status {
 		case approval.Pending:
-			b.restorePending(a)
-			b.expiry.schedule(a.ID, a.ExpiresAt)
+			s.restorePending(a)
+			s.expiry.schedule(a.ID, a.ExpiresAt)
 		case approval.Executing:
-			b.finish(a.ID, &approval.Result{Code: "upstream_error", ExecutedAt: b.now().UTC()}, approval.Failed,
+			s.finish(a.ID, &approval.Result{Code: "upstream_error", ExecutedAt: s.now().UTC()}, approval.Failed,
 				"the broker stopped while executing; the outcome is unknown and the request is not sent again")
 		}
 	}
 	return nil
 }
 
-// Action returns one action.
-func (b *Broker) Action(ctx context.Context, id string) (approval.Action, error) {
-	return b.actionStore.Action(ctx, id)
-}
-
-// Actions lists actions by status, newest first.
-func (b *Broker) Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error) {
-	return b.actionStore.Actions(ctx, status, limit)
-}
-
-// SessionAction returns an action of the sandbox's own session.
-func (b *Broker) SessionAction(ctx context.Context, l *Live, id string) (approval.Action, error) {
-	a, err := b.actionStore.Action(ctx, id)
+// sessionAction returns an action of the sandbox's own session.
+func (s *approvals) sessionAction(ctx context.Context, l *Live, id string) (approval.Action, error) {
+	a, err := s.store.Action(ctx, id)
 	if err != nil {
 		return a, err
 	}
@@ -400,30 +489,26 @@ func (b *Broker) SessionAction(ctx context.Context, l *Live, id string) (approva
 	return a, nil
 }
 
-// WaitAction waits up to d for the action to reach a terminal state, waking
-// on its change (no polling).
-func (b *Broker) WaitAction(ctx context.Context, id string, d time.Duration) (approval.Action, error) {
+// wait waits up to d for the action to reach a terminal state, waking on
+// its change (no polling).
+func (s *approvals) wait(ctx context.Context, id string, d time.Duration) (approval.Action, error) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for {
-		changed := b.notifier.Changed(id) // before the read: no lost wake-up
-		a, err := b.actionStore.Action(ctx, id)
+		changed := s.notifier.Changed(id) // before the read: no lost wake-up
+		a, err := s.store.Action(ctx, id)
 		if err != nil || a.Status.Terminal() || d <= 0 {
 			return a, err
 		}
 		select {
 		case <-changed:
 		case <-timer.C:
-			return b.actionStore.Action(ctx, id)
+			return s.store.Action(ctx, id)
 		case <-ctx.Done():
 			return a, nil
 		}
 	}
 }
-
-// Changes returns a channel closed at the next change of any action or
-// session, for live pages.
-func (b *Broker) Changes() <-chan struct{} { return b.notifier.Any() }
 
 // ActionError maps a terminal, unsuccessful action to the sandbox's error.
 func ActionError(a approval.Action) error {

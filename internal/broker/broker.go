@@ -84,19 +84,13 @@ type Broker struct {
 	enforce   bool
 	names     auditNames // how the audit log names identifiers (HMAC'd)
 
-	sess        sessionService // live sessions and grants, their store and call rates
-	toks        tokenService   // API tokens
-	ks          killswitch     // the global kill-switch service
-	actionStore ActionStore    // actions awaiting or after approval
-	auditLog    auditLog       // the audit chain: checkpoints, verify, prune, scans
+	sess     sessionService // live sessions and grants, their store and call rates
+	toks     tokenService   // API tokens
+	ks       killswitch     // the global kill-switch service
+	appr     *approvals     // the human gate: pending actions, decisions, execution
+	auditLog auditLog       // the audit chain: checkpoints, verify, prune, scans
 
-	approvalTTL time.Duration
-	maxPending  int64
-	metrics     *metrics
-
-	notifier *approval.Notifier
-	webhook  *approval.Webhook
-	expiry   *expiryTimers // wakes the broker at pending actions' expiry
+	metrics *metrics
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -181,18 +175,25 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b := &Broker{
 		health: o.Health, audit: w, tokens: tokens,
-		actionStore: o.Actions,
-		upstreams:   o.Upstreams, now: o.Now, log: o.Log,
+		upstreams: o.Upstreams, now: o.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
-		names:       auditNames{key: derive("audit-hmac")},
-		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook,
+		names: auditNames{key: derive("audit-hmac")},
 	}
 	b.sess = newSessionService(o.Sessions, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
+	b.appr = newApprovals(approvalsConfig{
+		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
+		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
+		gate: gateDeps{
+			live: b.sess.live, grant: b.sess.grant, engaged: b.ks.engaged.Load,
+			standing: func(l *Live) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
+			upstream: func(name string) bool { _, ok := b.upstreams[name]; return ok },
+			send:     b.sendApproved,
+		},
+	})
 	b.toks = tokenService{
 		store: o.Tokens, auth: auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
-		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.notifier,
+		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.appr.notifier,
 	}
-	b.expiry = newExpiryTimers(o.Clock, o.Now, b.expire)
 	b.metrics = newMetrics(o.Metrics, b)
 	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
 	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
@@ -204,19 +205,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		b.metrics.auditRecords.Add(float64(n))
 		b.auditLog.committed(n)
 	})
-	if b.approvalTTL <= 0 {
-		b.approvalTTL = 15 * time.Minute
-	}
-	if b.maxPending = int64(o.MaxPending); b.maxPending <= 0 {
-		b.maxPending = DefaultMaxPending
-	}
 	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
 	b.ks.load(ctx)
 	if err := b.sess.load(ctx); err != nil {
 		w.Close()
 		return nil, err
 	}
-	if err := b.loadActions(ctx); err != nil {
+	if err := b.appr.load(ctx); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -234,7 +229,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 func (b *Broker) Close() {
 	b.auditLog.stopCheckpointer()
 	b.sess.stop()
-	b.expiry.close() // no timer is armed after Close
+	b.appr.close() // no expiry timer is armed after Close
 	b.sess.cancelAll()
 	b.audit.Close()
 	if _, err := b.Checkpoint(context.Background()); err != nil {

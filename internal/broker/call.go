@@ -383,7 +383,7 @@ func (c *Call) Hold(ctx context.Context) (approval.Action, error) {
 		return approval.Action{}, ErrOutOfOrder
 	}
 	c.step = stepSent // the action is sent, once, by its execution
-	return c.b.Hold(ctx, c.l, c.d, c.out, c.rec, c.permits...)
+	return c.b.appr.hold(ctx, c.l, c.d, c.out, c.rec, c.permits...)
 }
 
 // Response is an upstream's answer to a sent call, its body decoded (see
@@ -477,6 +477,20 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 	return &c.resp, nil
 }
 
+// sendApproved sends an approved action's stored request (the approvals
+// service's execution, see gateDeps.send): the call is built exactly from
+// what Hold stored and is cleared by the reviewers' approval; its use,
+// consumed on g, is refunded if it is not sent.
+func (b *Broker) sendApproved(ctx context.Context, a approval.Action, l *Live, g *grants.Live) (*Response, error) {
+	out := &upstream.Outbound{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header.Clone(), Body: a.Request.Body}
+	if out.Header == nil {
+		out.Header = http.Header{}
+	}
+	c := &Call{b: b, name: a.Upstream, start: time.Now(), l: l, u: b.upstreams[a.Upstream], out: out, grant: g, amounts: a.Amounts, actionID: a.ID, step: stepCleared,
+		rec: CallRecord{RequestID: a.RequestID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, BytesIn: int64(len(a.Request.Body))}}
+	return c.Send(ctx)
+}
+
 // cut is why a kill ended the call's standing, or nil.
 func (c *Call) cut(bound context.Context) error {
 	switch {
@@ -513,7 +527,7 @@ type CallRecord struct {
 // written the reservation is released and the error wraps
 // audit.ErrUnavailable: the call must not happen.
 func (c *Call) recordAllowed(ctx context.Context) error {
-	ev := c.b.callEvent(c.l, c.rec)
+	ev := callEvent(c.l, c.rec)
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
 	var side *grants.UsageUpdate
@@ -531,7 +545,7 @@ func (c *Call) recordAllowed(ctx context.Context) error {
 // door answered: a refusal at any step (admission, authorization, a
 // pending limit, a credential that could not be fetched).
 func (c *Call) Refuse(ctx context.Context, cause error, code string) error {
-	ev := c.b.callEvent(c.l, c.rec)
+	ev := callEvent(c.l, c.rec)
 	ev.Type, ev.Decision, ev.Code = audit.TypeCallDenied, "deny", code
 	ev.Reason = denialReason(cause)
 	_, err := c.b.audit.Append(ctx, ev, nil)
@@ -543,7 +557,7 @@ func (c *Call) Refuse(ctx context.Context, cause error, code string) error {
 // upstream gave none), the bytes of the answer it got, and the code of a
 // failure.
 func (c *Call) Complete(status int, bytesOut int64, code string) {
-	ev := c.b.callEvent(c.l, c.rec)
+	ev := callEvent(c.l, c.rec)
 	ev.Type, ev.Status, ev.LatencyUS, ev.BytesOut, ev.Code = audit.TypeCallCompleted, status, time.Since(c.start).Microseconds(), bytesOut, code
 	if c.grant != nil {
 		ev.GrantID = c.grant.Grant.ID
@@ -551,7 +565,7 @@ func (c *Call) Complete(status int, bytesOut int64, code string) {
 	c.b.audit.AppendAsync(ev)
 }
 
-func (b *Broker) callEvent(l *Live, c CallRecord) audit.Event {
+func callEvent(l *Live, c CallRecord) audit.Event {
 	ev := audit.Event{
 		Actor: audit.Actor{Kind: "sandbox"}, RequestID: c.RequestID, Upstream: c.Upstream,
 		Method: c.Method, Path: c.Path, BytesIn: c.BytesIn,

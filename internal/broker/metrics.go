@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 				}
 				return 0
 			}),
-		pendingCollector{b},
+		pendingCollector{b.appr},
 	)
 	return m
 }
@@ -58,7 +58,7 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 // pendingCollector reports the approval queue: both series from one cheap
 // store query per scrape (the pending index holds each action's creation
 // time), not a decode of every pending action per series.
-type pendingCollector struct{ b *Broker }
+type pendingCollector struct{ a *approvals }
 
 var (
 	pendingApprovalsDesc = prometheus.NewDesc("airlock_pending_approvals", "Actions waiting for a reviewer.", nil, nil)
@@ -71,21 +71,21 @@ func (c pendingCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c pendingCollector) Collect(ch chan<- prometheus.Metric) {
-	n, age := c.b.pendingStats()
+	n, age := c.a.pendingStats()
 	ch <- prometheus.MustNewConstMetric(pendingApprovalsDesc, prometheus.GaugeValue, float64(n))
 	ch <- prometheus.MustNewConstMetric(oldestPendingDesc, prometheus.GaugeValue, age.Seconds())
 }
 
 // pendingStats is the number of pending actions and the age of the oldest
 // (0, 0 when none, or when the store cannot say).
-func (b *Broker) pendingStats() (int, time.Duration) {
+func (s *approvals) pendingStats() (int, time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	n, oldest, err := b.actionStore.PendingSummary(ctx)
+	n, oldest, err := s.store.PendingSummary(ctx)
 	if err != nil || n == 0 {
 		return 0, 0
 	}
-	return n, b.now().Sub(oldest)
+	return n, s.now().Sub(oldest)
 }
 
 // CredentialFailed counts a failed credential fetch.

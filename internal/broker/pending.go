@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/airlock-broker/airlock/internal/approval"
-	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // DefaultMaxPending bounds a session's pending actions unless configured
@@ -21,8 +20,9 @@ var ErrTooManyPending = errors.New("the session has too many pending actions")
 // both; the one transition out of pending that wins in the store gives them
 // back: releasePending for denied, expired and failed actions, or, for an
 // approved one, freeSlot at the decision and the grant's reservation turned
-// into usage (or released) by execute. loadActions rebuilds both after a
-// restart from the stored pending actions.
+// into usage (or released) by execute. approvals.load rebuilds both after a
+// restart from the stored pending actions. The approvals service is the
+// only one that counts them.
 
 // takePendingSlot counts one more pending action of the session unless it
 // has limit already.
@@ -39,39 +39,33 @@ func (l *Live) takePendingSlot(limit int64) bool {
 }
 
 // freeSlot gives back the session's slot of an action that left pending.
-func (b *Broker) freeSlot(sessionID string) {
-	if l, ok := b.live(sessionID); ok {
+func (s *approvals) freeSlot(sessionID string) {
+	if l, ok := s.gate.live(sessionID); ok {
 		l.pending.Add(-1)
 	}
 }
 
-// liveGrant finds a grant of an active session in memory, or nil.
-func (b *Broker) liveGrant(id string) *grants.Live {
-	gl, _ := b.sess.grant(id)
-	return gl
-}
-
 // releasePending gives back everything a pending action held, when it left
 // pending without being sent (denied, expired, failed, its session killed).
-func (b *Broker) releasePending(a approval.Action) {
-	b.freeSlot(a.SessionID)
-	b.releaseReservation(a)
+func (s *approvals) releasePending(a approval.Action) {
+	s.freeSlot(a.SessionID)
+	s.releaseReservation(a)
 }
 
 // releaseReservation gives back the use and amounts an action holds on its
 // grant (its session slot is freed apart, at the decision).
-func (b *Broker) releaseReservation(a approval.Action) {
-	if g := b.liveGrant(a.GrantID); g != nil {
+func (s *approvals) releaseReservation(a approval.Action) {
+	if g, ok := s.gate.grant(a.GrantID); ok {
 		g.ReleasePending(a.Amounts)
 	}
 }
 
 // restorePending counts a stored pending action again after a restart.
-func (b *Broker) restorePending(a approval.Action) {
-	if l, ok := b.live(a.SessionID); ok {
+func (s *approvals) restorePending(a approval.Action) {
+	if l, ok := s.gate.live(a.SessionID); ok {
 		l.pending.Add(1)
 	}
-	if g := b.liveGrant(a.GrantID); g != nil {
+	if g, ok := s.gate.grant(a.GrantID); ok {
 		g.RestorePending(a.Amounts)
 	}
 }

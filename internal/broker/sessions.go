@@ -336,8 +336,8 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionRevoked, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	b.denySessionActions(ctx, p, s.ID)
-	b.notifier.Notify("")
+	b.appr.denySession(ctx, p, s.ID)
+	b.appr.notifier.Notify("")
 	v := b.view(l)
 	if firstErr != nil {
 		// The session is dead in memory whatever happened; the store failure is reported.
@@ -449,5 +449,5 @@ func (b *Broker) RecordLogin(ctx context.Context, p auth.Principal, ok bool, rem
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
 		b.log.Error("audit of a log-in failed", "err", err)
 	}
-	b.notifier.Notify("")
+	b.appr.notifier.Notify("")
 }
