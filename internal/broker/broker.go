@@ -145,7 +145,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 	}
 	secret, err := o.Meta.Meta(ctx, metaSecret)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ErrMetaNotFound) {
 		secret = make([]byte, 32)
 		if _, err := rand.Read(secret); err != nil {
 			return nil, err

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/audit"
-	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // KillswitchStore is what the kill-switch persists: its state, one small
@@ -45,7 +44,7 @@ func (k *killswitch) load(ctx context.Context) {
 func (k *killswitch) state(ctx context.Context) (KillswitchState, error) {
 	var st KillswitchState
 	data, err := k.store.Meta(ctx, metaKillswitch)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ErrMetaNotFound) {
 		return st, nil
 	}
 	if err != nil {

@@ -8,11 +8,30 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 )
 
+// Not-found errors of the store ports. Each port returns its own for an
+// unknown key (an adapter may wrap it with its own error: errors.Is
+// matches), and the broker tests only these, never an adapter's error.
+// ActionStore's is approval.ErrNotFound; AuditStore and HealthCheck have
+// none. The contract suite internal/store/storetest checks them.
+var (
+	// ErrSessionNotFound: SessionStore.Session and SessionStore.Grant, for
+	// an unknown session or grant id.
+	ErrSessionNotFound = errors.New("session or grant not found")
+	// ErrTokenNotFound: TokenStore.DeleteToken, for an unknown token id.
+	ErrTokenNotFound = errors.New("API token not found")
+	// ErrMetaNotFound: MetaStore.Meta (and so KillswitchStore), for a key
+	// never written.
+	ErrMetaNotFound = errors.New("meta key not found")
+)
+
 // MetaStore holds small broker state values under a key (the installation
-// secret, the kill-switch's state). Meta returns store.ErrNotFound for a key
-// never written; PutMeta is durable when it returns.
+// secret, the kill-switch's state).
 type MetaStore interface {
+	// Meta returns the value last written under key (a copy the caller
+	// may keep), or ErrMetaNotFound for a key never written.
 	Meta(ctx context.Context, key string) ([]byte, error)
+	// PutMeta creates or replaces the value under key; it is durable when
+	// it returns.
 	PutMeta(ctx context.Context, key string, value []byte) error
 }
 

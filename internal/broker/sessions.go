@@ -17,7 +17,7 @@ import (
 )
 
 // SessionStore is what sessions and their grants need persisted. Session
-// and Grant return store.ErrNotFound for an unknown id; Sessions lists in id
+// and Grant return ErrSessionNotFound for an unknown id; Sessions lists in id
 // (creation) order after after, at most limit.
 type SessionStore interface {
 	PutSession(ctx context.Context, s *session.Session) error
@@ -243,7 +243,7 @@ func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
 		return b.view(l), nil
 	}
 	s, err := b.sess.store.Session(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ErrSessionNotFound) {
 		return SessionView{}, ErrNotFound
 	}
 	if err != nil {
@@ -391,7 +391,7 @@ func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
 		return b.grantView(gl, !live || l.revoked.Load()), nil
 	}
 	r, err := b.sess.store.Grant(ctx, id)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, ErrSessionNotFound) {
 		return GrantView{}, ErrNotFound
 	}
 	if err != nil {

@@ -11,14 +11,17 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
-	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // TokenStore is what API tokens need persisted: only each token's digest,
-// never its secret. DeleteToken returns store.ErrNotFound for an unknown id.
+// never its secret.
 type TokenStore interface {
+	// PutToken creates or replaces a token (by its id).
 	PutToken(ctx context.Context, t auth.Token) error
+	// DeleteToken removes a token, or returns ErrTokenNotFound for an
+	// unknown id.
 	DeleteToken(ctx context.Context, id string) error
+	// Tokens lists every stored token.
 	Tokens(ctx context.Context) ([]auth.Token, error)
 }
 
@@ -99,7 +102,7 @@ func (s *tokenService) list() []auth.Token {
 
 func (s *tokenService) revoke(ctx context.Context, p auth.Principal, id string) error {
 	if err := s.store.DeleteToken(ctx, id); err != nil {
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, ErrTokenNotFound) {
 			return ErrNotFound
 		}
 		return err

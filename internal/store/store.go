@@ -26,7 +26,11 @@ const (
 	DurabilityBuffered = "buffered"
 )
 
-// ErrNotFound is returned when a key does not exist.
+// ErrNotFound is what an adapter's not-found errors also match. The
+// broker's ports each declare their own sentinel (broker.ErrSessionNotFound,
+// broker.ErrTokenNotFound, broker.ErrMetaNotFound, approval.ErrNotFound),
+// which an adapter returns or wraps, and the broker tests only those; the
+// contract suite internal/store/storetest checks them.
 var ErrNotFound = errors.New("not found")
 
 // GrantRecord is a stored grant with its usage.
@@ -49,24 +53,24 @@ type Store interface {
 	PutSession(ctx context.Context, s *session.Session) error
 	// CreateSession stores a new session and its grants in one transaction.
 	CreateSession(ctx context.Context, s *session.Session, gs []grants.Grant) error
-	// Session returns one session or ErrNotFound.
+	// Session returns one session or broker.ErrSessionNotFound.
 	Session(ctx context.Context, id string) (session.Session, error)
 	// Sessions lists sessions with ids after `after`, in id (creation) order, at most limit.
 	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
 
 	// PutGrant creates or replaces a grant (and its usage).
 	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
-	// Grant returns one grant or ErrNotFound.
+	// Grant returns one grant or broker.ErrSessionNotFound.
 	Grant(ctx context.Context, id string) (GrantRecord, error)
 	// SessionGrants lists the grants of a session.
 	SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error)
 
-	// PutToken stores an API token; DeleteToken removes it (ErrNotFound); Tokens lists them.
+	// PutToken stores an API token; DeleteToken removes it (broker.ErrTokenNotFound); Tokens lists them.
 	PutToken(ctx context.Context, t auth.Token) error
 	DeleteToken(ctx context.Context, id string) error
 	Tokens(ctx context.Context) ([]auth.Token, error)
 
-	// Meta reads a small broker state value (ErrNotFound); PutMeta writes it durably.
+	// Meta reads a small broker state value (broker.ErrMetaNotFound); PutMeta writes it durably.
 	Meta(ctx context.Context, key string) ([]byte, error)
 	PutMeta(ctx context.Context, key string, value []byte) error
 

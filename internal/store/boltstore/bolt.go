@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -175,6 +176,29 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 
 var errClosed = errors.New("store closed")
 
+// notFound is the adapter's not-found error of one port: errors.Is matches
+// the port's sentinel (what the broker tests) and store.ErrNotFound.
+type notFound struct{ port error }
+
+func (e notFound) Error() string   { return e.port.Error() }
+func (e notFound) Unwrap() []error { return []error{e.port, store.ErrNotFound} }
+
+// The not-found errors of the ports (see broker.SessionStore, TokenStore,
+// MetaStore; approval.Store's is approval.ErrNotFound itself).
+var (
+	errSessionNotFound error = notFound{broker.ErrSessionNotFound}
+	errTokenNotFound   error = notFound{broker.ErrTokenNotFound}
+	errMetaNotFound    error = notFound{broker.ErrMetaNotFound}
+)
+
+// notFoundAs turns get's store.ErrNotFound into a port's not-found error.
+func notFoundAs(err, portErr error) error {
+	if errors.Is(err, store.ErrNotFound) {
+		return portErr
+	}
+	return err
+}
+
 // put stores a record (records.go) encoded by encode.
 func put[T any](tx *bolt.Tx, bucket []byte, key string, v T, encode func(T) ([]byte, error)) error {
 	data, err := encode(v)
@@ -184,7 +208,8 @@ func put[T any](tx *bolt.Tx, bucket []byte, key string, v T, encode func(T) ([]b
 	return tx.Bucket(bucket).Put([]byte(key), data)
 }
 
-// get decodes a stored record (records.go), or returns ErrNotFound.
+// get decodes a stored record (records.go), or returns store.ErrNotFound
+// (a port's method turns it into the port's own error: notFoundAs).
 func get[T any](tx *bolt.Tx, bucket []byte, key string, decode func([]byte) (T, error)) (T, error) {
 	data := tx.Bucket(bucket).Get([]byte(key))
 	if data == nil {
@@ -421,7 +446,7 @@ func (s *Bolt) Session(ctx context.Context, id string) (session.Session, error) 
 		out, err = get(tx, bucketSessions, id, decodeSession)
 		return err
 	})
-	return out, err
+	return out, notFoundAs(err, errSessionNotFound)
 }
 
 // Sessions implements Store.
@@ -491,7 +516,7 @@ func (s *Bolt) Grant(ctx context.Context, id string) (store.GrantRecord, error) 
 	}
 	var out store.GrantRecord
 	err := s.db.View(func(tx *bolt.Tx) error { return getGrant(tx, id, &out) })
-	return out, err
+	return out, notFoundAs(err, errSessionNotFound)
 }
 
 func getGrant(tx *bolt.Tx, id string, out *store.GrantRecord) error {
@@ -538,7 +563,7 @@ func (s *Bolt) DeleteToken(ctx context.Context, id string) error {
 	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketTokens)
 		if b.Get([]byte(id)) == nil {
-			return store.ErrNotFound
+			return errTokenNotFound
 		}
 		return b.Delete([]byte(id))
 	})
@@ -555,7 +580,7 @@ func (s *Bolt) Meta(ctx context.Context, key string) ([]byte, error) {
 	err := s.db.View(func(tx *bolt.Tx) error {
 		v := tx.Bucket(bucketMeta).Get([]byte(key))
 		if v == nil {
-			return store.ErrNotFound
+			return errMetaNotFound
 		}
 		out = bytes.Clone(v)
 		return nil
