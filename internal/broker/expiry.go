@@ -7,7 +7,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 )
 
-// expiryTimers wakes the broker when a pending action's expiry comes: one
+// expiryTimers wakes the approvals service when a pending action's expiry comes: one
 // timer per action on the injected clock. A timer only wakes: the clock
 // decides, and an early wake-up (the clock is behind the timer) sleeps
 // again until the expiry.
