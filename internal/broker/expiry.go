@@ -7,10 +7,10 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 )
 
-// expiryTimers wakes the approvals service when a pending action's expiry comes: one
-// timer per action on the injected clock. A timer only wakes: the clock
-// decides, and an early wake-up (the clock is behind the timer) sleeps
-// again until the expiry.
+// expiryTimers wakes the approvals service when a pending action's expiry
+// comes: one timer per action on the injected clock. A timer only wakes:
+// the clock decides, and an early wake-up (the clock is behind the timer)
+// sleeps again until the expiry.
 type expiryTimers struct {
 	clock clock.Clock
 	now   func() time.Time
