@@ -39,25 +39,6 @@ const (
 // maxResultBody bounds the stored answer of an executed action.
 const maxResultBody = 1 << 20
 
-// Gated reports whether an allowed call must wait for a human: one of its
-// decisions (the one that reserved its use, and those of further
-// permissions it needs, see Permit) is an irreversible rule under Rule of
-// Two (A∧B∧C) or of a grant with approval: always.
-func (b *Broker) Gated(l *Live, d *grants.Decision, also ...*grants.Decision) bool {
-	gated := func(d *grants.Decision) bool {
-		return d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || b.ruleOfTwo(&l.Session, l.Grants()).Gated())
-	}
-	if gated(d) {
-		return true
-	}
-	for _, x := range also {
-		if gated(x) {
-			return true
-		}
-	}
-	return false
-}
-
 // approvals is the human gate's service: the actions awaiting or after
 // approval (its ActionStore), what each pending action holds (a slot of its
 // session's pending limit and its grant's reservation, see pending.go), the
@@ -130,6 +111,30 @@ func newApprovals(c approvalsConfig) *approvals {
 
 // close disarms every expiry timer; none is armed after it.
 func (s *approvals) close() { s.expiry.close() }
+
+// Gated reports whether an allowed call must wait for a human: one of its
+// decisions (the one that reserved its use, and those of further
+// permissions it needs, see Permit) is an irreversible rule under Rule of
+// Two (A∧B∧C) or of a grant with approval: always.
+func (b *Broker) Gated(l *Live, d *grants.Decision, also ...*grants.Decision) bool {
+	return b.appr.gated(l, d, also...)
+}
+
+// gated: see Broker.Gated.
+func (s *approvals) gated(l *Live, d *grants.Decision, also ...*grants.Decision) bool {
+	gated := func(d *grants.Decision) bool {
+		return d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || s.gate.standing(l).Gated())
+	}
+	if gated(d) {
+		return true
+	}
+	for _, x := range also {
+		if gated(x) {
+			return true
+		}
+	}
+	return false
+}
 
 // Hold turns a gated call into a pending action that stores the request
 // exactly as it will be sent. The action keeps the decision's reservation

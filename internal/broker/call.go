@@ -369,7 +369,7 @@ func (c *Call) Gated() bool {
 	if c.step != stepAuthorized {
 		return true // nothing to clear: Send refuses it anyway
 	}
-	gated := c.b.Gated(c.l, c.d, c.permits...)
+	gated := c.b.appr.gated(c.l, c.d, c.permits...)
 	if !gated {
 		c.step = stepCleared
 	}
