@@ -39,8 +39,9 @@ const (
 // maxResultBody bounds the stored answer of an executed action.
 const maxResultBody = 1 << 20
 
-// approvals is the human gate's service: the actions awaiting or after
-// approval (its ActionStore), what each pending action holds (a slot of its
+// approvals is the human gate's service: whether a call must wait (gated),
+// the actions awaiting or after approval (its ActionStore), what each
+// pending action holds (a slot of its
 // session's pending limit and its grant's reservation, see pending.go), the
 // timers of their expiry, the reviewers' decisions and the exactly-once
 // execution of an approved action (the "executing" claim taken in the
