@@ -41,14 +41,14 @@ const maxResultBody = 1 << 20
 
 // approvals is the human gate's service: whether a call must wait (gated),
 // the actions awaiting or after approval (its ActionStore), what each
-// pending action holds (a slot of its
-// session's pending limit and its grant's reservation, see pending.go), the
-// timers of their expiry, the reviewers' decisions and the exactly-once
-// execution of an approved action (the "executing" claim taken in the
-// store, then finish), and the notifier and webhook that tell waiters,
-// live pages and outside listeners of each change. What it needs of the
-// rest of the broker it is given (gateDeps, an auditAppender); the Broker
-// keeps thin exported methods over it.
+// pending action holds (a slot of its session's pending limit and its
+// grant's reservation, see pending.go), the timers of their expiry, the
+// reviewers' decisions and the exactly-once execution of an approved
+// action (the "executing" claim taken in the store, then finish), and the
+// notifier and webhook that tell waiters, live pages and outside listeners
+// of each change. What it needs of the rest of the broker it is given
+// (gateDeps, an auditAppender); the Broker keeps thin exported methods
+// over it.
 type approvals struct {
 	store      ActionStore
 	notifier   *approval.Notifier // wakes waiters of an action, and live pages at any change
