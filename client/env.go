@@ -110,7 +110,9 @@ func contains(ss []string, s string) bool {
 	return false
 }
 
-// ShellQuote quotes v for a POSIX shell: in single quotes, each ' written as '\”.
+// ShellQuote quotes v for a POSIX shell: in single quotes, each single
+// quote in v ends the quoting, is escaped with a backslash, and quoting
+// starts again.
 func ShellQuote(v string) string {
 	return "'" + strings.ReplaceAll(v, "'", `'\''`) + "'"
 }
