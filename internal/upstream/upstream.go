@@ -57,7 +57,10 @@ type Upstream struct {
 	ForwardHeaders map[string]bool // canonical names
 	Source         Source
 	Inject         Injection
-	AWS            *AWS // set for aws upstreams: requests are SigV4-signed instead of injected
+	// Placeholder is the worthless token sandbox clients get in its
+	// variable (proxy door), or nil.
+	Placeholder *Placeholder
+	AWS         *AWS // set for aws upstreams: requests are SigV4-signed instead of injected
 	// RotationGrace is how long a credential replaced by rotation is still
 	// scrubbed from answers (0: not at all).
 	RotationGrace time.Duration
@@ -66,6 +69,10 @@ type Upstream struct {
 
 	// AllowPathSemicolons lets path segments carry ";" (grants.PathOptions).
 	AllowPathSemicolons bool
+
+	// Hosts are the destinations the proxy door maps to this upstream
+	// (DESIGN §8); none: not reachable through the proxy door.
+	Hosts []Host
 
 	transport http.RoundTripper
 	scrub     atomic.Pointer[scrubCache]
