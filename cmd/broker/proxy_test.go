@@ -603,6 +603,18 @@ func TestProxyDoorAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("revoked grant", func(t *testing.T) {
+		g := e.session(trustedSession(ghGrant()))
+		if r := e.b.do("DELETE", e.b.control+"/v1/grants/"+g.Grants[0].ID, adminToken, nil); r.status != 200 {
+			t.Fatalf("revoke: %d %s", r.status, r.body)
+		}
+		resp, body, _ := e.rawConnect(ghHost+":443", g.Token)
+		if resp.StatusCode != 403 || !bytes.Contains(body, []byte(`"code":"egress_denied"`)) {
+			t.Fatalf("CONNECT with the grant revoked: %d %s", resp.StatusCode, body)
+		}
+		e.wantEgressDenied(g.ID, ghHost+":443")
+	})
+
 	t.Run("another session's token", func(t *testing.T) {
 		// The leaf comes from the token's session's CA, which this sandbox does not trust.
 		if _, err := e.tunnel(ghHost, ghHost, other.Token, s.caFile); err == nil {
