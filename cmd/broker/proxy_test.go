@@ -670,6 +670,22 @@ func TestProxyDoorAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("methods the REST door refuses", func(t *testing.T) {
+		for _, m := range []string{"CONNECT " + ghHost + ":443", "TRACE /repos/acme/widgets", "PROPFIND /repos/acme/widgets"} {
+			tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := roundTrip(t, tc, m+" HTTP/1.1\r\nHost: "+ghHost+"\r\n\r\n", 1)
+			if len(rs) != 1 {
+				t.Fatalf("%s: %d answers", m, len(rs))
+			}
+			if st, code := problemOf(t, rs[0]); st != 405 || code != "bad_request" {
+				t.Fatalf("%s: %d %s", m, st, code)
+			}
+		}
+	})
+
 	t.Run("upgrade refused", func(t *testing.T) {
 		tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
 		if err != nil {
