@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptrace"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,4 +83,51 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestBareTLSProxy checks proxy mode's baseline: CONNECT to the bench host,
+// TLS terminated with the bare proxy's CA, the call forwarded with the
+// header injected, over kept-alive tunnels; another destination refused.
+func TestBareTLSProxy(t *testing.T) {
+	up, err := startUpstream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer up.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	p, err := startBareProxy(ctx, up.URL(), false, "", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	pu, _ := url.Parse(p.URL())
+	c, err := proxyClient(pu, p.caPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tunnels := 0
+	for range 3 {
+		req, _ := http.NewRequest("GET", "https://"+proxyHost+"/items", nil)
+		trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) {
+			if !i.Reused {
+				tunnels++
+			}
+		}}
+		resp, err := c.Do(req.WithContext(httptrace.WithClientTrace(req.Context(), trace)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(body), "widget") || resp.TLS == nil {
+			t.Fatalf("through the bare TLS proxy: %d %q (TLS %v)", resp.StatusCode, body, resp.TLS != nil)
+		}
+	}
+	if tunnels != 1 {
+		t.Errorf("%d tunnels for 3 calls, want 1 (keep-alive inside the tunnel)", tunnels)
+	}
+	if _, err := c.Get("https://elsewhere.test/items"); err == nil {
+		t.Error("CONNECT to another destination succeeded")
+	}
 }
