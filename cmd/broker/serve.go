@@ -72,8 +72,9 @@ func cmdServe(ctx context.Context, args []string, getenv func(string) string, st
 	return serve(ctx, cfg, getenv, stdout, stderr, nil)
 }
 
-// Addrs are the bound addresses of the two planes.
-type Addrs struct{ Sandbox, Control string }
+// Addrs are the bound addresses of the two planes, and the proxy door's
+// host:port ("" when it is off).
+type Addrs struct{ Sandbox, Control, Proxy string }
 
 // serve runs the broker until ctx ends. ready, if set, is called once both
 // listeners are bound.
@@ -106,6 +107,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
 		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,
 		CheckpointEvery: cfg.Audit.CheckpointEvery, CheckpointEach: cfg.Audit.CheckpointInterval,
+		ProxyCA: cfg.ProxyListen != "",
 	})
 	if err != nil {
 		return err
@@ -126,12 +128,30 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return fmt.Errorf("control_listen: %w", err)
 	}
 	addrs := Addrs{Sandbox: "http://" + lnS.Addr().String(), Control: "http://" + lnC.Addr().String()}
+	// The proxy door (DESIGN §8): a third listener on the sandbox plane.
+	var lnP net.Listener
+	var door *httpapi.ProxyDoor
+	if cfg.ProxyListen != "" {
+		if lnP, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
+			lnS.Close()
+			lnC.Close()
+			return fmt.Errorf("proxy_listen: %w", err)
+		}
+		addrs.Proxy = lnP.Addr().String()
+		if cfg.ProxyURL != "" {
+			addrs.Proxy = cfg.ProxyURL
+		}
+		door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait})
+	}
 	servers := []*http.Server{
 		{Handler: api.Handler(httpapi.SandboxPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 		{Handler: api.Handler(httpapi.ControlPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 	}
-	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
+	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "proxy", addrs.Proxy, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
 	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", addrs.Sandbox, addrs.Control)
+	if door != nil {
+		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", lnP.Addr(), addrs.Proxy)
+	}
 	if ready != nil {
 		ready(addrs)
 	}
@@ -145,6 +165,9 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 			return nil
 		})
 	}
+	if door != nil {
+		g.Go(func() error { return door.Serve(lnP) })
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -152,6 +175,9 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		var errs []error
 		for _, srv := range servers {
 			errs = append(errs, srv.Shutdown(sctx))
+		}
+		if door != nil {
+			errs = append(errs, door.Shutdown(sctx))
 		}
 		return errors.Join(errs...)
 	})

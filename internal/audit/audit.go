@@ -26,6 +26,7 @@ const (
 	TypeCallAllowed     = "call.allowed"
 	TypeCallDenied      = "call.denied"
 	TypeCallCompleted   = "call.completed"
+	TypeEgressDenied    = "egress.denied" // the proxy door refused a destination (its host:port in Path)
 	TypeKillswitch      = "killswitch.engaged"
 	TypeKillswitchOff   = "killswitch.released"
 	TypeTokenCreated    = "token.created"

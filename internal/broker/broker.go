@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -69,6 +71,9 @@ type Options struct {
 	Clock            clock.Clock       // decides every expiry and wakes the broker for pending actions; when set, Now is Clock.Now
 	Now              func() time.Time  // without Clock: the clock (default time.Now), with the runtime's timers
 	Log              *slog.Logger
+	// ProxyCA gives each new session its own CA for the proxy door
+	// (DESIGN §8): on when the door is (config proxy_listen).
+	ProxyCA bool
 }
 
 // Broker is the broker's domain service.
@@ -82,7 +87,9 @@ type Broker struct {
 	maxTTL    time.Duration
 	defTTL    time.Duration
 	enforce   bool
-	names     auditNames // how the audit log names identifiers (HMAC'd)
+	names     auditNames      // how the audit log names identifiers (HMAC'd)
+	proxyOn   bool            // new sessions get a CA (Options.ProxyCA)
+	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 
 	sess        sessionService // live sessions and grants, their store and call rates
 	toks        tokenService   // API tokens
@@ -114,6 +121,8 @@ type Live struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	grants  atomic.Pointer[[]*grants.Live]
+	ca      atomic.Pointer[proxyca.CA] // the session's CA once open (see Broker.proxyCA)
+	caMu    sync.Mutex                 // one opening at a time
 }
 
 // Context ends when the session is killed: in-flight calls derive from it.
@@ -187,6 +196,11 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		names:       auditNames{key: derive("audit-hmac")},
 		approvalTTL: o.ApprovalTTL, notifier: approval.NewNotifier(), webhook: o.Webhook,
 	}
+	if b.caSealer, err = proxyca.NewSealer(derive("proxy-ca-seal")); err != nil {
+		w.Close()
+		return nil, err
+	}
+	b.proxyOn = o.ProxyCA
 	b.sess = newSessionService(o.Sessions, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	b.toks = tokenService{
 		store: o.Tokens, auth: auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),

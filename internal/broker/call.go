@@ -27,7 +27,8 @@ import (
 //	c.Complete(status, bytes, code)      // the outcome, once the door wrote the answer
 //
 // A refusal at any step is c.Refuse(ctx, err, code): the durable "denied"
-// record. A door only parses its protocol into a Request and writes the
+// record. The proxy door adds one step after Admit: c.Egress(host, port),
+// which maps a destination to its upstream (see egress.go). A door only parses its protocol into a Request and writes the
 // Response (or the error, through its problem table) back in it; each step
 // gives back what it reserved when it fails.
 
@@ -533,6 +534,9 @@ func (c *Call) recordAllowed(ctx context.Context) error {
 func (c *Call) Refuse(ctx context.Context, cause error, code string) error {
 	ev := c.b.callEvent(c.l, c.rec)
 	ev.Type, ev.Decision, ev.Code = audit.TypeCallDenied, "deny", code
+	if errors.Is(cause, ErrEgressDenied) {
+		ev.Type = audit.TypeEgressDenied
+	}
 	ev.Reason = denialReason(cause)
 	_, err := c.b.audit.Append(ctx, ev, nil)
 	return err
@@ -570,7 +574,7 @@ func denialReason(err error) string {
 	if errors.As(err, &v) {
 		return v.Error()
 	}
-	if errors.Is(err, grants.ErrBadRequest) {
+	if errors.Is(err, grants.ErrBadRequest) || errors.Is(err, ErrEgressDenied) {
 		return err.Error()
 	}
 	if err == nil {

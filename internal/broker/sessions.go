@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
@@ -49,6 +50,7 @@ type SessionView struct {
 	IsolationTooWeak  bool
 	Status            string // active, revoked or expired
 	Token             string // only on creation
+	ProxyCAPEM        []byte // the session's CA certificate (public), when it has one
 	AWSSecret         string // the SigV4 secret, when a grant targets an aws upstream
 	EnforcedIsolation bool
 }
@@ -155,6 +157,13 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if b.enforce && iso < r2.RequiredIsolation() {
 		return SessionView{}, fmt.Errorf("%w: %s required, %q declared", session.ErrIsolationWeak, r2.RequiredIsolation(), iso)
 	}
+	var ca *proxyca.CA
+	if b.proxyOn {
+		var err error
+		if ca, err = b.newProxyCA(&s); err != nil {
+			return SessionView{}, err
+		}
+	}
 	token, err := b.tokens.Issue(&s)
 	if err != nil {
 		return SessionView{}, fmt.Errorf("issue token: %w", err)
@@ -177,6 +186,9 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 		return SessionView{}, err
 	}
 	l := b.sess.addLive(s, live)
+	if ca != nil {
+		l.ca.Store(ca)
+	}
 	v := b.view(l)
 	v.Token = token
 	for _, g := range recs {
@@ -210,6 +222,9 @@ func (b *Broker) view(l *Live) SessionView {
 		Session: l.Session, RuleOfTwo: r2, Required: r2.RequiredIsolation(),
 		IsolationTooWeak: l.Session.Isolation < r2.RequiredIsolation(), EnforcedIsolation: b.enforce,
 		Status: status(l.revoked.Load() || !l.Session.RevokedAt.IsZero(), l.Session.ExpiresAt, now),
+	}
+	if pc := l.Session.ProxyCA; pc != nil {
+		v.ProxyCAPEM = proxyca.CertPEM(pc.CertDER)
 	}
 	if k := l.killed.Load(); k != 0 && v.Session.RevokedAt.IsZero() {
 		v.Session.RevokedAt = time.Unix(0, k).UTC()

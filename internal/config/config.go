@@ -4,6 +4,8 @@ package config
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -29,6 +31,8 @@ import (
 type Config struct {
 	SandboxListen    string        `yaml:"sandbox_listen"`
 	ControlListen    string        `yaml:"control_listen"`
+	ProxyListen      string        `yaml:"proxy_listen"` // the HTTPS_PROXY door (DESIGN §8); off when empty
+	ProxyURL         string        `yaml:"proxy_url"`    // host:port clients use to reach it (default: the listener's address)
 	DataDir          string        `yaml:"data_dir"`
 	AdminToken       string        `yaml:"admin_token"`
 	AdminTokenFile   string        `yaml:"admin_token_file"`
@@ -77,6 +81,9 @@ type Approval struct {
 	// MaxPendingPerSession bounds a session's pending actions (default 16).
 	MaxPendingPerSession int     `yaml:"max_pending_per_session"`
 	Webhook              Webhook `yaml:"webhook"`
+	// ProxyWait is how long the proxy door holds a gated call's connection
+	// for the decision (default 55s); then it answers 202 pending.
+	ProxyWait time.Duration `yaml:"proxy_wait"`
 }
 
 // Webhook announces pending actions and decisions.
@@ -111,6 +118,16 @@ type Upstream struct {
 	// Even when on, a segment that is empty, "." or ".." before its ";" is
 	// refused. http upstreams only.
 	AllowPathSemicolons bool `yaml:"allow_path_semicolons"`
+
+	// Hosts are the destinations the proxy door maps to this upstream:
+	// host names, "*.example.com" (one label), IP addresses, each
+	// optionally with ":port" (default: the host of base_url).
+	Hosts []string `yaml:"hosts"`
+	// CACert is a PEM file of the private CA the broker trusts (alone) for
+	// this upstream's TLS.
+	CACert string `yaml:"ca_cert"`
+	// proxyHosts are Hosts (or the default) as Validate resolved them.
+	proxyHosts []upstream.Host
 
 	// aws upstreams (not yet supported)
 	Service  string `yaml:"service"`
@@ -174,6 +191,7 @@ const (
 	DefaultSessionTTL    = 15 * time.Minute
 	DefaultTimeout       = 30 * time.Second
 	DefaultMaxBody       = 1 << 20
+	DefaultProxyWait     = 55 * time.Second
 )
 
 // FieldError names the offending field.
@@ -282,6 +300,22 @@ func (c *Config) Validate(getenv func(string) string) error {
 	if c.SandboxListen == c.ControlListen && !strings.HasSuffix(c.SandboxListen, ":0") {
 		return fieldErr("control_listen", "must differ from sandbox_listen: the two planes are separate listeners")
 	}
+	if c.ProxyListen != "" {
+		if _, _, err := net.SplitHostPort(c.ProxyListen); err != nil {
+			return fieldErr("proxy_listen", "must be host:port")
+		}
+		if !strings.HasSuffix(c.ProxyListen, ":0") && (c.ProxyListen == c.SandboxListen || c.ProxyListen == c.ControlListen) {
+			return fieldErr("proxy_listen", "must differ from sandbox_listen and control_listen")
+		}
+	}
+	if c.ProxyURL != "" {
+		if c.ProxyListen == "" {
+			return fieldErr("proxy_url", "needs proxy_listen")
+		}
+		if h, p, err := net.SplitHostPort(c.ProxyURL); err != nil || h == "" || p == "" || strings.ContainsAny(c.ProxyURL, "/@?#") {
+			return fieldErr("proxy_url", "must be host:port (the address clients reach the proxy door at)")
+		}
+	}
 	if c.DataDir == "" {
 		c.DataDir = "./data"
 	}
@@ -332,6 +366,12 @@ func (c *Config) Validate(getenv func(string) string) error {
 	}
 	if c.Approval.MaxPendingPerSession < 0 || c.Approval.MaxPendingPerSession > 10000 {
 		return fieldErr("approval.max_pending_per_session", "must be between 1 and 10000")
+	}
+	if c.Approval.ProxyWait == 0 {
+		c.Approval.ProxyWait = DefaultProxyWait
+	}
+	if c.Approval.ProxyWait < 0 || c.Approval.ProxyWait > 15*time.Minute {
+		return fieldErr("approval.proxy_wait", "must be between 1s and 15m")
 	}
 	if w := c.Approval.Webhook; w.URL != "" {
 		u, err := url.Parse(w.URL)
@@ -384,6 +424,9 @@ func (c *Config) Validate(getenv func(string) string) error {
 		if c.Upstreams[i].Credential.Source == "vault" && c.Vault == nil {
 			return fieldErr(fmt.Sprintf("upstreams[%d].credential.source", i), "vault needs a top-level vault: section")
 		}
+	}
+	if err := c.validateHosts(); err != nil {
+		return err
 	}
 	if v := c.Vault; v != nil {
 		u, err := url.Parse(v.Address)
@@ -649,8 +692,131 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			AWS:    awsCfg, RotationGrace: u.Scrub.RotationGrace,
 		}
 		up.AllowPathSemicolons = u.AllowPathSemicolons
-		up.SetTransport(upstream.NewTransport())
+		up.Hosts = c.Upstreams[i].proxyHosts
+		tr := upstream.NewTransport()
+		if u.CACert != "" {
+			pool, err := caPool(u.CACert)
+			if err != nil {
+				return nil, nil, fieldErr(f+".ca_cert", "%v", err)
+			}
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+		up.SetTransport(tr)
 		out[u.Name] = up
 	}
 	return out, vault, nil
+}
+
+// hosts are the upstream's configured hosts, or (explicit false) the host
+// of its base URL (none when that is not a canonical host name or address).
+func (u *Upstream) hosts(f string) (hs []upstream.Host, explicit bool, err error) {
+	if len(u.Hosts) == 0 {
+		bu, err := url.Parse(u.BaseURL)
+		if err != nil {
+			return nil, false, nil
+		}
+		entry := bu.Hostname()
+		if p := bu.Port(); p != "" && !(bu.Scheme == "https" && p == "443" || bu.Scheme == "http" && p == "80") {
+			entry = net.JoinHostPort(entry, p)
+		}
+		h, err := upstream.ParseHost(entry)
+		if err != nil {
+			return nil, false, nil
+		}
+		return []upstream.Host{h}, false, nil
+	}
+	hs = make([]upstream.Host, 0, len(u.Hosts))
+	for j, s := range u.Hosts {
+		h, err := upstream.ParseHost(s)
+		if err != nil {
+			return nil, true, fieldErr(fmt.Sprintf("%s.hosts[%d]", f, j), "%q: %v (a host name, *.domain, or an IP address, optionally :port; ASCII only)", truncateField(s), err)
+		}
+		hs = append(hs, h)
+	}
+	return hs, true, nil
+}
+
+func truncateField(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "…"
+	}
+	return s
+}
+
+// validateHosts resolves every upstream's proxy hosts and checks its
+// ca_cert. A destination two upstreams list in hosts is an error (the
+// proxy door could not tell which credential it means). A default (the
+// base URL's host) that another upstream lists, or that is also another
+// upstream's default, maps to none of them: name it in hosts.
+func (c *Config) validateHosts() error {
+	type claim struct {
+		h upstream.Host
+		i int
+	}
+	var explicit, defaults []claim
+	for i := range c.Upstreams {
+		u := &c.Upstreams[i]
+		f := fmt.Sprintf("upstreams[%d]", i)
+		hs, isExplicit, err := u.hosts(f)
+		if err != nil {
+			return err
+		}
+		if !isExplicit {
+			for _, h := range hs {
+				defaults = append(defaults, claim{h, i})
+			}
+		}
+		for j, h := range hs {
+			if !isExplicit {
+				break
+			}
+			for _, o := range explicit {
+				if o.h.Overlaps(h) {
+					if o.i == i {
+						return fieldErr(fmt.Sprintf("%s.hosts[%d]", f, j), "%s is listed twice", h)
+					}
+					return fieldErr(fmt.Sprintf("%s.hosts[%d]", f, j), "%s is also a host of upstream %q: a host belongs to one upstream", h, c.Upstreams[o.i].Name)
+				}
+			}
+			explicit = append(explicit, claim{h, i})
+		}
+		if u.CACert != "" {
+			if _, err := caPool(u.CACert); err != nil {
+				return fieldErr(f+".ca_cert", "%v", err)
+			}
+		}
+	}
+	for i := range c.Upstreams {
+		c.Upstreams[i].proxyHosts = nil
+	}
+	for _, e := range explicit {
+		u := &c.Upstreams[e.i]
+		u.proxyHosts = append(u.proxyHosts, e.h)
+	}
+	for _, d := range defaults {
+		ambiguous := false
+		for _, o := range append(explicit, defaults...) {
+			if o.i != d.i && o.h.Overlaps(d.h) {
+				ambiguous = true
+			}
+		}
+		if !ambiguous {
+			u := &c.Upstreams[d.i]
+			u.proxyHosts = append(u.proxyHosts, d.h)
+		}
+	}
+	return nil
+}
+
+// caPool reads a PEM file of CA certificates.
+func caPool(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, errors.New("cannot read the file")
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, errors.New("holds no PEM certificate")
+	}
+	return pool, nil
 }

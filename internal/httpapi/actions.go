@@ -122,7 +122,7 @@ func (s *Server) reviewerAction(a approval.Action) actionJSON {
 // hold answers a gated call: 202 with the pending action, or with
 // Prefer: wait=N the executed upstream answer if the decision comes in time.
 // failed writes a refusal in the protocol of the door the call came through.
-func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, failed func(Problem)) {
+func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, failed func(Problem), wait time.Duration) {
 	rec := c.Record()
 	a, err := c.Hold(r.Context())
 	if errors.Is(err, broker.ErrTooManyPending) { // a refusal like any other: audited with its code
@@ -135,8 +135,10 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, fa
 		return
 	}
 	s.metrics.call(rec.Upstream, "hold", "", c.Elapsed())
-	if wait, ok := preferWait(r); ok && wait > 0 {
-		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+	if wait > 0 {
+		if _, ok := preferWait(r); ok {
+			w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
+		}
 		if a, err = s.awaitDecision(r, c.Live(), a.ID, wait); err != nil {
 			s.failWith(r, err, rec.RequestID, failed)
 			return

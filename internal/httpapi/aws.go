@@ -119,7 +119,8 @@ func (s *Server) serveAWS(w http.ResponseWriter, r *http.Request, c *broker.Call
 		if r.Header.Get("Prefer") == "" {
 			r.Header.Set("Prefer", "wait=60")
 		}
-		s.hold(w, r, c, failed)
+		wait, _ := preferWait(r)
+		s.hold(w, r, c, failed, wait)
 		return
 	}
 	s.forward(w, r, c, deny, failed)

@@ -50,6 +50,7 @@ var codes = []struct {
 	safe   bool
 }{
 	{errMissingToken, 401, "invalid_token", "Invalid token", true},
+	{errProxyAuth, 401, "invalid_token", "Proxy authentication required", true},
 	{errAWSSignature, 403, "invalid_token", "Invalid signature", false},
 	{upstream.ErrSignature, 403, "invalid_token", "Invalid signature", false},
 	{session.ErrInvalidToken, 401, "invalid_token", "Invalid token", false},
@@ -76,6 +77,9 @@ var codes = []struct {
 	{approval.ErrSelfApproval, 403, "forbidden", "Forbidden", true},
 	{approval.ErrInvalidDecision, 400, "bad_request", "Bad request", true},
 	{session.ErrIsolationWeak, 400, "isolation_too_weak", "Isolation too weak", true},
+	{broker.ErrEgressDenied, 403, "egress_denied", "Egress denied", true},
+	{errHostMismatch, 421, "bad_request", "Misdirected request", true},
+	{errProxyAWS, 501, "bad_request", "Not supported", true},
 	{errBodyTooLarge, 413, "bad_request", "Request body too large", true},
 	{grants.ErrBadRequest, 400, "bad_request", "Bad request", true},
 	{errBadRequestJSON, 400, "bad_request", "Bad request", true},

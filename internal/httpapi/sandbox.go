@@ -50,7 +50,12 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		deny(broker.ErrUnknownUpstream)
 		return
 	}
-	req, err := readCall(w, r, name, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
+	rest, err := restPath(r, name)
+	if err != nil {
+		deny(err)
+		return
+	}
+	req, err := readCall(w, r, rest, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
 	if err != nil {
 		deny(err)
 		return
@@ -61,7 +66,8 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.Gated() {
-		s.hold(w, r, c, failed)
+		wait, _ := preferWait(r)
+		s.hold(w, r, c, failed, wait)
 		return
 	}
 	s.forward(w, r, c, deny, failed)
@@ -206,17 +212,22 @@ var proxyMethods = []string{
 	http.MethodPut, http.MethodPatch, http.MethodDelete,
 }
 
-// readCall canonicalizes the sandbox's request (DESIGN §4): path (under
-// the upstream's options), query, body (bounded before reading, JSON parsed
-// strictly).
-func readCall(w http.ResponseWriter, r *http.Request, name string, maxBody int64, opts grants.PathOptions) (*broker.Request, error) {
+// restPath is the escaped path of a /v1/proxy/{name}/... request after
+// its prefix.
+func restPath(r *http.Request, name string) (string, error) {
 	escaped := r.URL.EscapedPath()
 	prefix := "/v1/proxy/" + name
 	if !strings.HasPrefix(escaped, prefix) {
 		// The upstream name itself was escaped: not canonical.
-		return nil, errors.Join(grants.ErrBadRequest, errors.New("upstream name is not canonical"))
+		return "", errors.Join(grants.ErrBadRequest, errors.New("upstream name is not canonical"))
 	}
-	rest := escaped[len(prefix):]
+	return escaped[len(prefix):], nil
+}
+
+// readCall canonicalizes the sandbox's request (DESIGN §4): path (the
+// escaped path as the door received it, under the upstream's options),
+// query, body (bounded before reading, JSON parsed strictly).
+func readCall(w http.ResponseWriter, r *http.Request, rest string, maxBody int64, opts grants.PathOptions) (*broker.Request, error) {
 	if rest == "" {
 		rest = "/"
 	}

@@ -61,6 +61,21 @@ type Session struct {
 	BindCIDR       string // "" or a CIDR prefix
 	Labels         map[string]string
 	CreatedBy      string // the control-plane identity that created it
+	// ProxyCA is the session's own CA for the proxy door (DESIGN §8), nil
+	// when the door was off at its creation.
+	ProxyCA *ProxyCA
+	// Placeholders are the tokens, shaped like the real credentials and
+	// worth nothing, that sandbox clients which insist on a token are given
+	// (environment variable name → value); minted at creation.
+	Placeholders map[string]string
+}
+
+// ProxyCA is a session's CA at rest: its certificate (public) and its
+// private key sealed under the installation key, bound to the session id
+// (see proxyca.Sealer). The key is never stored or shown unsealed.
+type ProxyCA struct {
+	CertDER   []byte
+	SealedKey []byte
 }
 
 // Bind parses BindCIDR; ok is false when the session is not bound.

@@ -67,6 +67,10 @@ type Upstream struct {
 	// AllowPathSemicolons lets path segments carry ";" (grants.PathOptions).
 	AllowPathSemicolons bool
 
+	// Hosts are the destinations the proxy door maps to this upstream
+	// (DESIGN §8); none: not reachable through the proxy door.
+	Hosts []Host
+
 	transport http.RoundTripper
 	scrub     atomic.Pointer[scrubCache]
 	scrubMu   sync.Mutex // serializes rebuilding the scrubber

@@ -48,15 +48,30 @@ type sessionRecord struct {
 	BindCIDR       string            `json:"BindCIDR"`
 	Labels         map[string]string `json:"Labels"`
 	CreatedBy      string            `json:"CreatedBy"`
+	// Added with issue 14; records without them (older files) load with
+	// neither, as sessions created without the proxy door.
+	ProxyCA      *proxyCARecord    `json:"ProxyCA"`
+	Placeholders map[string]string `json:"Placeholders"`
+}
+
+// proxyCARecord is a session's CA at rest: the certificate and the sealed
+// private key (never the key itself).
+type proxyCARecord struct {
+	CertDER   []byte `json:"CertDER"`
+	SealedKey []byte `json:"SealedKey"`
 }
 
 func encodeSession(s *session.Session) ([]byte, error) {
-	return json.Marshal(sessionRecord{
+	r := sessionRecord{
 		Schema: schemaVersion, ID: s.ID, TaskID: s.TaskID, TokenID: s.TokenID,
 		CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, RevokedAt: s.RevokedAt,
 		UntrustedInput: s.UntrustedInput, Isolation: int(s.Isolation), BindCIDR: s.BindCIDR,
-		Labels: s.Labels, CreatedBy: s.CreatedBy,
-	})
+		Labels: s.Labels, CreatedBy: s.CreatedBy, Placeholders: s.Placeholders,
+	}
+	if s.ProxyCA != nil {
+		r.ProxyCA = &proxyCARecord{CertDER: s.ProxyCA.CertDER, SealedKey: s.ProxyCA.SealedKey}
+	}
+	return json.Marshal(r)
 }
 
 func decodeSession(data []byte) (session.Session, error) {
@@ -67,12 +82,16 @@ func decodeSession(data []byte) (session.Session, error) {
 	if err := checkSchema("session", r.Schema); err != nil {
 		return session.Session{}, err
 	}
-	return session.Session{
+	s := session.Session{
 		ID: r.ID, TaskID: r.TaskID, TokenID: r.TokenID,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt,
 		UntrustedInput: r.UntrustedInput, Isolation: session.Isolation(r.Isolation), BindCIDR: r.BindCIDR,
-		Labels: r.Labels, CreatedBy: r.CreatedBy,
-	}, nil
+		Labels: r.Labels, CreatedBy: r.CreatedBy, Placeholders: r.Placeholders,
+	}
+	if r.ProxyCA != nil {
+		s.ProxyCA = &session.ProxyCA{CertDER: r.ProxyCA.CertDER, SealedKey: r.ProxyCA.SealedKey}
+	}
+	return s, nil
 }
 
 // grantRecord is the stored grant (bucket grants, key its id); its usage is

@@ -5,10 +5,12 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
@@ -102,5 +104,39 @@ func TestRecordFromANewerSchemaIsRefused(t *testing.T) {
 	}
 	if _, err := s.Session(ctx, "ses_9"); err == nil {
 		t.Fatal("a schema-2 session was read by a schema-1 store")
+	}
+}
+
+// TestSessionProxyCARecord: a session's CA (certificate and sealed key)
+// and its placeholders round-trip; a record written before them loads
+// with neither.
+func TestSessionProxyCARecord(t *testing.T) {
+	ctx := context.Background()
+	s := MustOpen(t, store.DurabilityBuffered)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	want := session.Session{ID: "ses_ca", TaskID: "t", TokenID: "jti", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour),
+		ProxyCA:      &session.ProxyCA{CertDER: []byte{0x30, 1, 2}, SealedKey: []byte{1, 9, 9}},
+		Placeholders: map[string]string{"GITHUB_TOKEN": "ghp_x"}}
+	if err := s.PutSession(ctx, &want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Session(ctx, "ses_ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("round trip (-want +got):\n%s", diff)
+	}
+	if err := s.DB().Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("sessions")).Put([]byte("ses_old"), []byte(`{"schema":1,"ID":"ses_old","TaskID":"t"}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	old, err := s.Session(ctx, "ses_old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if old.ProxyCA != nil || old.Placeholders != nil {
+		t.Errorf("an older record loads with a CA or placeholders: %+v", old)
 	}
 }

@@ -1,0 +1,447 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// The HTTPS_PROXY door (DESIGN §8): stock clients reach upstreams by their
+// real host names through the broker as their egress proxy. It is a third
+// listener on the sandbox plane and only translates its protocol into the
+// call pipeline (see broker.Call) and the answer back:
+//
+//	CONNECT host:port + Proxy-Authorization   Admit, Egress (the destination
+//	                                          names an upstream the session holds a grant on)
+//	TLS with the session CA's leaf for host   SNI must be the CONNECT host
+//	each request inside the tunnel            Admit again, Host must be the CONNECT host,
+//	                                          then the REST door's steps
+//	GET http://host/... (absolute form)       Admit, Egress, the REST door's steps
+//
+// Inner connections are served by one shared http.Server fed by a channel
+// listener; each connection carries its tunnel (token, source, destination).
+
+// ProxyOptions configure the proxy door.
+type ProxyOptions struct {
+	// Wait is how long a gated call holds the client's connection for the
+	// decision (approval.proxy_wait); then 202 pending.
+	Wait time.Duration
+}
+
+// ProxyDoor is the proxy door's two HTTP servers: the outer one on the
+// listener (CONNECT and plain-HTTP requests) and the inner one serving the
+// requests inside every TLS tunnel.
+type ProxyDoor struct {
+	s     *Server
+	wait  time.Duration
+	outer *http.Server
+	inner *http.Server
+	conns *connQueue
+	log   *slog.Logger
+
+	ctx    context.Context // ends when the door shuts down: handshakes stop
+	cancel context.CancelFunc
+}
+
+// Errors of the proxy door.
+var (
+	errProxyAuth        = errors.New("proxy authentication required: Proxy-Authorization: Basic with the session token as the password")
+	errNotProxyRequest  = fmt.Errorf("%w: this is the broker's proxy door: send CONNECT host:443 or an absolute-form http:// request", grants.ErrBadRequest)
+	errProxyScheme      = fmt.Errorf("%w: only http:// requests (and CONNECT for https) go through the proxy door", grants.ErrBadRequest)
+	errHostMismatch     = fmt.Errorf("%w: the request's Host is not the host the tunnel was opened to", grants.ErrBadRequest)
+	errUpgrade          = fmt.Errorf("%w: protocol upgrades (WebSocket, h2c) are not supported through the proxy door", grants.ErrBadRequest)
+	errProxyAWS         = errors.New("aws upstreams are not yet supported through the proxy door; use /v1/aws")
+	errSNIMismatch      = errors.New("the TLS server name is not the CONNECT host")
+	proxyHandshakeLimit = 10 * time.Second
+)
+
+// NewProxyDoor makes the proxy door over the server's broker.
+func (s *Server) NewProxyDoor(o ProxyOptions) *ProxyDoor {
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &ProxyDoor{s: s, wait: o.Wait, log: s.log.With("door", "proxy"), ctx: ctx, cancel: cancel}
+	p.conns = newConnQueue()
+	p.outer = &http.Server{Handler: s.recoverer(http.HandlerFunc(p.serveOuter)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	p.inner = &http.Server{
+		Handler: s.recoverer(http.HandlerFunc(p.serveTunneled)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			if tc, ok := c.(*tunnelConn); ok {
+				return context.WithValue(ctx, tunnelKey{}, tc.t)
+			}
+			return ctx
+		},
+	}
+	return p
+}
+
+// Serve serves the door on ln until Shutdown.
+func (p *ProxyDoor) Serve(ln net.Listener) error {
+	p.conns.addr = ln.Addr()
+	errc := make(chan error, 1)
+	go func() { errc <- p.inner.Serve(p.conns) }()
+	err := p.outer.Serve(ln)
+	p.conns.Close()
+	ierr := <-errc
+	for _, e := range []*error{&err, &ierr} {
+		if errors.Is(*e, http.ErrServerClosed) || errors.Is(*e, net.ErrClosed) {
+			*e = nil
+		}
+	}
+	return errors.Join(err, ierr)
+}
+
+// Shutdown stops accepting, ends handshakes in progress, and waits for
+// the requests in flight (inside tunnels too) until ctx ends.
+func (p *ProxyDoor) Shutdown(ctx context.Context) error {
+	p.cancel()
+	err := p.outer.Shutdown(ctx)
+	return errors.Join(err, p.inner.Shutdown(ctx))
+}
+
+// tunnel is what an inner connection carries: who opened it, from where, to where.
+type tunnel struct {
+	token  string
+	remote netip.Addr
+	dest   broker.Destination
+}
+
+type tunnelKey struct{}
+
+// tunnelConn is an inner connection (TLS, handshake done) with its tunnel.
+type tunnelConn struct {
+	net.Conn
+	t *tunnel
+}
+
+// serveOuter serves the proxy listener: CONNECT opens a tunnel, an
+// absolute-form http:// request is a call, anything else is refused.
+func (p *ProxyDoor) serveOuter(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.Method == http.MethodConnect:
+		p.connect(w, r)
+	case r.URL.IsAbs():
+		p.plain(w, r)
+	default:
+		writeProblem(w, problemFor(errNotProxyRequest), "")
+	}
+}
+
+// proxyToken is the session token of Proxy-Authorization: Basic (any user
+// name, the token as the password). A repeated header is refused: which one
+// would be meant?
+func proxyToken(r *http.Request) (string, bool) {
+	vs := r.Header.Values("Proxy-Authorization")
+	if len(vs) != 1 {
+		return "", false
+	}
+	scheme, cred, ok := strings.Cut(strings.TrimSpace(vs[0]), " ")
+	if !ok || !strings.EqualFold(scheme, "Basic") {
+		return "", false
+	}
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(cred))
+	if err != nil {
+		return "", false
+	}
+	_, tok, ok := strings.Cut(string(raw), ":")
+	if !ok || tok == "" {
+		return "", false
+	}
+	return tok, true
+}
+
+// writeProxyProblem writes a refusal on the proxy listener: a refused proxy
+// authentication (a token the REST door would answer 401) is 407 with
+// Proxy-Authenticate, as HTTP proxies answer.
+func writeProxyProblem(w http.ResponseWriter, p Problem, requestID string) {
+	if p.Status == http.StatusUnauthorized {
+		p.Status = http.StatusProxyAuthRequired
+		w.Header().Set("Proxy-Authenticate", `Basic realm="airlock"`)
+	}
+	writeProblem(w, p, requestID)
+}
+
+// admitProxy starts a call on the proxy listener and admits its caller by
+// the Proxy-Authorization token; false when it was refused (and answered).
+func (p *ProxyDoor) admitProxy(w http.ResponseWriter, r *http.Request) (*broker.Call, string, bool) {
+	c := p.s.b.NewCall("", r.Method)
+	w.Header().Set("X-Airlock-Request-Id", c.RequestID())
+	tok, ok := proxyToken(r)
+	var err error
+	if !ok {
+		err = errProxyAuth
+	} else {
+		err = c.Admit(broker.BearerCaller(tok, remoteAddr(r)))
+	}
+	if err != nil {
+		// The destination goes in the record too.
+		if host, port, ok := proxyTarget(r); ok {
+			c.SetPath(net.JoinHostPort(host, strconv.Itoa(port)), 0)
+		}
+		writeProxyProblem(w, p.s.refuse(r, c, err), c.RequestID())
+		return nil, "", false
+	}
+	return c, tok, true
+}
+
+// proxyTarget is the destination a CONNECT or absolute-form request names
+// (the port defaults to 80 for http://); ok false when there is none.
+func proxyTarget(r *http.Request) (host string, port int, ok bool) {
+	authority, def := r.URL.Host, 80
+	if r.Method == http.MethodConnect {
+		authority, def = r.RequestURI, 0
+	}
+	h, ps, err := net.SplitHostPort(authority)
+	if err != nil {
+		if def == 0 || strings.Contains(authority, ":") && !strings.HasPrefix(authority, "[") {
+			return authority, 0, authority != ""
+		}
+		return strings.TrimSuffix(strings.TrimPrefix(authority, "["), "]"), def, authority != ""
+	}
+	n, err := strconv.Atoi(ps)
+	if err != nil || strconv.Itoa(n) != ps {
+		return h, 0, true
+	}
+	return h, n, true
+}
+
+// connect is CONNECT host:port: admit, check the destination, answer 200,
+// terminate TLS with a leaf of the session's CA, and hand the connection to
+// the inner server.
+func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
+	c, tok, ok := p.admitProxy(w, r)
+	if !ok {
+		return
+	}
+	host, port, _ := proxyTarget(r)
+	dest, err := c.Egress(host, port, true)
+	if err != nil {
+		writeProxyProblem(w, p.s.refuse(r, c, err), c.RequestID())
+		return
+	}
+	conn, brw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		p.log.Error("proxy door: hijack failed", "err", err)
+		writeProblem(w, problemFor(errors.New("hijack")), c.RequestID())
+		return
+	}
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\nX-Airlock-Request-Id: "+c.RequestID()+"\r\n\r\n"); err != nil {
+		conn.Close()
+		return
+	}
+	var raw net.Conn = conn
+	if n := brw.Reader.Buffered(); n > 0 { // the client's hello, sent without waiting for the 200
+		raw = &prereadConn{Conn: conn, r: io.MultiReader(io.LimitReader(brw.Reader, int64(n)), conn)}
+	}
+	sessionID := c.SessionID()
+	tlsConn := tls.Server(raw, &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"}, // h2 is not offered: the inner server speaks HTTP/1.1
+		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+			if !serverNameMatches(hello.ServerName, dest) {
+				return nil, errSNIMismatch
+			}
+			return p.s.b.ProxyLeaf(sessionID, dest.Host)
+		},
+	})
+	ctx, cancel := context.WithTimeout(p.ctx, proxyHandshakeLimit)
+	err = tlsConn.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		tlsConn.Close()
+		if errors.Is(err, errSNIMismatch) {
+			// An attack or a confused client: recorded like a refused destination.
+			p.s.refuse(r, c, fmt.Errorf("%w: %w", broker.ErrEgressDenied, errSNIMismatch))
+		} else {
+			p.log.Info("proxy door: TLS handshake failed", "request_id", c.RequestID(), "session_id", sessionID, "destination", dest.String(), "err", err)
+		}
+		return
+	}
+	if !p.conns.push(&tunnelConn{Conn: tlsConn, t: &tunnel{token: tok, remote: remoteAddr(r), dest: dest}}) {
+		tlsConn.Close()
+	}
+}
+
+// serverNameMatches: the TLS server name must be the CONNECT host. A client
+// sends none for an IP address (RFC 6066), so none is accepted only then.
+func serverNameMatches(sni string, d broker.Destination) bool {
+	if sni == "" {
+		_, err := netip.ParseAddr(d.Host)
+		return err == nil
+	}
+	name, _, err := upstream.CanonicalHost(sni)
+	return err == nil && name == d.Host
+}
+
+// hostMatches: a request inside a tunnel must name the tunnel's host (and
+// its port, which may be left out when it is 443).
+func hostMatches(hostHeader string, d broker.Destination) bool {
+	h, port := hostHeader, 443
+	if sh, ps, err := net.SplitHostPort(hostHeader); err == nil {
+		n, err := strconv.Atoi(ps)
+		if err != nil || strconv.Itoa(n) != ps {
+			return false
+		}
+		h, port = sh, n
+	} else if strings.HasPrefix(h, "[") && strings.HasSuffix(h, "]") {
+		h = h[1 : len(h)-1]
+	}
+	name, _, err := upstream.CanonicalHost(h)
+	return err == nil && name == d.Host && port == d.Port
+}
+
+// serveTunneled serves one request inside a tunnel: admitted again (a
+// session killed mid-tunnel stops here), for the tunnel's host only.
+func (p *ProxyDoor) serveTunneled(w http.ResponseWriter, r *http.Request) {
+	t, _ := r.Context().Value(tunnelKey{}).(*tunnel)
+	if t == nil {
+		writeProblem(w, problemFor(errNotProxyRequest), "")
+		return
+	}
+	c := p.s.b.NewCall(t.dest.Upstream, r.Method)
+	w.Header().Set("X-Airlock-Request-Id", c.RequestID())
+	if err := c.Admit(broker.BearerCaller(t.token, t.remote)); err != nil {
+		w.Header().Set("Connection", "close") // the tunnel's token is no good any more
+		writeProblem(w, p.s.refuse(r, c, err), c.RequestID())
+		return
+	}
+	if !hostMatches(r.Host, t.dest) {
+		w.Header().Set("Connection", "close")
+		writeProblem(w, p.s.refuse(r, c, errHostMismatch), c.RequestID())
+		return
+	}
+	p.call(w, r, c, r.URL.EscapedPath())
+}
+
+// plain is an absolute-form http:// request on the proxy listener: the
+// same destination check as CONNECT, then the call.
+func (p *ProxyDoor) plain(w http.ResponseWriter, r *http.Request) {
+	c, _, ok := p.admitProxy(w, r)
+	if !ok {
+		return
+	}
+	if r.URL.Scheme != "http" {
+		writeProblem(w, p.s.refuse(r, c, errProxyScheme), c.RequestID())
+		return
+	}
+	host, port, _ := proxyTarget(r)
+	if _, err := c.Egress(host, port, false); err != nil {
+		writeProblem(w, p.s.refuse(r, c, err), c.RequestID())
+		return
+	}
+	p.call(w, r, c, r.URL.EscapedPath())
+}
+
+// call is the REST door's pipeline for an admitted call to its upstream:
+// the sandbox's Authorization (a placeholder) and Proxy-Authorization are
+// dropped, the request read canonically, authorized, held for a human
+// (for up to the proxy wait) or forwarded.
+func (p *ProxyDoor) call(w http.ResponseWriter, r *http.Request, c *broker.Call, escapedPath string) {
+	s := p.s
+	failed := func(pr Problem) { writeProblem(w, pr, c.RequestID()) }
+	deny := func(err error) { failed(s.refuse(r, c, err)) }
+	name := c.Record().Upstream
+	u, ok := s.b.Upstream(name)
+	if !ok {
+		deny(broker.ErrUnknownUpstream)
+		return
+	}
+	r.Header.Del("Authorization")
+	r.Header.Del("Proxy-Authorization")
+	if r.Header.Get("Upgrade") != "" {
+		deny(errUpgrade)
+		return
+	}
+	if u.AWS != nil {
+		s.proxyAWS(w, r, c, u, deny)
+		return
+	}
+	req, err := readCall(w, r, escapedPath, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
+	if err != nil {
+		deny(err)
+		return
+	}
+	c.SetPath(grants.JoinPath(req.Segments), int64(len(req.Raw)))
+	if err := c.Authorize(req); err != nil {
+		deny(err)
+		return
+	}
+	if c.Gated() {
+		s.hold(w, r, c, failed, p.wait)
+		return
+	}
+	s.forward(w, r, c, deny, failed)
+}
+
+// proxyAWS is the seam for AWS upstreams through the proxy door (the stock
+// SDK signing for the real AWS host with the session's aws_credentials):
+// not yet supported, refused.
+func (s *Server) proxyAWS(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, deny func(error)) {
+	deny(errProxyAWS)
+}
+
+// prereadConn is a hijacked connection whose first bytes were already read
+// into the server's buffer.
+type prereadConn struct {
+	net.Conn
+	r io.Reader
+}
+
+func (c *prereadConn) Read(b []byte) (int, error) { return c.r.Read(b) }
+
+// connQueue is the inner server's listener: the connections the outer
+// server's CONNECTs hand over.
+type connQueue struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func newConnQueue() *connQueue {
+	return &connQueue{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr {
+	if q.addr == nil {
+		return &net.TCPAddr{}
+	}
+	return q.addr
+}
+
+// push hands a connection to the inner server; false once it is closed.
+func (q *connQueue) push(c net.Conn) bool {
+	select {
+	case q.ch <- c:
+		return true
+	case <-q.done:
+		return false
+	}
+}
