@@ -125,6 +125,18 @@ type Session struct {
 	RequiredIsolation string    `json:"required_isolation"`
 	RuleOfTwo         RuleOfTwo `json:"rule_of_two"`
 	Grants            []Grant   `json:"grants"`
+	// Proxy is how a sandbox reaches the proxy door, when the session was
+	// created with it on; Placeholders are its placeholder tokens.
+	Proxy        *Proxy            `json:"proxy,omitempty"`
+	Placeholders map[string]string `json:"placeholders,omitempty"`
+}
+
+// Proxy is the proxy door of a session (DESIGN §8): its URL (with the
+// session token as the proxy password only in the creation answer) and
+// the session's CA certificate, PEM.
+type Proxy struct {
+	URL   string `json:"url,omitempty"`
+	CAPEM string `json:"ca_pem"`
 }
 
 // Grant is the part of a grant answer most callers need.
@@ -144,6 +156,25 @@ func (c *Client) CreateSession(ctx context.Context, req any) (*Session, error) {
 		return nil, err
 	}
 	return &s, nil
+}
+
+// Session gets a session.
+func (c *Client) Session(ctx context.Context, id string) (*Session, error) {
+	var s Session
+	if err := c.Do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, &s); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// SessionCA gets the PEM of a session's CA certificate (GET
+// /v1/sessions/{id}/ca.pem); a session without one is a 404 *Problem.
+func (c *Client) SessionCA(ctx context.Context, id string) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := c.Stream(ctx, "/v1/sessions/"+url.PathEscape(id)+"/ca.pem", &buf); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }
 
 // KillSession ends a session at once.

@@ -52,6 +52,7 @@ var clientCommands = []clientCommand{
 	{"session list", "[--cursor C --limit N]", sessionList},
 	{"session get", "ID", idCommand(http.MethodGet, "/v1/sessions/")},
 	{"session kill", "ID", idCommand(http.MethodDelete, "/v1/sessions/")},
+	{"session env", "ID [--format sh|env] [--ca-out PATH] [--ca-path PATH] [--token T]", sessionEnv},
 	{"grant add", "SESSION_ID --grant JSON | --file FILE|-", grantAdd},
 	{"grant get", "ID", idCommand(http.MethodGet, "/v1/grants/")},
 	{"grant revoke", "ID", idCommand(http.MethodDelete, "/v1/grants/")},
@@ -79,10 +80,12 @@ type clientCall struct {
 	positional []string
 	stdin      io.Reader
 	stdout     io.Writer
+	stderr     io.Writer
+	getenv     func(string) string
 }
 
 // cmdClient runs the control-plane commands through the client package.
-func cmdClient(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout io.Writer) error {
+func cmdClient(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) < 2 {
 		return fmt.Errorf("usage: broker %s <subcommand>; see broker help", args[0])
 	}
@@ -100,7 +103,8 @@ func cmdClient(ctx context.Context, args []string, getenv func(string) string, s
 		if cmd.name == name {
 			fs := flag.NewFlagSet(name, flag.ContinueOnError)
 			fs.SetOutput(io.Discard)
-			return cmd.run(&clientCall{ctx: ctx, c: client.New(addr, token), name: name, rest: args[2:], fs: fs, stdin: stdin, stdout: stdout})
+			return cmd.run(&clientCall{ctx: ctx, c: client.New(addr, token), name: name, rest: args[2:], fs: fs,
+				stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv})
 		}
 	}
 	return fmt.Errorf("unknown command: broker %s", name)

@@ -49,7 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "dev":
 		return cmdDev(ctx, args[1:], getenv, stdout, stderr)
 	case "session", "grant", "tokens", "killswitch", "audit":
-		return cmdClient(ctx, args, getenv, stdin, stdout)
+		return cmdClient(ctx, args, getenv, stdin, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -30,6 +30,29 @@ func (b *Broker) newProxyCA(s *session.Session) (*proxyca.CA, error) {
 	return ca, nil
 }
 
+// mintPlaceholders makes a new session's placeholder tokens: one per
+// upstream that configures a placeholder (whether or not the session holds
+// a grant on it, so a grant added later finds its variable set), stored
+// with the session so every answer about it repeats them. They are worth
+// nothing: the proxy door drops them and injects the real credential.
+func (b *Broker) mintPlaceholders() (map[string]string, error) {
+	var out map[string]string
+	for _, u := range b.upstreams {
+		if u == nil || u.Placeholder == nil {
+			continue
+		}
+		v, err := u.Placeholder.Mint()
+		if err != nil {
+			return nil, fmt.Errorf("mint placeholder: %w", err)
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[u.Placeholder.Env] = v
+	}
+	return out, nil
+}
+
 // proxyCA is a live session's CA, opened from its sealed form on first use
 // (after a restart, or on a replica) and then kept in memory.
 func (b *Broker) proxyCA(l *Live) (*proxyca.CA, error) {

@@ -163,6 +163,9 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 		if ca, err = b.newProxyCA(&s); err != nil {
 			return SessionView{}, err
 		}
+		if s.Placeholders, err = b.mintPlaceholders(); err != nil {
+			return SessionView{}, err
+		}
 	}
 	token, err := b.tokens.Issue(&s)
 	if err != nil {

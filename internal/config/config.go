@@ -110,6 +110,10 @@ type Upstream struct {
 	Credential     Credential    `yaml:"credential"`
 	Inject         Inject        `yaml:"inject"`
 	Scrub          Scrub         `yaml:"scrub"` // rotation_grace: this upstream's (default: the top-level one)
+	// Placeholder gives sandbox clients that insist on a token one shaped
+	// like the real credential and worth nothing (proxy door, DESIGN §8).
+	Placeholder *Placeholder          `yaml:"placeholder"`
+	placeholder *upstream.Placeholder // Placeholder as Validate parsed it
 
 	// AllowPathSemicolons lets sandbox paths carry ";" in a segment (matrix
 	// parameters, "name;v=2"), for upstreams that need them. Off by default:
@@ -412,6 +416,7 @@ func (c *Config) Validate(getenv func(string) string) error {
 		return fieldErr("scrub.rotation_grace", "must be positive")
 	}
 	seen := map[string]bool{}
+	placeholders := map[string]string{} // env name → upstream
 	for i := range c.Upstreams {
 		if g := &c.Upstreams[i].Scrub.RotationGrace; *g == 0 {
 			*g = c.Scrub.RotationGrace
@@ -423,6 +428,9 @@ func (c *Config) Validate(getenv func(string) string) error {
 		}
 		if c.Upstreams[i].Credential.Source == "vault" && c.Vault == nil {
 			return fieldErr(fmt.Sprintf("upstreams[%d].credential.source", i), "vault needs a top-level vault: section")
+		}
+		if err := c.Upstreams[i].uniquePlaceholder(i, placeholders); err != nil {
+			return err
 		}
 	}
 	if err := c.validateHosts(); err != nil {
@@ -467,6 +475,9 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 		return fieldErr(f+".name", "duplicate upstream name %q", u.Name)
 	}
 	seen[u.Name] = true
+	if err := u.validatePlaceholder(f); err != nil {
+		return err
+	}
 	switch u.Type {
 	case "", "http":
 		u.Type = "http"
@@ -690,6 +701,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			Timeout: u.Timeout, MaxBody: u.MaxBody, ForwardHeaders: fwd, Source: src,
 			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser},
 			AWS:    awsCfg, RotationGrace: u.Scrub.RotationGrace,
+			Placeholder: u.placeholder,
 		}
 		up.AllowPathSemicolons = u.AllowPathSemicolons
 		up.Hosts = c.Upstreams[i].proxyHosts

@@ -33,7 +33,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}
 	s.metrics.sessionsCreated.Inc()
 	w.Header().Set("Location", "/v1/sessions/"+v.Session.ID)
-	writeJSON(w, http.StatusCreated, toSessionJSON(v))
+	writeJSON(w, http.StatusCreated, s.sessionJSON(v))
 	return nil
 }
 
@@ -48,7 +48,7 @@ func (s *Server) listSessions(w http.ResponseWriter, r *http.Request, p auth.Pri
 	}
 	out := listJSON[sessionJSON]{Items: []sessionJSON{}, Next: next}
 	for _, v := range vs {
-		out.Items = append(out.Items, toSessionJSON(v))
+		out.Items = append(out.Items, s.sessionJSON(v))
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil
@@ -59,7 +59,22 @@ func (s *Server) getSession(w http.ResponseWriter, r *http.Request, p auth.Princ
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toSessionJSON(v))
+	writeJSON(w, http.StatusOK, s.sessionJSON(v))
+	return nil
+}
+
+// sessionCA serves the session's CA certificate (public), which the
+// sandbox trusts for the proxy door; 404 when the session has none.
+func (s *Server) sessionCA(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
+	pem, err := s.b.SessionCA(r.Context(), chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/x-pem-file")
+	w.Header().Set("Content-Disposition", `attachment; filename="ca.pem"`)
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(pem)
 	return nil
 }
 
@@ -68,7 +83,7 @@ func (s *Server) killSession(w http.ResponseWriter, r *http.Request, p auth.Prin
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, toSessionJSON(v))
+	writeJSON(w, http.StatusOK, s.sessionJSON(v))
 	return nil
 }
 

@@ -83,6 +83,7 @@ var codes = []struct {
 	{grants.ErrBadRequest, 400, "bad_request", "Bad request", true},
 	{errBadRequestJSON, 400, "bad_request", "Bad request", true},
 	{broker.ErrUnknownUpstream, 404, "not_found", "Unknown upstream", true},
+	{broker.ErrNoProxyCA, 404, "not_found", "Not found", true},
 	{broker.ErrNotFound, 404, "not_found", "Not found", false},
 	{errNotFoundRoute, 404, "not_found", "Not found", false},
 	{errMethod, 405, "bad_request", "Method not allowed", false},

@@ -11,6 +11,7 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -25,12 +26,13 @@ import (
 
 // Server holds what the handlers need.
 type Server struct {
-	b       *broker.Broker
-	log     *slog.Logger
-	metrics *metrics
-	reg     *prometheus.Registry
-	ui      *web.UI
-	pprof   bool
+	b        *broker.Broker
+	log      *slog.Logger
+	metrics  *metrics
+	reg      *prometheus.Registry
+	ui       *web.UI
+	pprof    bool
+	proxyURL atomic.Pointer[string] // the proxy door's advertised host:port (UIOptions.ProxyURL)
 }
 
 // New makes a server over b. Its metrics go to o.Registry (with the Go and
@@ -48,8 +50,14 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{b: b, log: log, metrics: newMetrics(reg, func(name string) bool { _, ok := b.Upstream(name); return ok }), reg: reg, ui: ui, pprof: o.Pprof}, nil
+	s := &Server{b: b, log: log, metrics: newMetrics(reg, func(name string) bool { _, ok := b.Upstream(name); return ok }), reg: reg, ui: ui, pprof: o.Pprof}
+	s.SetProxyURL(o.ProxyURL)
+	return s, nil
 }
+
+// SetProxyURL sets the proxy door's advertised host:port (UIOptions.ProxyURL),
+// e.g. once its listener is bound.
+func (s *Server) SetProxyURL(hostport string) { s.proxyURL.Store(&hostport) }
 
 // Plane names a listener.
 type Plane int
@@ -93,6 +101,7 @@ func (s *Server) routes(r chi.Router, p Plane) {
 	r.Post("/v1/sessions", s.as(ops, s.createSession))
 	r.Get("/v1/sessions", s.as(ops, s.listSessions))
 	r.Get("/v1/sessions/{id}", s.as(ops, s.getSession))
+	r.Get("/v1/sessions/{id}/ca.pem", s.as(ops, s.sessionCA))
 	r.Delete("/v1/sessions/{id}", s.as([]string{auth.RoleOperator, auth.RoleReviewer}, s.killSession))
 	r.Post("/v1/sessions/{id}/grants", s.as(ops, s.addGrant))
 	r.Get("/v1/grants/{id}", s.as(ops, s.getGrant))

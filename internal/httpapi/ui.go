@@ -81,4 +81,8 @@ type UIOptions struct {
 	SecureCookies bool
 	Registry      *prometheus.Registry // shared with the broker's metrics; nil for a private one
 	Pprof         bool                 // serve /debug/pprof/ on the control plane (admin only)
+	// ProxyURL is the proxy door's address as sandboxes reach it
+	// (host:port), advertised in session answers; "" when the door is off
+	// or its address is not known yet (see Server.SetProxyURL).
+	ProxyURL string
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -159,6 +160,16 @@ type sessionJSON struct {
 	Labels            map[string]string `json:"labels,omitempty"`
 	RuleOfTwo         ruleOfTwoJSON     `json:"rule_of_two"`
 	Grants            []grantJSON       `json:"grants"`
+	Proxy             *proxyJSON        `json:"proxy,omitempty"`
+	Placeholders      map[string]string `json:"placeholders,omitempty"`
+}
+
+// proxyJSON is how a sandbox reaches the proxy door (DESIGN §8): its URL
+// (with the session token as the proxy password only in the creation
+// answer, where the token is shown once) and the session's CA.
+type proxyJSON struct {
+	URL   string `json:"url,omitempty"`
+	CAPEM string `json:"ca_pem"`
 }
 
 // awsCredentials let the stock AWS SDK or CLI sign for the broker.
@@ -214,6 +225,20 @@ func timePtr(t time.Time) *time.Time {
 	return &t
 }
 
+// sessionJSON is a session's answer with the proxy door's URL, when the
+// session has a CA and the door's address is known.
+func (s *Server) sessionJSON(v broker.SessionView) sessionJSON {
+	out := toSessionJSON(v)
+	if addr := *s.proxyURL.Load(); out.Proxy != nil && addr != "" {
+		u := url.URL{Scheme: "http", Host: addr}
+		if v.Token != "" {
+			u.User = url.UserPassword("airlock", v.Token)
+		}
+		out.Proxy.URL = u.String()
+	}
+	return out
+}
+
 func toSessionJSON(v broker.SessionView) sessionJSON {
 	s := v.Session
 	out := sessionJSON{
@@ -224,6 +249,10 @@ func toSessionJSON(v broker.SessionView) sessionJSON {
 		RuleOfTwo: ruleOfTwoJSON{UntrustedInput: v.RuleOfTwo.UntrustedInput, SensitiveAccess: v.RuleOfTwo.SensitiveAccess,
 			ExternalAction: v.RuleOfTwo.ExternalAction, Gated: v.RuleOfTwo.Gated(), Hint: v.RuleOfTwo.Hint()},
 		Grants: []grantJSON{},
+	}
+	if v.ProxyCAPEM != nil {
+		out.Proxy = &proxyJSON{CAPEM: string(v.ProxyCAPEM)}
+		out.Placeholders = s.Placeholders
 	}
 	if v.AWSSecret != "" {
 		out.AWSCredentials = &awsCredentials{AccessKeyID: s.ID, SecretAccessKey: v.AWSSecret}

@@ -57,7 +57,10 @@ type Upstream struct {
 	ForwardHeaders map[string]bool // canonical names
 	Source         Source
 	Inject         Injection
-	AWS            *AWS // set for aws upstreams: requests are SigV4-signed instead of injected
+	// Placeholder is the worthless token sandbox clients get in its
+	// variable (proxy door), or nil.
+	Placeholder *Placeholder
+	AWS         *AWS // set for aws upstreams: requests are SigV4-signed instead of injected
 	// RotationGrace is how long a credential replaced by rotation is still
 	// scrubbed from answers (0: not at all).
 	RotationGrace time.Duration
