@@ -1,0 +1,778 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/base64"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// The proxy door's end-to-end tests: stock clients (curl, Python urllib and
+// requests, a Go program) configured with environment variables only reach
+// TLS upstreams on loopback by host names the broker maps (the clients never
+// resolve them), through the real broker.
+
+// testCA is a CA of the test's own upstreams (the broker trusts it through
+// the upstream's ca_cert).
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test upstream CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// leaf is a server certificate for the names (and 127.0.0.1, where the
+// broker dials the upstream).
+func (ca *testCA) leaf(t *testing.T, names ...string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
+
+// proxyEnv is a broker with the proxy door on and a TLS upstream known as
+// api.github.test (upstream "github") and other.test (upstream "other").
+type proxyEnv struct {
+	t     *testing.T
+	b     *brokerProc
+	up    *upstreamServer
+	proxy string // host:port of the proxy door
+	dir   string
+}
+
+const ghHost = "api.github.test"
+
+func startProxyBroker(t *testing.T, extraYAML string) *proxyEnv {
+	t.Helper()
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	caFile := filepath.Join(dir, "upstream-ca.pem")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	up := &upstreamServer{started: make(chan struct{}, 16)}
+	up.Server = httptest.NewUnstartedServer(http.HandlerFunc(up.serve))
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, ghHost, "other.test")}}
+	up.StartTLS()
+	t.Cleanup(up.Close)
+	plain := newUpstream(t) // the harness's own upstreams (unused here)
+	yaml := fmt.Sprintf(`  - name: github
+    base_url: %s
+    hosts: [%s]
+    ca_cert: %s
+    timeout: 10s
+    credential: {source: env, name: CANARY_TOKEN}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+  - name: other
+    base_url: %s/other
+    hosts: [other.test]
+    ca_cert: %s
+    credential: {source: env, name: CANARY_TOKEN}
+proxy_listen: 127.0.0.1:0
+%s`, up.URL, ghHost, caFile, up.URL, caFile, extraYAML)
+	b := startBroker(t, harnessOpts{upstream: plain.URL, extraYAML: yaml})
+	return &proxyEnv{t: t, b: b, up: up, proxy: proxyDoorAddr(t, b), dir: dir}
+}
+
+// proxyDoorAddr reads the proxy door's address from the broker's start log.
+func proxyDoorAddr(t *testing.T, b *brokerProc) string {
+	t.Helper()
+	for _, line := range bytes.Split(b.logs.Bytes(), []byte("\n")) {
+		var l struct{ Msg, Proxy string }
+		if json.Unmarshal(line, &l) == nil && l.Msg == "broker listening" && l.Proxy != "" {
+			return l.Proxy
+		}
+	}
+	t.Fatalf("no proxy door address in the logs:\n%s", b.logs.Bytes())
+	return ""
+}
+
+// ghGrant is a grant on the github upstream: read a repository, file an
+// issue in acme's repositories only.
+func ghGrant() map[string]any {
+	return map[string]any{"upstream": "github", "rules": []any{
+		map[string]any{"method": "GET", "path": "/repos/{owner}/{repo}"},
+		map[string]any{"method": "POST", "path": "/repos/{owner}/{repo}/issues", "irreversible": true,
+			"constraints": map[string]any{"path.owner": map[string]any{"pin": "acme"}}},
+	}}
+}
+
+// sandbox is a session as its sandbox sees it: its token and the files
+// and variables stock clients are given.
+type sandbox struct {
+	created
+	caFile string
+}
+
+// session creates a session and writes its CA (GET /v1/sessions/{id}/ca.pem) to a file.
+func (e *proxyEnv) session(req map[string]any) sandbox {
+	e.t.Helper()
+	c := e.b.session(req)
+	r := e.b.do("GET", e.b.control+"/v1/sessions/"+c.ID+"/ca.pem", adminToken, nil)
+	if r.status != 200 || !bytes.Contains(r.body, []byte("BEGIN CERTIFICATE")) {
+		e.t.Fatalf("ca.pem: %d %s", r.status, r.body)
+	}
+	f := filepath.Join(e.dir, c.ID+"-ca.pem")
+	if err := os.WriteFile(f, r.body, 0o644); err != nil {
+		e.t.Fatal(err)
+	}
+	return sandbox{created: c, caFile: f}
+}
+
+// proxyURL is HTTPS_PROXY for a token.
+func (e *proxyEnv) proxyURL(token string) string {
+	return "http://airlock:" + token + "@" + e.proxy
+}
+
+// env is what a sandbox's clients get: the proxy and the CA bundle, nothing else.
+func (e *proxyEnv) env(token, caFile string) []string {
+	p := e.proxyURL(token)
+	return []string{"PATH=" + os.Getenv("PATH"), "HOME=" + e.dir, "LANG=C.UTF-8",
+		"HTTPS_PROXY=" + p, "https_proxy=" + p, "HTTP_PROXY=" + p, "http_proxy=" + p,
+		"CURL_CA_BUNDLE=" + caFile, "SSL_CERT_FILE=" + caFile, "REQUESTS_CA_BUNDLE=" + caFile}
+}
+
+// clientResult is what a stock client printed.
+type clientResult struct {
+	exit   int
+	status int
+	header string
+	body   []byte
+	stderr string
+}
+
+func (r clientResult) problemCode(t *testing.T) string {
+	t.Helper()
+	var p struct{ Code string }
+	if err := json.Unmarshal(r.body, &p); err != nil {
+		t.Fatalf("not a problem (%d): %s", r.status, r.body)
+	}
+	return p.Code
+}
+
+// runClient runs a stock client with only env.
+func runClient(t *testing.T, env []string, name string, args ...string) (stdout []byte, stderr string, exit int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		exit = ee.ExitCode()
+	case err != nil:
+		t.Fatalf("%s: %v", name, err)
+	}
+	assertNoCanary(t, name+" output", out.Bytes())
+	assertNoCanary(t, name+" stderr", errb.Bytes())
+	return out.Bytes(), errb.String(), exit
+}
+
+// curl runs Debian's curl: curl [args] URL, with the status, headers and body.
+func (e *proxyEnv) curl(token, caFile string, args ...string) clientResult {
+	e.t.Helper()
+	curl := requireTool(e.t, "curl", "apt-get install -y curl")
+	dir := e.t.TempDir()
+	hdr, body := filepath.Join(dir, "h"), filepath.Join(dir, "b")
+	all := append([]string{"-sS", "-o", body, "-D", hdr, "-w", "%{http_code}"}, args...)
+	out, stderr, exit := runClient(e.t, e.env(token, caFile), curl, all...)
+	r := clientResult{exit: exit, stderr: stderr}
+	r.status, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+	h, _ := os.ReadFile(hdr)
+	r.header = string(h)
+	r.body, _ = os.ReadFile(body)
+	assertNoCanary(e.t, "curl headers", h)
+	assertNoCanary(e.t, "curl body", r.body)
+	return r
+}
+
+// echoed is the test upstream's JSON answer.
+type echoed struct {
+	Method, Path, Auth, Body string
+}
+
+func decodeEcho(t *testing.T, body []byte) echoed {
+	t.Helper()
+	var e echoed
+	if err := json.Unmarshal(body, &e); err != nil {
+		t.Fatalf("not the upstream's answer: %s", body)
+	}
+	return e
+}
+
+// auditOf is the audit log's records of one type.
+func (e *proxyEnv) auditOf(typ string) []map[string]any {
+	e.t.Helper()
+	var out []map[string]any
+	for _, line := range bytes.Split(bytes.TrimSpace(e.b.auditExport()), []byte("\n")) {
+		var m map[string]any
+		if err := json.Unmarshal(line, &m); err != nil {
+			e.t.Fatal(err)
+		}
+		if m["type"] == typ {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// wantEgressDenied checks that a refused destination was audited.
+func (e *proxyEnv) wantEgressDenied(sessionID, dest string) {
+	e.t.Helper()
+	for _, m := range e.auditOf("egress.denied") {
+		if m["path"] == dest && (sessionID == "" || m["session_id"] == sessionID) && m["code"] == "egress_denied" && m["decision"] == "deny" {
+			return
+		}
+	}
+	e.t.Fatalf("no egress.denied record for %s (session %s)", dest, sessionID)
+}
+
+func TestProxyDoorCurl(t *testing.T) {
+	e := startProxyBroker(t, "")
+	s := e.session(trustedSession(ghGrant()))
+	url := "https://" + ghHost + "/repos/acme/widgets"
+
+	// Allowed: the credential is injected (the upstream sees it), the
+	// sandbox's own Authorization (a placeholder) never passes, and the
+	// echoed credential comes back scrubbed.
+	r := e.curl(s.Token, s.caFile, "-H", "Authorization: Bearer ghp_placeholder000", url)
+	if r.exit != 0 || r.status != 200 {
+		t.Fatalf("curl: exit %d status %d %s %s", r.exit, r.status, r.stderr, r.body)
+	}
+	got := e.up.last(t)
+	if got.Header.Get("Authorization") != "Bearer "+canary || got.RawPath != "/repos/acme/widgets" {
+		t.Fatalf("upstream got %s %q", got.RawPath, got.Header.Values("Authorization"))
+	}
+	if ec := decodeEcho(t, r.body); ec.Auth != "Bearer [REDACTED]" || ec.Path != "/repos/acme/widgets" {
+		t.Fatalf("answer = %+v", ec)
+	}
+	if strings.Contains(strings.ToLower(r.header), "set-cookie") || !strings.Contains(r.header, "X-Airlock-Request-Id") {
+		t.Fatalf("answer headers:\n%s", r.header)
+	}
+
+	// A pinned parameter: refused inside the tunnel, nothing sent.
+	n := len(e.up.requests())
+	r = e.curl(s.Token, s.caFile, "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"title":"x"}`,
+		"https://"+ghHost+"/repos/mallory/widgets/issues")
+	if r.exit != 0 || r.status != 403 || r.problemCode(t) != "constraint_violated" {
+		t.Fatalf("pinned: exit %d status %d %s", r.exit, r.status, r.body)
+	}
+	r = e.curl(s.Token, s.caFile, "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"title":"x"}`,
+		"https://"+ghHost+"/repos/acme/widgets/issues")
+	if r.status != 200 || decodeEcho(t, r.body).Body != `{"title":"x"}` {
+		t.Fatalf("allowed POST: %d %s", r.status, r.body)
+	}
+	if got := len(e.up.requests()); got != n+1 {
+		t.Fatalf("upstream received %d requests, want %d", got, n+1)
+	}
+
+	// A host the session holds no grant on (other.test is an upstream; evil.test is none).
+	for _, host := range []string{"other.test", "evil.test"} {
+		r = e.curl(s.Token, s.caFile, "https://"+host+"/")
+		if r.exit == 0 || !strings.Contains(r.stderr, "403") {
+			t.Fatalf("%s: exit %d status %d stderr %s", host, r.exit, r.status, r.stderr)
+		}
+		e.wantEgressDenied(s.ID, host+":443")
+	}
+	// Plain http:// through HTTP_PROXY: the same check, the same pipeline.
+	r = e.curl(s.Token, s.caFile, "http://"+ghHost+"/repos/acme/widgets")
+	if r.status != 200 || decodeEcho(t, r.body).Auth != "Bearer [REDACTED]" {
+		t.Fatalf("plain http: %d %s", r.status, r.body)
+	}
+	r = e.curl(s.Token, s.caFile, "http://169.254.169.254/latest/meta-data/")
+	if r.status != 403 || r.problemCode(t) != "egress_denied" {
+		t.Fatalf("metadata over plain http: %d %s", r.status, r.body)
+	}
+	e.wantEgressDenied(s.ID, "169.254.169.254:80")
+	assertNoCanary(t, "audit", e.b.auditExport())
+}
+
+// debianPython is Debian's python3 with python3-requests.
+func debianPython(t *testing.T) string {
+	t.Helper()
+	const py = "/usr/bin/python3"
+	if err := exec.Command(py, "-c", "import requests").Run(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("Debian's python3 with requests is required in CI: apt-get install -y python3 python3-requests (%v)", err)
+		}
+		t.Skipf("Debian's python3 with requests not found (%v); apt-get install -y python3 python3-requests", err)
+	}
+	return py
+}
+
+// pyClient prints {"status", "body"} for a GET or POST with urllib or requests.
+const pyClient = `
+import json, sys, urllib.request, urllib.error
+lib, method, url, body = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None
+if lib == "requests":
+    import requests
+    r = requests.request(method, url, data=body, headers={"Content-Type": "application/json"} if body else {}, timeout=60)
+    print(json.dumps({"status": r.status_code, "body": r.text}))
+else:
+    req = urllib.request.Request(url, data=body.encode() if body else None, method=method, headers={"Content-Type": "application/json"} if body else {})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            print(json.dumps({"status": r.status, "body": r.read().decode()}))
+    except urllib.error.HTTPError as e:
+        print(json.dumps({"status": e.code, "body": e.read().decode()}))
+`
+
+func TestProxyDoorPython(t *testing.T) {
+	py := debianPython(t)
+	e := startProxyBroker(t, "")
+	s := e.session(trustedSession(ghGrant()))
+	for _, lib := range []string{"urllib", "requests"} {
+		t.Run(lib, func(t *testing.T) {
+			run := func(method, url, body string) clientResult {
+				args := []string{"-c", pyClient, lib, method, url}
+				if body != "" {
+					args = append(args, body)
+				}
+				out, stderr, exit := runClient(t, e.env(s.Token, s.caFile), py, args...)
+				var res struct {
+					Status int
+					Body   string
+				}
+				if exit != 0 || json.Unmarshal(out, &res) != nil {
+					t.Fatalf("%s %s: exit %d %s %s", method, url, exit, out, stderr)
+				}
+				return clientResult{status: res.Status, body: []byte(res.Body)}
+			}
+			r := run("GET", "https://"+ghHost+"/repos/acme/widgets", "")
+			if r.status != 200 || decodeEcho(t, r.body).Auth != "Bearer [REDACTED]" {
+				t.Fatalf("GET: %d %s", r.status, r.body)
+			}
+			if e.up.last(t).Header.Get("Authorization") != "Bearer "+canary {
+				t.Fatal("the credential was not injected")
+			}
+			r = run("POST", "https://"+ghHost+"/repos/mallory/x/issues", `{"title":"t"}`)
+			if r.status != 403 || r.problemCode(t) != "constraint_violated" {
+				t.Fatalf("pinned: %d %s", r.status, r.body)
+			}
+		})
+	}
+}
+
+var (
+	proxyClientOnce sync.Once
+	proxyClientBin  string
+	proxyClientErr  error
+)
+
+// goProxyClient builds testdata/proxyclient once: a separate Go program, so
+// http.ProxyFromEnvironment reads the environment the test gives it.
+func goProxyClient(t *testing.T) string {
+	t.Helper()
+	proxyClientOnce.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			proxyClientErr = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "airlock-proxyclient-")
+		if err != nil {
+			proxyClientErr = err
+			return
+		}
+		proxyClientBin = filepath.Join(dir, "proxyclient")
+		out, err := exec.Command(gobin, "build", "-o", proxyClientBin, "testdata/proxyclient/main.go").CombinedOutput()
+		if err != nil {
+			proxyClientErr = fmt.Errorf("%v: %s", err, out)
+		}
+	})
+	if proxyClientErr != nil {
+		t.Fatalf("build the Go proxy client: %v", proxyClientErr)
+	}
+	return proxyClientBin
+}
+
+func TestProxyDoorGoClient(t *testing.T) {
+	bin := goProxyClient(t)
+	e := startProxyBroker(t, "")
+	s := e.session(trustedSession(ghGrant()))
+	run := func(method, url, body string) clientResult {
+		t.Helper()
+		args := []string{method, url}
+		if body != "" {
+			args = append(args, body)
+		}
+		out, stderr, exit := runClient(t, e.env(s.Token, s.caFile), bin, args...)
+		var res struct {
+			Status int
+			Body   string
+		}
+		if exit == 0 {
+			if err := json.Unmarshal(out, &res); err != nil {
+				t.Fatalf("%s", out)
+			}
+		}
+		return clientResult{exit: exit, status: res.Status, body: []byte(res.Body), stderr: stderr}
+	}
+	r := run("GET", "https://"+ghHost+"/repos/acme/widgets", "")
+	if r.status != 200 || decodeEcho(t, r.body).Auth != "Bearer [REDACTED]" {
+		t.Fatalf("GET: %d %s %s", r.status, r.body, r.stderr)
+	}
+	r = run("POST", "https://"+ghHost+"/repos/mallory/x/issues", `{"title":"t"}`)
+	if r.status != 403 || r.problemCode(t) != "constraint_violated" {
+		t.Fatalf("pinned: %d %s", r.status, r.body)
+	}
+	r = run("GET", "https://other.test/", "")
+	if r.exit == 0 || !strings.Contains(r.stderr, "Forbidden") {
+		t.Fatalf("no grant: exit %d %s", r.exit, r.stderr)
+	}
+}
+
+// rawConnect opens a connection to the proxy door and sends CONNECT target
+// with the token (none when ""). On 200 the connection is the tunnel.
+func (e *proxyEnv) rawConnect(target, token string) (*http.Response, []byte, net.Conn) {
+	e.t.Helper()
+	conn, err := net.Dial("tcp", e.proxy)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.t.Cleanup(func() { conn.Close() })
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	req := "CONNECT " + target + " HTTP/1.1\r\nHost: " + target + "\r\n"
+	if token != "" {
+		req += "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte("airlock:"+token)) + "\r\n"
+	}
+	if _, err := io.WriteString(conn, req+"\r\n"); err != nil {
+		e.t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+	if err != nil {
+		e.t.Fatalf("CONNECT %s: %v", target, err)
+	}
+	var body []byte
+	if resp.StatusCode != 200 {
+		body, _ = io.ReadAll(resp.Body)
+		assertNoCanary(e.t, "CONNECT answer", body)
+	}
+	return resp, body, conn
+}
+
+// tunnel opens a TLS tunnel to host:443 as a client trusting caFile would.
+func (e *proxyEnv) tunnel(host, serverName, token, caFile string) (*tls.Conn, error) {
+	e.t.Helper()
+	resp, body, conn := e.rawConnect(host+":443", token)
+	if resp.StatusCode != 200 {
+		e.t.Fatalf("CONNECT %s: %d %s", host, resp.StatusCode, body)
+	}
+	pool := x509.NewCertPool()
+	data, _ := os.ReadFile(caFile)
+	pool.AppendCertsFromPEM(data)
+	tc := tls.Client(conn, &tls.Config{ServerName: serverName, RootCAs: pool, NextProtos: []string{"http/1.1"}})
+	if err := tc.Handshake(); err != nil {
+		return nil, err
+	}
+	return tc, nil
+}
+
+// roundTrip writes raw request bytes into a tunnel and reads the answers
+// until the connection ends or goes quiet.
+func roundTrip(t *testing.T, c net.Conn, raw string) []*http.Response {
+	t.Helper()
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	br := bufio.NewReader(c)
+	var out []*http.Response
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return out
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body = io.NopCloser(bytes.NewReader(body))
+		assertNoCanary(t, "answer in the tunnel", body)
+		out = append(out, resp)
+	}
+}
+
+func problemOf(t *testing.T, resp *http.Response) (int, string) {
+	t.Helper()
+	var p struct{ Code string }
+	body, _ := io.ReadAll(resp.Body)
+	if err := json.Unmarshal(body, &p); err != nil || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("not a problem (%d): %s", resp.StatusCode, body)
+	}
+	return resp.StatusCode, p.Code
+}
+
+func TestProxyDoorAttacks(t *testing.T) {
+	e := startProxyBroker(t, "")
+	s := e.session(trustedSession(ghGrant()))
+	other := e.session(trustedSession(ghGrant()))
+
+	t.Run("proxy authentication", func(t *testing.T) {
+		for _, tc := range []struct{ name, token, code string }{
+			{"none", "", "invalid_token"},
+			{"not a token", "nope", "invalid_token"},
+			{"the admin token", adminToken, "invalid_token"},
+		} {
+			resp, body, _ := e.rawConnect(ghHost+":443", tc.token)
+			if resp.StatusCode != 407 || resp.Header.Get("Proxy-Authenticate") != `Basic realm="airlock"` || !bytes.Contains(body, []byte(`"code":"`+tc.code+`"`)) {
+				t.Fatalf("%s: %d %q %s", tc.name, resp.StatusCode, resp.Header.Get("Proxy-Authenticate"), body)
+			}
+		}
+	})
+
+	t.Run("destinations", func(t *testing.T) {
+		for _, dest := range []string{
+			"127.0.0.1:443", "169.254.169.254:443", "169.254.169.254:80", "[fd00:ec2::254]:443", "10.0.0.1:443",
+			"100.64.0.1:443", "[::1]:443", "8.8.8.8:443", "localhost:443", "evil.test:443", "api.github.test:8443",
+			"other.test:443", "api.github.test.evil.test:443",
+		} {
+			resp, body, _ := e.rawConnect(dest, s.Token)
+			if resp.StatusCode != 403 || !bytes.Contains(body, []byte(`"code":"egress_denied"`)) {
+				t.Fatalf("CONNECT %s: %d %s", dest, resp.StatusCode, body)
+			}
+			e.wantEgressDenied(s.ID, dest)
+		}
+		// Names that are not canonical ASCII host names are refused too.
+		for _, dest := range []string{"xn--80ak6aa92e.com:443", "api_github.test:443", "2130706433:443", "0x7f.1:443", "api.github.test"} {
+			resp, body, _ := e.rawConnect(dest, s.Token)
+			if resp.StatusCode != 403 || !bytes.Contains(body, []byte(`"code":"egress_denied"`)) {
+				t.Fatalf("CONNECT %s: %d %s", dest, resp.StatusCode, body)
+			}
+		}
+		// The host compares canonically: case and a trailing dot do not matter.
+		resp, body, _ := e.rawConnect("API.GitHub.TEST.:443", s.Token)
+		if resp.StatusCode != 200 {
+			t.Fatalf("canonical host: %d %s", resp.StatusCode, body)
+		}
+	})
+
+	t.Run("another session's token", func(t *testing.T) {
+		// The leaf comes from the token's session's CA, which this sandbox does not trust.
+		if _, err := e.tunnel(ghHost, ghHost, other.Token, s.caFile); err == nil {
+			t.Fatal("TLS with another session's token succeeded against this session's CA")
+		}
+		r := e.curl(other.Token, s.caFile, "https://"+ghHost+"/repos/acme/widgets")
+		if r.exit == 0 || len(r.body) != 0 {
+			t.Fatalf("curl with another session's token: exit %d %s", r.exit, r.body)
+		}
+	})
+
+	t.Run("server name differs from the CONNECT host", func(t *testing.T) {
+		if _, err := e.tunnel(ghHost, "other.test", s.Token, s.caFile); err == nil {
+			t.Fatal("a TLS server name other than the CONNECT host was accepted")
+		}
+		found := false
+		for _, m := range e.auditOf("egress.denied") {
+			if m["path"] == ghHost+":443" && strings.Contains(fmt.Sprint(m["reason"]), "server name") {
+				found = true
+			}
+		}
+		if !found {
+			t.Fatal("the refused handshake was not audited")
+		}
+	})
+
+	t.Run("Host differs from the CONNECT host", func(t *testing.T) {
+		n := len(e.up.requests())
+		for _, host := range []string{"other.test", ghHost + ":8443", "evil.test"} {
+			tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := roundTrip(t, tc, "GET /repos/acme/widgets HTTP/1.1\r\nHost: "+host+"\r\n\r\n")
+			if len(rs) != 1 {
+				t.Fatalf("Host %s: %d answers", host, len(rs))
+			}
+			if st, code := problemOf(t, rs[0]); st != 421 || code != "bad_request" {
+				t.Fatalf("Host %s: %d %s", host, st, code)
+			}
+		}
+		if len(e.up.requests()) != n {
+			t.Fatal("a misdirected request reached the upstream")
+		}
+	})
+
+	t.Run("upgrade refused", func(t *testing.T) {
+		tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs := roundTrip(t, tc, "GET /repos/acme/widgets HTTP/1.1\r\nHost: "+ghHost+"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+		if len(rs) != 1 {
+			t.Fatalf("%d answers", len(rs))
+		}
+		if st, code := problemOf(t, rs[0]); st != 400 || code != "bad_request" {
+			t.Fatalf("upgrade: %d %s", st, code)
+		}
+	})
+
+	t.Run("request smuggling", func(t *testing.T) {
+		const smuggled = "GET /repos/acme/smuggled HTTP/1.1\r\nHost: " + ghHost + "\r\n\r\n"
+		cases := map[string]string{
+			"CL and TE":     "POST /repos/acme/widgets/issues HTTP/1.1\r\nHost: " + ghHost + "\r\nContent-Type: application/json\r\nContent-Length: 9\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" + smuggled,
+			"TE and CL":     "POST /repos/acme/widgets/issues HTTP/1.1\r\nHost: " + ghHost + "\r\nTransfer-Encoding: chunked\r\nContent-Length: 60\r\nContent-Type: application/json\r\n\r\n2\r\n{}\r\n0\r\n\r\n" + smuggled,
+			"two CL":        "POST /repos/acme/widgets/issues HTTP/1.1\r\nHost: " + ghHost + "\r\nContent-Type: application/json\r\nContent-Length: 2\r\nContent-Length: 40\r\n\r\n{}" + smuggled,
+			"bare LF":       "POST /repos/acme/widgets/issues HTTP/1.1\nHost: " + ghHost + "\nContent-Type: application/json\nContent-Length: 2\n\n{}" + smuggled,
+			"TE obfuscated": "POST /repos/acme/widgets/issues HTTP/1.1\r\nHost: " + ghHost + "\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: xchunked\r\n\r\n{}" + smuggled,
+		}
+		for name, raw := range cases {
+			before := len(e.up.requests())
+			allowedBefore := len(e.auditOf("call.allowed"))
+			tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			roundTrip(t, tc, raw)
+			tc.Close()
+			got := e.up.requests()[before:]
+			for _, r := range got {
+				if strings.Contains(r.RawPath, "smuggled") {
+					t.Fatalf("%s: the smuggled request reached the upstream", name)
+				}
+				if r.Header.Get("Authorization") != "Bearer "+canary || r.Header.Get("Transfer-Encoding") != "" {
+					t.Fatalf("%s: upstream got %+v", name, r.Header)
+				}
+			}
+			if allowed := len(e.auditOf("call.allowed")) - allowedBefore; len(got) > 1 || allowed != len(got) {
+				t.Fatalf("%s: the upstream received %d requests for %d allowed calls", name, len(got), allowed)
+			}
+		}
+	})
+
+	t.Run("killed session", func(t *testing.T) {
+		k := e.session(trustedSession(ghGrant()))
+		tc, err := e.tunnel(ghHost, ghHost, k.Token, k.caFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		get := "GET /repos/acme/widgets HTTP/1.1\r\nHost: " + ghHost + "\r\n\r\n"
+		if rs := roundTrip(t, tc, get); len(rs) != 1 || rs[0].StatusCode != 200 {
+			t.Fatalf("before the kill: %v", rs)
+		}
+		if r := e.b.do("DELETE", e.b.control+"/v1/sessions/"+k.ID, adminToken, nil); r.status != 200 {
+			t.Fatalf("kill: %d %s", r.status, r.body)
+		}
+		// The open tunnel stops at its next request.
+		rs := roundTrip(t, tc, get)
+		if len(rs) != 1 {
+			t.Fatalf("after the kill: %d answers", len(rs))
+		}
+		if st, code := problemOf(t, rs[0]); st != 401 || code != "session_revoked" {
+			t.Fatalf("after the kill: %d %s", st, code)
+		}
+		// And no new tunnel opens.
+		resp, body, _ := e.rawConnect(ghHost+":443", k.Token)
+		if resp.StatusCode != 407 || !bytes.Contains(body, []byte(`"code":"session_revoked"`)) {
+			t.Fatalf("CONNECT after the kill: %d %s", resp.StatusCode, body)
+		}
+	})
+	assertNoCanary(t, "audit", e.b.auditExport())
+}
+
+func TestProxyDoorGatedCallApprovedWhileCurlWaits(t *testing.T) {
+	e := startProxyBroker(t, "approval: {proxy_wait: 30s}\n")
+	rev := e.b.newToken("reviewer", "rita")
+	// Untrusted input, a sensitive upstream, an irreversible rule: gated.
+	s := e.session(map[string]any{"task_id": "t-gate", "isolation": "microvm", "grants": []any{ghGrant()}})
+	issue := "https://" + ghHost + "/repos/acme/widgets/issues"
+
+	done := make(chan clientResult, 1)
+	go func() {
+		done <- e.curl(s.Token, s.caFile, "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"title":"approved"}`, issue)
+	}()
+	id := e.b.pendingAction(t, rev)
+	if len(e.up.requests()) != 0 {
+		t.Fatal("a gated call reached the upstream before approval")
+	}
+	if r := e.b.do("POST", e.b.control+"/v1/approvals/"+id+"/approve", rev, map[string]any{"comment": "ok"}); r.status != 200 {
+		t.Fatalf("approve: %d %s", r.status, r.body)
+	}
+	var r clientResult
+	select {
+	case r = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("curl did not get its answer after the approval")
+	}
+	if r.exit != 0 || r.status != 200 || decodeEcho(t, r.body).Body != `{"title":"approved"}` || decodeEcho(t, r.body).Auth != "Bearer [REDACTED]" {
+		t.Fatalf("curl: exit %d %d %s %s", r.exit, r.status, r.body, r.stderr)
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Fatalf("upstream received %d requests, want 1", n)
+	}
+
+	// Denied: curl gets 403 approval_denied.
+	go func() {
+		done <- e.curl(s.Token, s.caFile, "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"title":"denied"}`, issue)
+	}()
+	id = e.b.pendingAction(t, rev)
+	if r := e.b.do("POST", e.b.control+"/v1/approvals/"+id+"/deny", rev, map[string]any{"comment": "no"}); r.status != 200 {
+		t.Fatalf("deny: %d %s", r.status, r.body)
+	}
+	select {
+	case r = <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("curl did not get its answer after the denial")
+	}
+	if r.status != 403 || r.problemCode(t) != "approval_denied" {
+		t.Fatalf("denied: %d %s", r.status, r.body)
+	}
+	if n := len(e.up.requests()); n != 1 {
+		t.Fatalf("upstream received %d requests, want 1", n)
+	}
+}
