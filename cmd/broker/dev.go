@@ -26,6 +26,13 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// devProxyListen is where `broker dev` puts the proxy door by default.
+const devProxyListen = "127.0.0.1:8702"
+
+// demoHost is the demo API's name through the proxy door (a reserved
+// .test name: it resolves nowhere, and the proxy maps it).
+const demoHost = "demo.airlock.test"
+
 // demoSession is the session `broker dev` creates for the quickstart.
 var demoSessionRequest = map[string]any{
 	"task_id": "quickstart", "ttl": "1h", "untrusted_input": false, "isolation": "container",
@@ -75,7 +82,25 @@ A session for task "quickstart" was created. Act as the sandbox (it holds only t
   # denied (no_matching_grant): no rule allows DELETE
   curl -s -X DELETE {{.Sandbox}}/v1/proxy/demo/payments -H "Authorization: Bearer $AIRLOCK_SESSION"
 
-Act as the operator or auditor:
+{{if .Proxy}}Proxy mode: stock clients, unchanged, with only environment variables. The broker is the
+sandbox's HTTPS_PROXY ({{.Proxy}}) and terminates TLS with the session's own CA; the demo API is
+reached by its name, {{.DemoHost}}, and $DEMO_TOKEN is a worthless placeholder:
+
+  eval "$(AIRLOCK_ADDR={{.Control}} AIRLOCK_TOKEN={{.Admin}} AIRLOCK_SESSION_TOKEN=$AIRLOCK_SESSION broker session env {{.SessionID}} --ca-out {{.CAFile}})"
+
+  # allowed: the broker drops the placeholder and injects the demo key
+  curl -s https://{{.DemoHost}}/hello -H "Authorization: Bearer $DEMO_TOKEN"
+
+  # the key the demo API received is scrubbed from the answer
+  curl -s https://{{.DemoHost}}/whoami
+
+  # denied (constraint_violated): the same grant applies inside the tunnel
+  curl -s https://{{.DemoHost}}/payments -H 'Content-Type: application/json' -d '{"to": "mallory", "amount": 25}'
+
+  # denied (egress_denied): no grant names this host; the proxy refuses the tunnel
+  curl -sS https://example.com/
+
+{{end}}Act as the operator or auditor:
 
   export AIRLOCK_ADDR={{.Control}} AIRLOCK_TOKEN={{.Admin}}
   broker session list
@@ -90,6 +115,7 @@ func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	fs.SetOutput(stderr)
 	sandboxAddr := fs.String("sandbox-listen", config.DefaultSandboxListen, "sandbox plane address")
 	controlAddr := fs.String("control-listen", config.DefaultControlListen, "control plane address")
+	proxyAddr := fs.String("proxy-listen", devProxyListen, "proxy door address (\"\" turns it off)")
 	dataDir := fs.String("data-dir", "", "data directory (default: a new temporary directory, removed on exit)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -117,11 +143,13 @@ func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdo
 
 	enforce := false
 	cfg := &config.Config{
-		SandboxListen: *sandboxAddr, ControlListen: *controlAddr, DataDir: *dataDir,
+		SandboxListen: *sandboxAddr, ControlListen: *controlAddr, ProxyListen: *proxyAddr, DataDir: *dataDir,
 		AdminToken: "dev-admin-" + randomHex(16), EnforceIsolation: &enforce,
 		Upstreams: []config.Upstream{{
 			Name: "demo", BaseURL: "http://" + ln.Addr().String(),
-			Credential: config.Credential{Source: "file", Path: keyFile},
+			Credential:  config.Credential{Source: "file", Path: keyFile},
+			Hosts:       []string{demoHost},
+			Placeholder: &config.Placeholder{Env: "DEMO_TOKEN", Format: "demo_{random:32}"},
 		}},
 	}
 	if err := cfg.Validate(getenv); err != nil {
@@ -147,6 +175,7 @@ func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdo
 	if err := quickstart.Execute(stdout, map[string]string{
 		"DataDir": *dataDir, "Sandbox": addrs.Sandbox, "Control": addrs.Control, "Admin": cfg.AdminToken,
 		"Demo": "http://" + ln.Addr().String(), "Session": sess.Token, "SessionID": sess.ID,
+		"Proxy": addrs.Proxy, "DemoHost": demoHost, "CAFile": filepath.Join(*dataDir, "session-ca.pem"),
 	}); err != nil {
 		cancel()
 		return errors.Join(err, <-errc)

@@ -143,6 +143,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		}
 		api.SetProxyURL(addrs.Proxy) // the session answer's proxy.url
 		door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait})
+		api.SetProxyURL(addrs.Proxy) // advertised in session answers
 	}
 	servers := []*http.Server{
 		{Handler: api.Handler(httpapi.SandboxPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
