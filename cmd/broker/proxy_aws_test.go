@@ -30,8 +30,8 @@ import (
 	"github.com/aws/smithy-go"
 )
 
-// proxySession is what a sandbox gets for proxy mode.
-type proxySession struct {
+// sandboxProxy is what a sandbox gets for proxy mode.
+type sandboxProxy struct {
 	ID, Token string
 	ProxyURL  string // HTTPS_PROXY, with the token as the proxy password
 	CAFile    string // the session's CA (AWS_CA_BUNDLE, GIT_SSL_CAINFO, ...)
@@ -39,8 +39,8 @@ type proxySession struct {
 	SecretKey string
 }
 
-// proxySessionFor creates a session and reads its proxy answer.
-func proxySessionFor(t *testing.T, b *brokerProc, req map[string]any) proxySession {
+// sandboxProxyFor creates a session and reads its proxy answer.
+func sandboxProxyFor(t *testing.T, b *brokerProc, req map[string]any) sandboxProxy {
 	t.Helper()
 	r := b.do("POST", b.control+"/v1/sessions", adminToken, req)
 	var s struct {
@@ -58,7 +58,7 @@ func proxySessionFor(t *testing.T, b *brokerProc, req map[string]any) proxySessi
 	if err := json.Unmarshal(r.body, &s); err != nil || r.status != http.StatusCreated || s.Proxy == nil || s.Proxy.URL == "" || s.Proxy.CAPEM == "" {
 		t.Fatalf("proxy session: %d %s", r.status, r.body)
 	}
-	ps := proxySession{ID: s.ID, Token: s.Token, ProxyURL: s.Proxy.URL, CAFile: filepath.Join(t.TempDir(), "ca.pem")}
+	ps := sandboxProxy{ID: s.ID, Token: s.Token, ProxyURL: s.Proxy.URL, CAFile: filepath.Join(t.TempDir(), "ca.pem")}
 	if err := os.WriteFile(ps.CAFile, []byte(s.Proxy.CAPEM), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +100,7 @@ func s3Grant() map[string]any {
 // and AWS_CA_BUNDLE for its roots, and no endpoint. (http.ProxyFromEnvironment
 // reads the environment once per process, so the proxy is given to the
 // SDK's own buildable client instead of through t.Setenv.)
-func proxyS3Client(t *testing.T, ps proxySession, accessKey, secretKey string, hosts *hostLog, opts ...func(*s3.Options)) *s3.Client {
+func proxyS3Client(t *testing.T, ps sandboxProxy, accessKey, secretKey string, hosts *hostLog, opts ...func(*s3.Options)) *s3.Client {
 	t.Helper()
 	pu, err := url.Parse(ps.ProxyURL)
 	if err != nil {
@@ -172,7 +172,7 @@ func canonicalAddr(u *url.URL) string {
 // S3; a signature of another session, or with a guessed secret, is refused.
 func TestProxyAWSSDK(t *testing.T) {
 	b, f := proxyS3Broker(t)
-	ps := proxySessionFor(t, b, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
+	ps := sandboxProxyFor(t, b, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name      string
@@ -236,7 +236,7 @@ func TestProxyAWSSDK(t *testing.T) {
 
 	// A guessed secret, and another session's aws_credentials through this
 	// session's proxy token: the signature is refused.
-	other := proxySessionFor(t, b, map[string]any{"task_id": "t-99", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
+	other := sandboxProxyFor(t, b, map[string]any{"task_id": "t-99", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
 	for name, keys := range map[string][2]string{
 		"guessed secret":        {ps.AccessKey, "guessed"},
 		"other session's creds": {other.AccessKey, other.SecretKey},
@@ -277,7 +277,7 @@ func TestProxyAWSSDK(t *testing.T) {
 func TestProxyAWSCLI(t *testing.T) {
 	awsCLI := requireTool(t, "aws", "apt-get install -y awscli")
 	b, f := proxyS3Broker(t)
-	ps := proxySessionFor(t, b, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
+	ps := sandboxProxyFor(t, b, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
 	home := t.TempDir()
 	env := []string{
 		"PATH=" + os.Getenv("PATH"), "HOME=" + home,

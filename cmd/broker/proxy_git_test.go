@@ -54,7 +54,7 @@ proxy_listen: 127.0.0.1:0
 
 func TestProxyGitCloneAndPush(t *testing.T) {
 	b, g := proxyGitBroker(t)
-	ps := proxySessionFor(t, b, trustedSession(gitGrant()))
+	ps := sandboxProxyFor(t, b, trustedSession(gitGrant()))
 	env := append(gitfxEnv(t), "HTTPS_PROXY="+ps.ProxyURL, "GIT_SSL_CAINFO="+ps.CAFile)
 	git := func(dir string, args ...string) (string, error) {
 		out, err := gitfxCommand(t, dir, env, args...)

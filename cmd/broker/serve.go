@@ -141,7 +141,6 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		if cfg.ProxyURL != "" {
 			addrs.Proxy = cfg.ProxyURL
 		}
-		api.SetProxyURL(addrs.Proxy) // the session answer's proxy.url
 		door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait})
 		api.SetProxyURL(addrs.Proxy) // advertised in session answers
 	}
