@@ -46,7 +46,7 @@ func TestLoadToolSmoke(t *testing.T) {
 	var out bytes.Buffer
 	var errs lockedBuffer
 	err := run(context.Background(), []string{"--broker", bin, "--duration", "300ms", "--rounds", "1",
-		"--concurrency", "1,2", "--variant", "allowed GET"}, &out, &errs)
+		"--concurrency", "1,2", "--variant", "GET"}, &out, &errs)
 	if err != nil {
 		t.Fatalf("airlock-bench: %v\n%s", err, errs.String())
 	}
@@ -61,7 +61,19 @@ func TestLoadToolSmoke(t *testing.T) {
 			t.Errorf("row %q: no calls or some failed", r[0])
 		}
 	}
-	for _, want := range []string{"bare proxy + one fdatasync per call", "One fsync on the broker's disk", "## Budget check (this run)", "p50 ≤ 1.25× bare", "(the bare proxy fsyncing once per call)"} {
+	// Proxy mode: through HTTPS_PROXY with TLS inside, beside the bare
+	// TLS-terminating proxy, and the comparison table.
+	rows = regexp.MustCompile(`(?m)^\| (fsync|buffered) \| `+regexp.QuoteMeta(proxyVariant)+` \| (1|2) \| (\d+) \| (\d+) \| [\d.]+ \|.* \| (\d+) \|$`).FindAllStringSubmatch(report, -1)
+	if len(rows) != 4 {
+		t.Fatalf("want 4 proxy-mode rows, got %d:\n%s", len(rows), report)
+	}
+	for _, r := range rows {
+		if r[3] == "0" || r[4] == "0" || r[5] != "0" {
+			t.Errorf("row %q: no calls or some failed", r[0])
+		}
+	}
+	for _, want := range []string{"## Proxy mode beside the REST door", "| proxy door (`HTTPS_PROXY`, CONNECT, session CA) |", "| bare TLS-terminating proxy (CONNECT) |",
+		"bare proxy + one fdatasync per call", "One fsync on the broker's disk", "## Budget check (this run)", "p50 ≤ 1.25× bare", "(the bare proxy fsyncing once per call)"} {
 		if !strings.Contains(report, want) {
 			t.Errorf("report lacks %q:\n%s", want, report)
 		}

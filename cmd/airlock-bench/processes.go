@@ -281,12 +281,14 @@ admin_token: %s
 enforce_isolation: false
 log_level: warn
 audit: {durability: %s}
+proxy_listen: 127.0.0.1:0
 upstreams:
   - name: api
     base_url: %s
+    hosts: [%s]
     sensitive: true
     credential: {source: env, name: BENCH_UPSTREAM_KEY}
-`, filepath.Join(dir, "data"), admin, durability, upstreamURL)
+`, filepath.Join(dir, "data"), admin, durability, upstreamURL, proxyHost)
 	if pprof {
 		cfg += "debug: {pprof: true}\n"
 	}
