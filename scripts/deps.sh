@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the tests need on a fresh Debian machine:
-# curl, git, Chromium and the AWS CLI from Debian, and the Vault v1.14.0 dev server built from
+# curl, git, Chromium, the AWS CLI, python3 and python3-requests from Debian, and the Vault v1.14.0 dev server built from
 # tools/vaultdev into .tools/vaultdev (rebuilt only when its module changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,8 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/bin/chromium ] || need+=(chromium)      # the reviewers' page is tested in headless Chromium
 command -v aws >/dev/null 2>&1 || need+=(awscli)  # the stock AWS CLI is a sandbox-side client in the tests
 command -v git >/dev/null 2>&1 || need+=(git)     # git clone/push through the proxy door, to git http-backend
+# Debian's Python with requests: sandbox-side clients of the proxy door tests (urllib, requests)
+/usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3 python3-requests)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
