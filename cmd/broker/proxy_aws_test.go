@@ -10,6 +10,10 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"io"
@@ -21,8 +25,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
@@ -316,5 +322,63 @@ func TestProxyAWSCLI(t *testing.T) {
 	defer f.mu.Unlock()
 	if n := len(f.auths) - before; n != 0 {
 		t.Errorf("%d refused calls reached S3", n)
+	}
+}
+
+// TestProxyAWSHostileHosts: names the SDK never builds. A bucket label
+// that is not a DNS-compatible bucket name passes the one-label wildcard
+// of egress but is refused in S3's protocol; names outside the upstream's
+// (another region, a dotted label, a suffix appended) are refused at
+// CONNECT. S3 sees none of them.
+func TestProxyAWSHostileHosts(t *testing.T) {
+	b, f := proxyS3Broker(t)
+	ps := sandboxProxyFor(t, b, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
+	pu, _ := url.Parse(ps.ProxyURL)
+	pem, _ := os.ReadFile(ps.CAFile)
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(pem)
+	hc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	send := func(host string) (*http.Response, []byte, error) {
+		req, _ := http.NewRequest("PUT", "https://"+host+"/t-42/x.txt", strings.NewReader("x"))
+		sum := sha256.Sum256([]byte("x"))
+		hash := hex.EncodeToString(sum[:])
+		req.Header.Set("X-Amz-Content-Sha256", hash)
+		signer := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+		if err := signer.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: ps.AccessKey, SecretAccessKey: ps.SecretKey}, req, hash, "s3", "us-east-1", time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp, data, nil
+	}
+	// The control: a valid virtual-hosted name is served.
+	if resp, body, err := send("reports.s3.us-east-1.amazonaws.com"); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("a valid virtual-hosted PUT: %v %v %s", err, resp, body)
+	}
+	f.mu.Lock()
+	before := len(f.auths)
+	f.mu.Unlock()
+	for _, host := range []string{"ab.s3.us-east-1.amazonaws.com", "xn--rports-8ua.s3.us-east-1.amazonaws.com"} {
+		resp, body, err := send(host)
+		if err != nil {
+			t.Fatalf("%s: %v", host, err)
+		}
+		if resp.StatusCode != 400 || !strings.Contains(string(body), "<Code>InvalidRequest</Code>") || resp.Header.Get("X-Airlock-Code") != "bad_request" {
+			t.Errorf("%s: %d %s, want S3's 400 InvalidRequest", host, resp.StatusCode, body)
+		}
+	}
+	for _, host := range []string{"reports.s3.eu-west-1.amazonaws.com", "evil.com.s3.amazonaws.com", "reports.s3.us-east-1.amazonaws.com.attacker.test", "s3.amazonaws.com.attacker.test", "reports-.s3.us-east-1.amazonaws.com"} {
+		if _, _, err := send(host); err == nil || !strings.Contains(err.Error(), "Forbidden") {
+			t.Errorf("%s: CONNECT answered %v, want 403 egress_denied", host, err)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := len(f.auths) - before; n != 0 {
+		t.Errorf("%d refused requests reached S3", n)
 	}
 }
