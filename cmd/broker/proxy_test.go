@@ -603,6 +603,18 @@ func TestProxyDoorAttacks(t *testing.T) {
 		}
 	})
 
+	t.Run("revoked grant", func(t *testing.T) {
+		g := e.session(trustedSession(ghGrant()))
+		if r := e.b.do("DELETE", e.b.control+"/v1/grants/"+g.Grants[0].ID, adminToken, nil); r.status != 200 {
+			t.Fatalf("revoke: %d %s", r.status, r.body)
+		}
+		resp, body, _ := e.rawConnect(ghHost+":443", g.Token)
+		if resp.StatusCode != 403 || !bytes.Contains(body, []byte(`"code":"egress_denied"`)) {
+			t.Fatalf("CONNECT with the grant revoked: %d %s", resp.StatusCode, body)
+		}
+		e.wantEgressDenied(g.ID, ghHost+":443")
+	})
+
 	t.Run("another session's token", func(t *testing.T) {
 		// The leaf comes from the token's session's CA, which this sandbox does not trust.
 		if _, err := e.tunnel(ghHost, ghHost, other.Token, s.caFile); err == nil {
@@ -617,6 +629,15 @@ func TestProxyDoorAttacks(t *testing.T) {
 	t.Run("server name differs from the CONNECT host", func(t *testing.T) {
 		if _, err := e.tunnel(ghHost, "other.test", s.Token, s.caFile); err == nil {
 			t.Fatal("a TLS server name other than the CONNECT host was accepted")
+		}
+		// A hostile client need not verify anything: the broker itself refuses the handshake.
+		resp, body, conn := e.rawConnect(ghHost+":443", s.Token)
+		if resp.StatusCode != 200 {
+			t.Fatalf("CONNECT: %d %s", resp.StatusCode, body)
+		}
+		tc := tls.Client(conn, &tls.Config{ServerName: "other.test", InsecureSkipVerify: true})
+		if err := tc.Handshake(); err == nil {
+			t.Fatal("the broker completed a handshake for a server name other than the CONNECT host")
 		}
 		// The broker records the refusal once its side of the handshake ends.
 		eventually(t, 10*time.Second, func() bool {
@@ -646,6 +667,22 @@ func TestProxyDoorAttacks(t *testing.T) {
 		}
 		if len(e.up.requests()) != n {
 			t.Fatal("a misdirected request reached the upstream")
+		}
+	})
+
+	t.Run("methods the REST door refuses", func(t *testing.T) {
+		for _, m := range []string{"CONNECT " + ghHost + ":443", "TRACE /repos/acme/widgets", "PROPFIND /repos/acme/widgets"} {
+			tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs := roundTrip(t, tc, m+" HTTP/1.1\r\nHost: "+ghHost+"\r\n\r\n", 1)
+			if len(rs) != 1 {
+				t.Fatalf("%s: %d answers", m, len(rs))
+			}
+			if st, code := problemOf(t, rs[0]); st != 405 || code != "bad_request" {
+				t.Fatalf("%s: %d %s", m, st, code)
+			}
 		}
 	})
 
@@ -736,6 +773,37 @@ func TestProxyDoorAttacks(t *testing.T) {
 		resp, body, _ := e.rawConnect(ghHost+":443", k.Token)
 		if resp.StatusCode != 407 || !bytes.Contains(body, []byte(`"code":"session_revoked"`)) {
 			t.Fatalf("CONNECT after the kill: %d %s", resp.StatusCode, body)
+		}
+	})
+
+	t.Run("kill-switch", func(t *testing.T) {
+		tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := e.b.do("POST", e.b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "test"}); r.status != 200 {
+			t.Fatalf("engage: %d %s", r.status, r.body)
+		}
+		n := len(e.up.requests())
+		rs := roundTrip(t, tc, "GET /repos/acme/widgets HTTP/1.1\r\nHost: "+ghHost+"\r\n\r\n", 1)
+		if len(rs) != 1 {
+			t.Fatalf("%d answers", len(rs))
+		}
+		if st, code := problemOf(t, rs[0]); st != 503 || code != "killswitch_engaged" {
+			t.Fatalf("in the tunnel: %d %s", st, code)
+		}
+		resp, body, _ := e.rawConnect(ghHost+":443", s.Token)
+		if resp.StatusCode != 503 || !bytes.Contains(body, []byte(`"code":"killswitch_engaged"`)) {
+			t.Fatalf("CONNECT: %d %s", resp.StatusCode, body)
+		}
+		if len(e.up.requests()) != n {
+			t.Fatal("a call reached the upstream under the kill-switch")
+		}
+		if r := e.b.do("DELETE", e.b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
+			t.Fatalf("release: %d %s", r.status, r.body)
+		}
+		if resp, body, _ := e.rawConnect(ghHost+":443", s.Token); resp.StatusCode != 200 {
+			t.Fatalf("CONNECT after release: %d %s", resp.StatusCode, body)
 		}
 	})
 	assertNoCanary(t, "audit", e.b.auditExport())

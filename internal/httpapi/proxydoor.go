@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -356,6 +357,10 @@ func (p *ProxyDoor) call(w http.ResponseWriter, r *http.Request, c *broker.Call,
 	u, ok := s.b.Upstream(name)
 	if !ok {
 		deny(broker.ErrUnknownUpstream)
+		return
+	}
+	if !slices.Contains(proxyMethods, r.Method) { // CONNECT inside a tunnel, TRACE, ...: as the REST door
+		deny(errMethod)
 		return
 	}
 	r.Header.Del("Proxy-Authorization")
