@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -146,5 +147,24 @@ func TestProxyLeafRefusals(t *testing.T) {
 	}
 	if _, err := off.SessionCA(ctx, w.Session.ID); !errors.Is(err, broker.ErrNoProxyCA) || !errors.Is(err, broker.ErrNotFound) {
 		t.Errorf("SessionCA without a CA: %v, want ErrNoProxyCA (an ErrNotFound)", err)
+	}
+}
+
+// BenchmarkCreateSessionProxyCA is BenchmarkCreateSession's durable
+// session creation (fsync) with the proxy door's CA (key generation,
+// self-signing, sealing) and a placeholder, beside the same without.
+func BenchmarkCreateSessionProxyCA(b *testing.B) {
+	for _, ca := range []bool{false, true} {
+		b.Run(map[bool]string{false: "no-ca", true: "proxy-ca"}[ca], func(b *testing.B) {
+			br := payBroker(b, brokertest.WithDurability(store.DurabilityFsync), brokertest.WithNow(time.Now),
+				brokertest.WithOptions(func(o *broker.Options) { o.ProxyCA = ca })).Broker
+			req := broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := br.CreateSession(context.Background(), operator, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -157,12 +157,8 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if b.enforce && iso < r2.RequiredIsolation() {
 		return SessionView{}, fmt.Errorf("%w: %s required, %q declared", session.ErrIsolationWeak, r2.RequiredIsolation(), iso)
 	}
-	var ca *proxyca.CA
 	if b.proxyOn {
 		var err error
-		if ca, err = b.newProxyCA(&s); err != nil {
-			return SessionView{}, err
-		}
 		if s.Placeholders, err = b.mintPlaceholders(); err != nil {
 			return SessionView{}, err
 		}
@@ -175,7 +171,14 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	// files, two syncs at once): the session goes live, and its token is
 	// shown, only when both are.
 	var g errgroup.Group
+	var ca *proxyca.CA
 	g.Go(func() error {
+		if b.proxyOn { // the proxy door's CA is made while the audit record syncs
+			var err error
+			if ca, err = b.newProxyCA(&s); err != nil {
+				return err
+			}
+		}
 		if err := b.sess.store.CreateSession(ctx, &s, recs); err != nil {
 			return fmt.Errorf("store session: %w", err)
 		}

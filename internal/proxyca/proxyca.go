@@ -147,7 +147,8 @@ func CanonicalHost(host string) (string, error) {
 	if h == "" || len(h) > 253 {
 		return "", ErrBadHost
 	}
-	for _, label := range strings.Split(h, ".") {
+	for rest := h; ; {
+		label, next, more := strings.Cut(rest, ".")
 		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return "", ErrBadHost
 		}
@@ -157,8 +158,11 @@ func CanonicalHost(host string) (string, error) {
 				return "", ErrBadHost
 			}
 		}
+		if !more {
+			return h, nil
+		}
+		rest = next
 	}
-	return h, nil
 }
 
 // Leaf is a server certificate for host (a DNS name or an IP address)

@@ -260,3 +260,50 @@ func TestLeafServesTLS(t *testing.T) {
 		t.Errorf("status %d", resp.StatusCode)
 	}
 }
+
+// BenchmarkNew is making a session's CA; BenchmarkLeaf issuing a leaf
+// (first use of a host) and serving it from the cache; BenchmarkOpen
+// unsealing a stored CA (first use after a restart).
+func BenchmarkNew(b *testing.B) {
+	for b.Loop() {
+		if _, err := New("ses_bench", time.Now().Add(time.Hour), nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkLeaf(b *testing.B) {
+	ca, err := New("ses_bench", time.Now().Add(time.Hour), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("issue", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ca.issue("api.github.test", time.Now()); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("cached", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ca.Leaf("api.github.test"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkOpen(b *testing.B) {
+	ca, err := New("ses_bench", time.Now().Add(time.Hour), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, _ := NewSealer(bytes.Repeat([]byte{1}, 32))
+	sealed, _ := s.Seal(ca)
+	for b.Loop() {
+		if _, err := s.Open("ses_bench", ca.CertDER(), sealed, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
