@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the tests need on a fresh Debian machine:
-# curl, Chromium, the AWS CLI, python3 and python3-requests from Debian, and the Vault v1.14.0 dev server built from
+# curl, git, Chromium, the AWS CLI, python3 and python3-requests from Debian, and the Vault v1.14.0 dev server built from
 # tools/vaultdev into .tools/vaultdev (rebuilt only when its module changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,7 @@ need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/bin/chromium ] || need+=(chromium)      # the reviewers' page is tested in headless Chromium
 command -v aws >/dev/null 2>&1 || need+=(awscli)  # the stock AWS CLI is a sandbox-side client in the tests
+command -v git >/dev/null 2>&1 || need+=(git)     # git clone/push through the proxy door, to git http-backend
 # Debian's Python with requests: sandbox-side clients of the proxy door tests (urllib, requests)
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3 python3-requests)
 
@@ -31,4 +32,4 @@ if [ ! -x .tools/vaultdev ] || [ "$(cat .tools/vaultdev.stamp 2>/dev/null)" != "
   (cd tools/vaultdev && go build -o ../../.tools/vaultdev .)
   echo "$stamp" > .tools/vaultdev.stamp
 fi
-echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), vaultdev $(du -h .tools/vaultdev | cut -f1))"
+echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), $(git --version), vaultdev $(du -h .tools/vaultdev | cut -f1))"

@@ -55,6 +55,7 @@ func sessionRequest(gated bool) map[string]any {
 type request struct {
 	method, url, token, body string
 	want                     int
+	client                   *http.Client // nil: the shared client (no proxy)
 }
 
 // tally accumulates the rounds of one measurement.
@@ -101,6 +102,10 @@ func load(n int, d time.Duration, rq request) ([]time.Duration, int) {
 		wg   sync.WaitGroup
 	)
 	deadline := time.Now().Add(d)
+	c := client
+	if rq.client != nil {
+		c = rq.client
+	}
 	for i := 0; i < n; i++ {
 		wg.Add(1)
 		go func() {
@@ -120,7 +125,7 @@ func load(n int, d time.Duration, rq request) ([]time.Duration, int) {
 					req.Header.Set("Content-Type", "application/json")
 				}
 				t := time.Now()
-				resp, err := client.Do(req)
+				resp, err := c.Do(req)
 				if err == nil {
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()

@@ -43,7 +43,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer up.Close()
-	bare, err := startBareProxy(ctx, up.URL(), o.profile != "", "")
+	caDir, err := os.MkdirTemp("", "airlock-bench-ca-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(caDir)
+	bare, err := startBareProxy(ctx, up.URL(), o.profile != "", "", caDir)
 	if err != nil {
 		return err
 	}
@@ -55,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(syncDir)
-	bareSync, err := startBareProxy(ctx, up.URL(), false, syncDir)
+	bareSync, err := startBareProxy(ctx, up.URL(), false, syncDir, "")
 	if err != nil {
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,9 +47,31 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 		return err
 	}
 	defer b.Close()
-	var s struct{ Token string }
+	var s struct {
+		Token string
+		Proxy *sessionProxy
+	}
 	if _, err := post(b.control+"/v1/sessions", b.admin, sessionRequest(false), &s); err != nil {
 		return err
+	}
+	// Proxy mode: the same session and upstream, by its own name through
+	// HTTPS_PROXY, TLS inside; beside a bare proxy terminating TLS alike.
+	var viaBroker, viaBare *http.Client
+	if o.wants(proxyVariant) {
+		if s.Proxy == nil {
+			return errors.New("proxy mode: the session's answer has no proxy (is proxy_listen on?)")
+		}
+		pu, err := s.Proxy.proxyURL(s.Token)
+		if err != nil {
+			return err
+		}
+		if viaBroker, err = proxyClient(pu, []byte(s.Proxy.CAPEM)); err != nil {
+			return err
+		}
+		bu, _ := url.Parse(bare.URL())
+		if viaBare, err = proxyClient(bu, bare.caPEM); err != nil {
+			return err
+		}
 	}
 	order := `{"sku":"ABC-1234","qty":3}`
 	variants := []struct {
@@ -60,6 +83,8 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 		{"allowed POST, JSON constraints", request{method: "POST", url: b.sandbox + "/v1/proxy/api/orders", token: s.Token, body: order, want: 200},
 			request{method: "POST", url: bare.URL() + "/orders", body: order, want: 200}},
 		{"denied (no matching grant)", request{method: "DELETE", url: b.sandbox + "/v1/proxy/api/items", token: s.Token, want: 403}, request{}},
+		{proxyVariant, request{method: "GET", url: "https://" + proxyHost + "/items", client: viaBroker, want: 200},
+			request{method: "GET", url: "https://" + proxyHost + "/items", client: viaBare, want: 200}},
 	}
 	for _, v := range variants {
 		if !o.wants(v.name) {
@@ -73,6 +98,7 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 			// In fsync mode at one caller, also the bare proxy plus one
 			// fdatasync per call: the p50 budget's yardstick.
 			withSync := durability == "fsync" && n == 1 && v.base.url != ""
+			withSync = withSync && v.base.client == nil
 			synced := v.base
 			synced.url = strings.Replace(v.base.url, bare.URL(), bareSync.URL(), 1)
 			span := o.duration // how long the point runs, both proxies

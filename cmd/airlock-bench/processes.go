@@ -62,15 +62,18 @@ func (u *upstream) Close()      { _ = u.srv.Close() }
 // bareProxy is httputil.ReverseProxy injecting a header: the baseline. It
 // runs in a child process (this binary, "bare-proxy --target URL").
 type bareProxy struct {
-	cmd *exec.Cmd
-	url string
+	cmd   *exec.Cmd
+	url   string
+	caPEM []byte // the CA of its TLS-terminating CONNECT (proxy mode), when asked for
 }
 
 // startBareProxy starts the baseline. With fsyncDir, it also appends 1.2 KB
 // to a file there and fdatasyncs it before forwarding each call: "the bare
 // proxy plus one fsync" of the fsync-mode latency budget, measured in a
 // request's path rather than apart from it.
-func startBareProxy(ctx context.Context, target string, pprof bool, fsyncDir string) (*bareProxy, error) {
+// With caDir, it also answers CONNECT to proxyHost, terminating TLS with a
+// leaf of its own CA, whose PEM it writes there: the baseline of proxy mode.
+func startBareProxy(ctx context.Context, target string, pprof bool, fsyncDir, caDir string) (*bareProxy, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
@@ -78,6 +81,11 @@ func startBareProxy(ctx context.Context, target string, pprof bool, fsyncDir str
 	args := []string{"bare-proxy", "--target", target, "--fsync-dir", fsyncDir}
 	if pprof {
 		args = append(args, "--pprof")
+	}
+	caFile := ""
+	if caDir != "" {
+		caFile = filepath.Join(caDir, "bare-proxy-ca.pem")
+		args = append(args, "--mitm-ca-out", caFile)
 	}
 	cmd := exec.CommandContext(ctx, self, args...)
 	cmd.Stderr = os.Stderr
@@ -90,6 +98,12 @@ func startBareProxy(ctx context.Context, target string, pprof bool, fsyncDir str
 		_ = cmd.Process.Kill()
 		return nil, fmt.Errorf("unexpected start line %q", line)
 	}
+	if caFile != "" {
+		if p.caPEM, err = os.ReadFile(caFile); err != nil {
+			stopChild(cmd)
+			return nil, err
+		}
+	}
 	return p, nil
 }
 
@@ -101,6 +115,7 @@ func serveBareProxy(args []string, stdout io.Writer) error {
 	target := fs.String("target", "", "upstream URL")
 	pprof := fs.Bool("pprof", false, "serve /debug/pprof/")
 	fsyncDir := fs.String("fsync-dir", "", "append and fdatasync a file here before each call")
+	mitmCA := fs.String("mitm-ca-out", "", "answer CONNECT to "+proxyHost+", terminating TLS; write the CA's PEM here")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -143,12 +158,28 @@ func serveBareProxy(args []string, stdout io.Writer) error {
 			rp.ServeHTTP(w, r)
 		})
 	}
+	inner := h // what the tunnels serve
 	if *pprof {
 		mux := http.NewServeMux()
 		mux.Handle("/", h)
 		mux.HandleFunc("/debug/pprof/profile", httppprof.Profile)
 		mux.Handle("/debug/pprof/allocs", httppprof.Handler("allocs"))
 		h = mux
+	}
+	if *mitmCA != "" {
+		// Inside the tunnels, the same handler (the proxy, and the fsync
+		// when asked): only TLS and CONNECT are added.
+		m, err := newMITM()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(*mitmCA, m.caPEM, 0o600); err != nil {
+			return err
+		}
+		tunnels := &http.Server{Handler: inner, ReadHeaderTimeout: 5 * time.Second}
+		defer tunnels.Close()
+		go func() { _ = tunnels.Serve(m) }()
+		h = m.handler(h)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _, _ = io.Copy(io.Discard, os.Stdin); _ = srv.Close() }()
@@ -250,12 +281,14 @@ admin_token: %s
 enforce_isolation: false
 log_level: warn
 audit: {durability: %s}
+proxy_listen: 127.0.0.1:0
 upstreams:
   - name: api
     base_url: %s
+    hosts: [%s]
     sensitive: true
     credential: {source: env, name: BENCH_UPSTREAM_KEY}
-`, filepath.Join(dir, "data"), admin, durability, upstreamURL)
+`, filepath.Join(dir, "data"), admin, durability, upstreamURL, proxyHost)
 	if pprof {
 		cfg += "debug: {pprof: true}\n"
 	}

@@ -73,6 +73,7 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "\nOne fsync on the broker's disk (1.2 KB write + fdatasync, %d samples between rounds): p50 %s, p99 %s.\n",
 			len(r.fsyncs), ms(percentile(r.fsyncs, 50)), ms(percentile(r.fsyncs, 99)))
 	}
+	b.WriteString(r.proxyTable())
 	b.WriteString(r.budget())
 	return b.String()
 }

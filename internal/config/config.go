@@ -720,8 +720,20 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 }
 
 // hosts are the upstream's configured hosts, or (explicit false) the host
-// of its base URL (none when that is not a canonical host name or address).
+// of its base URL (none when that is not a canonical host name or address);
+// for an aws upstream, the names the stock SDKs and CLI use for its service
+// and region (upstream.AWS.Hosts), whatever its endpoint.
 func (u *Upstream) hosts(f string) (hs []upstream.Host, explicit bool, err error) {
+	if len(u.Hosts) == 0 && u.Type == "aws" {
+		for _, s := range (&upstream.AWS{Service: u.Service, Region: u.Region}).Hosts() {
+			h, err := upstream.ParseHost(s)
+			if err != nil {
+				return nil, false, fmt.Errorf("%s: the AWS host %q: %w", f, s, err)
+			}
+			hs = append(hs, h)
+		}
+		return hs, false, nil
+	}
 	if len(u.Hosts) == 0 {
 		bu, err := url.Parse(u.BaseURL)
 		if err != nil {

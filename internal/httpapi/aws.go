@@ -23,19 +23,35 @@ var errAWSSignature = errors.New("the request signature does not match (check th
 
 // awsProxy is ANY /v1/aws/{upstream}/...: the stock AWS SDK or CLI pointed
 // at the broker (AWS_ENDPOINT_URL), signing with the session's
-// aws_credentials. The door verifies that signature, maps the request to an
-// action and resource, and hands it to the call pipeline (see broker.Call),
-// which checks the grant, re-signs with the real credentials and forwards.
-// Refusals answer in the protocol the client speaks.
+// aws_credentials. The caller is named by the signature's access key.
 func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 	c, name := s.beginCall(w, r)
+	u, _ := s.b.Upstream(name)
+	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/aws/"+name)
+	if rest == "" {
+		rest = "/"
+	}
+	s.serveAWS(w, r, c, u, rest, func(sig *upstream.SigV4) error {
+		return c.Admit(broker.SigV4Caller(sig.AccessKey, remoteAddr(r)))
+	})
+}
+
+// serveAWS drives one SigV4 request through the call pipeline (see
+// broker.Call), whichever door it came in by: it verifies the signature
+// against the request as the client sent and signed it (its Host and
+// path), maps rest (the escaped path below the upstream, path-style for
+// S3) to an action and resource, and hands it on; the pipeline checks the
+// grant, re-signs with the real credentials for the configured endpoint
+// and forwards. admit admits the call (or checks the admitted caller) once
+// the signature is parsed. u may be nil (no such upstream). Refusals answer
+// in the protocol the client speaks.
+func (s *Server) serveAWS(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, rest string, admit func(*upstream.SigV4) error) {
 	reqID := c.RequestID()
-	u, ok := s.b.Upstream(name)
 	deny := func(err error) {
 		p := s.refuse(r, c, err)
 		writeAWSError(w, u, p, reqID, errors.Is(err, errAWSSignature) || errors.Is(err, upstream.ErrSignature))
 	}
-	if !ok || u.AWS == nil {
+	if u == nil || u.AWS == nil {
 		deny(broker.ErrUnknownUpstream)
 		return
 	}
@@ -44,7 +60,7 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 		deny(errors.Join(errAWSSignature, err))
 		return
 	}
-	if err := c.Admit(broker.SigV4Caller(sig.AccessKey, remoteAddr(r))); err != nil {
+	if err := admit(sig); err != nil {
 		deny(err)
 		return
 	}
@@ -56,10 +72,6 @@ func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
 	if err := c.VerifySigV4(sig, r, payloadHash, u.AWS.S3()); err != nil {
 		deny(errors.Join(errAWSSignature, err))
 		return
-	}
-	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/aws/"+name)
-	if rest == "" {
-		rest = "/"
 	}
 	decoded, err := url.PathUnescape(rest)
 	if err != nil || !strings.HasPrefix(decoded, "/") || strings.ContainsRune(decoded, 0) {

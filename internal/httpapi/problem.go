@@ -79,7 +79,6 @@ var codes = []struct {
 	{session.ErrIsolationWeak, 400, "isolation_too_weak", "Isolation too weak", true},
 	{broker.ErrEgressDenied, 403, "egress_denied", "Egress denied", true},
 	{errHostMismatch, 421, "bad_request", "Misdirected request", true},
-	{errProxyAWS, 501, "bad_request", "Not supported", true},
 	{errBodyTooLarge, 413, "bad_request", "Request body too large", true},
 	{grants.ErrBadRequest, 400, "bad_request", "Bad request", true},
 	{errBadRequestJSON, 400, "bad_request", "Bad request", true},

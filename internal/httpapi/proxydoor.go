@@ -66,7 +66,6 @@ var (
 	errProxyScheme      = fmt.Errorf("%w: only http:// requests (and CONNECT for https) go through the proxy door", grants.ErrBadRequest)
 	errHostMismatch     = fmt.Errorf("%w: the request's Host is not the host the tunnel was opened to", grants.ErrBadRequest)
 	errUpgrade          = fmt.Errorf("%w: protocol upgrades (WebSocket, h2c) are not supported through the proxy door", grants.ErrBadRequest)
-	errProxyAWS         = errors.New("aws upstreams are not yet supported through the proxy door; use /v1/aws")
 	errSNIMismatch      = errors.New("the TLS server name is not the CONNECT host")
 	proxyHandshakeLimit = 10 * time.Second
 )
@@ -364,16 +363,18 @@ func (p *ProxyDoor) call(w http.ResponseWriter, r *http.Request, c *broker.Call,
 		deny(errMethod)
 		return
 	}
-	r.Header.Del("Authorization")
 	r.Header.Del("Proxy-Authorization")
 	if r.Header.Get("Upgrade") != "" {
 		deny(errUpgrade)
 		return
 	}
 	if u.AWS != nil {
-		s.proxyAWS(w, r, c, u, deny)
+		// Authorization is the SDK's SigV4 signature, verified (never
+		// forwarded: the pipeline signs anew).
+		s.proxyAWS(w, r, c, u)
 		return
 	}
+	r.Header.Del("Authorization")
 	req, err := readCall(w, r, escapedPath, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
 	if err != nil {
 		deny(err)
@@ -391,11 +392,54 @@ func (p *ProxyDoor) call(w http.ResponseWriter, r *http.Request, c *broker.Call,
 	s.forward(w, r, c, deny, failed)
 }
 
-// proxyAWS is the seam for AWS upstreams through the proxy door (the stock
-// SDK signing for the real AWS host with the session's aws_credentials):
-// not yet supported, refused.
-func (s *Server) proxyAWS(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, deny func(error)) {
-	deny(errProxyAWS)
+// proxyAWS is an AWS upstream through the proxy door: the stock SDK or CLI
+// reaching the real AWS host name (no endpoint override), signing for it
+// with the session's aws_credentials. The call, admitted by the proxy
+// token, goes through the AWS door's steps (serveAWS): the signature
+// verifies against the host and path the client signed and must be the
+// admitted session's; the operation map sees the path-style request (a
+// virtual-hosted bucket moves from the host into the path); the broker
+// signs anew for the configured endpoint.
+func (s *Server) proxyAWS(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream) {
+	host := r.Host
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	name, _, err := upstream.CanonicalHost(host)
+	rest := ""
+	if err == nil {
+		rest, err = u.AWS.PathStyle(name, r.URL.EscapedPath())
+		if err != nil && exactHost(u, name) {
+			// A name the operator listed (hosts:) that is not one of
+			// AWS's: addressed path-style.
+			rest, err = r.URL.EscapedPath(), nil
+		}
+	}
+	if err != nil {
+		writeAWSError(w, u, s.refuse(r, c, err), c.RequestID(), false)
+		return
+	}
+	s.serveAWS(w, r, c, u, rest, func(sig *upstream.SigV4) error {
+		if sig.AccessKey != c.SessionID() {
+			return errors.Join(errAWSSignature, errAWSOtherSession)
+		}
+		return nil
+	})
+}
+
+// errAWSOtherSession: the proxy token names one session, the signature's
+// access key another.
+var errAWSOtherSession = errors.New("the request is signed with another session's aws_credentials than the proxy's token")
+
+// exactHost reports whether the upstream's hosts list name itself, not
+// by a wildcard.
+func exactHost(u *upstream.Upstream, name string) bool {
+	for _, h := range u.Hosts {
+		if !h.Wildcard && h.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // prereadConn is a hijacked connection whose first bytes were already read
