@@ -43,7 +43,7 @@ var ErrNoProxy = errors.New("the session has no proxy door (the broker's proxy_l
 // Env is the environment a sandbox needs to reach its upstreams through
 // the proxy door with stock clients (DESIGN §8): the proxy variables (upper
 // and lower case: curl reads only http_proxy for plain HTTP), the CA
-// variables, NODE_USE_ENV_PROXY, and the session's placeholders, in that
+// variables, NODE_USE_ENV_PROXY, GIT_HTTP_PROXY_AUTHMETHOD, and the session's placeholders, in that
 // order (placeholders by name).
 func Env(s *Session, o EnvOptions) ([]EnvVar, error) {
 	if s.Proxy == nil || s.Proxy.URL == "" {
@@ -77,7 +77,10 @@ func Env(s *Session, o EnvOptions) ([]EnvVar, error) {
 	for _, name := range CAVars {
 		out = append(out, EnvVar{name, o.CAFile})
 	}
-	out = append(out, EnvVar{"NODE_USE_ENV_PROXY", "1"})
+	// git (libcurl) would first send CONNECT without credentials to learn
+	// the proxy's scheme (anyauth): each connection would cost a 407 and a
+	// refused call in the audit log. The door only speaks Basic.
+	out = append(out, EnvVar{"NODE_USE_ENV_PROXY", "1"}, EnvVar{"GIT_HTTP_PROXY_AUTHMETHOD", "basic"})
 	names := make([]string, 0, len(s.Placeholders))
 	for name := range s.Placeholders {
 		names = append(names, name)

@@ -96,7 +96,7 @@ func TestQueryInjectionAndStreaming(t *testing.T) {
 	r = b.do("GET", b.sandbox+"/v1/proxy/open/brotli", s.Token, nil)
 	r.wantProblem(t, 502, "upstream_error")
 	assertNoCanary(t, "refused encoded answer", r.body)
-	// An encoded request body cannot be checked, so it is refused.
+	// A body that claims gzip but does not decode cannot be checked: refused.
 	b.do("POST", b.sandbox+"/v1/proxy/open/echo", s.Token, `{"a": 1}`, "Content-Encoding", "gzip").wantProblem(t, 400, "bad_request")
 
 	// Redirects are passed back, never followed, and scrubbed.

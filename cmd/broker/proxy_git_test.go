@@ -8,6 +8,7 @@ package main
 // is refused before the upstream sees it.
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,5 +138,31 @@ func TestProxyGitCloneAndPush(t *testing.T) {
 	}
 	if !refused {
 		t.Errorf("the refused push is not in the audit log:\n%s", audit)
+	}
+}
+
+// TestProxyGitCloneManyRefs: git compresses a fetch negotiation over 1 KB
+// (Content-Encoding: gzip); a repository with many tags makes its clone
+// send one, which the broker decodes, checks and forwards decoded.
+func TestProxyGitCloneManyRefs(t *testing.T) {
+	b, g := proxyGitBroker(t)
+	env := gitfxEnv(t)
+	bare := filepath.Join(g.Root, "acme", "app.git")
+	work := t.TempDir()
+	gitfxRun(t, "", env, "clone", "-q", bare, work)
+	for i := range 60 {
+		gitfxRun(t, work, env, "tag", "-a", "-m", "release", fmt.Sprintf("v1.0.%d", i))
+	}
+	gitfxRun(t, work, env, "push", "-q", "--tags", bare)
+
+	ps := sandboxProxyFor(t, b, trustedSession(gitGrant()))
+	penv := append(gitfxEnv(t), "HTTPS_PROXY="+ps.ProxyURL, "GIT_SSL_CAINFO="+ps.CAFile)
+	out, err := gitfxCommand(t, t.TempDir(), penv, "clone", "https://"+gitHost+"/acme/app.git", "app")
+	assertNoCanary(t, "git output", []byte(out))
+	if err != nil {
+		t.Fatalf("git clone of a repository with 60 tags through the proxy: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(b.auditExport()), "git-upload-pack") {
+		t.Fatal("the upload-pack call is not in the audit log")
 	}
 }

@@ -76,7 +76,7 @@ func shellVars(t *testing.T, sh, script string, names []string) map[string]strin
 
 var envNames = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy",
 	"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE", "AWS_CA_BUNDLE",
-	"NODE_USE_ENV_PROXY", "GITHUB_TOKEN"}
+	"NODE_USE_ENV_PROXY", "GIT_HTTP_PROXY_AUTHMETHOD", "GITHUB_TOKEN"}
 
 // TestSessionEnv: `broker session env` prints, in both formats, exactly
 // the variables a sandbox needs; the sh format is quoting-safe (a CA path
@@ -113,7 +113,7 @@ func TestSessionEnv(t *testing.T) {
 		"NO_PROXY": "localhost,127.0.0.1,::1", "no_proxy": "localhost,127.0.0.1,::1",
 		"SSL_CERT_FILE": caOut, "REQUESTS_CA_BUNDLE": caOut, "NODE_EXTRA_CA_CERTS": caOut,
 		"GIT_SSL_CAINFO": caOut, "CURL_CA_BUNDLE": caOut, "AWS_CA_BUNDLE": caOut,
-		"NODE_USE_ENV_PROXY": "1", "GITHUB_TOKEN": s.Placeholders["GITHUB_TOKEN"],
+		"NODE_USE_ENV_PROXY": "1", "GIT_HTTP_PROXY_AUTHMETHOD": "basic", "GITHUB_TOKEN": s.Placeholders["GITHUB_TOKEN"],
 	}
 	if len(s.Placeholders["GITHUB_TOKEN"]) != 40 {
 		t.Fatalf("placeholders %v", s.Placeholders)

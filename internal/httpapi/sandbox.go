@@ -1,6 +1,8 @@
 package httpapi
 
 import (
+	"bytes"
+	"compress/gzip"
 	"errors"
 	"io"
 	"log/slog"
@@ -239,8 +241,9 @@ func readCall(w http.ResponseWriter, r *http.Request, rest string, maxBody int64
 	if err != nil {
 		return nil, err
 	}
-	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		return nil, errors.Join(grants.ErrBadRequest, errors.New("encoded request bodies are not accepted"))
+	gzipped, err := requestEncoding(r.Header)
+	if err != nil {
+		return nil, err
 	}
 	if r.ContentLength > maxBody {
 		return nil, errBodyTooLarge
@@ -254,6 +257,11 @@ func readCall(w http.ResponseWriter, r *http.Request, rest string, maxBody int64
 				return nil, errBodyTooLarge
 			}
 			return nil, errors.Join(grants.ErrBadRequest, errors.New("could not read the request body"))
+		}
+		if gzipped {
+			if body, err = gunzipBody(body, maxBody); err != nil {
+				return nil, err
+			}
 		}
 		c.Raw = body
 	}
@@ -277,6 +285,46 @@ func readCall(w http.ResponseWriter, r *http.Request, rest string, maxBody int64
 		}
 	}
 	return c, nil
+}
+
+// requestEncoding reads the request body's Content-Encoding: none or
+// identity, or gzip (git compresses larger fetch negotiations), which the
+// broker decodes so that it checks, and sends, the plain body. Anything
+// else, a list of codings or the header given twice is refused: the
+// broker would not know what the upstream reads.
+func requestEncoding(h http.Header) (gzipped bool, err error) {
+	vs := h.Values("Content-Encoding")
+	if len(vs) == 0 {
+		return false, nil
+	}
+	if len(vs) == 1 {
+		switch enc := strings.ToLower(strings.TrimSpace(vs[0])); enc {
+		case "identity":
+			h.Del("Content-Encoding")
+			return false, nil
+		case "gzip", "x-gzip":
+			h.Del("Content-Encoding") // the body goes on decoded
+			return true, nil
+		}
+	}
+	return false, errors.Join(grants.ErrBadRequest, errors.New("a request body may only be gzip-encoded (one Content-Encoding)"))
+}
+
+// gunzipBody decodes a gzip request body, at most limit bytes decoded (a
+// small body must not inflate past the upstream's max_body).
+func gunzipBody(body []byte, limit int64) ([]byte, error) {
+	zr, err := gzip.NewReader(bytes.NewReader(body))
+	if err != nil {
+		return nil, errors.Join(grants.ErrBadRequest, errors.New("the gzip request body does not decode"))
+	}
+	plain, err := io.ReadAll(io.LimitReader(zr, limit+1))
+	if err != nil {
+		return nil, errors.Join(grants.ErrBadRequest, errors.New("the gzip request body does not decode"))
+	}
+	if int64(len(plain)) > limit {
+		return nil, errBodyTooLarge
+	}
+	return plain, nil
 }
 
 func isJSON(ct string) bool {
