@@ -151,6 +151,10 @@ func TestKillswitchEndsWaitingCallsAndLongPolls(t *testing.T) {
 		}
 		return n == 2
 	})
+	// Both are waiting for the decision before the switch is engaged.
+	eventually(t, 10*time.Second, func() bool {
+		return metricLine(t, b, "airlock_decision_waiters") == "airlock_decision_waiters 2"
+	})
 
 	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
 		t.Fatalf("engage: %d %s", r.status, r.body)
@@ -317,4 +321,16 @@ func TestKillDuringCredentialFetchSendsNothing(t *testing.T) {
 	if g.Uses != 0 {
 		t.Fatalf("grant uses after the cut call: %d, want 0", g.Uses)
 	}
+}
+
+// metricLine is the /metrics line of a series without labels ("" if absent).
+func metricLine(t *testing.T, b *brokerProc, name string) string {
+	t.Helper()
+	r := b.do("GET", b.control+"/metrics", "", nil)
+	for _, line := range strings.Split(string(r.body), "\n") {
+		if series, _, _ := strings.Cut(line, " "); series == name {
+			return line
+		}
+	}
+	return ""
 }

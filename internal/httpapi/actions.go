@@ -157,6 +157,8 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, fa
 func (s *Server) awaitDecision(r *http.Request, l *broker.Live, id string, wait time.Duration) (approval.Action, error) {
 	ctx, stop := s.b.Bound(r.Context(), l)
 	defer stop()
+	s.metrics.waiters.Inc()
+	defer s.metrics.waiters.Dec()
 	a, err := s.b.WaitAction(ctx, id, wait)
 	if cut := broker.Interrupted(ctx); cut != nil && err == nil && !a.Status.Terminal() {
 		err = cut // an action that did finish is answered as it finished

@@ -13,6 +13,7 @@ type metrics struct {
 	upstreamLatency *prometheus.HistogramVec
 	sessionsCreated prometheus.Counter
 	limitHits       *prometheus.CounterVec
+	waiters         prometheus.Gauge
 	known           func(upstream string) bool // configured upstream names
 }
 
@@ -54,8 +55,11 @@ func newMetrics(reg prometheus.Registerer, known func(string) bool) *metrics {
 		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_limit_hits_total", Help: "Calls refused by a cap or limit: constraint, budget, max_uses, rate, pending.",
 		}, []string{"kind"}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "airlock_decision_waiters", Help: "Sandbox requests holding their connection for a reviewer's decision (Prefer: wait, or the proxy door's proxy_wait).",
+		}),
 	}
-	reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.sessionsCreated, m.limitHits)
+	reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.sessionsCreated, m.limitHits, m.waiters)
 	return m
 }
 
