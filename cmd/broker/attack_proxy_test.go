@@ -333,10 +333,10 @@ func TestProxyAttackTLS(t *testing.T) {
 				t.Fatal("no answer")
 			}
 			for _, tc := range []struct{ target, token, name string }{
-				{ghHost + ":443", s.Token, ghHost},          // the same session again
-				{ghHost + ":443", other.Token, ghHost},      // another session
-				{"other.test:443", s.Token, ghHost},         // another CONNECT host, the ticket's name
-				{"other.test:443", s.Token, "other.test"},   // another host
+				{ghHost + ":443", s.Token, ghHost},        // the same session again
+				{ghHost + ":443", other.Token, ghHost},    // another session
+				{"other.test:443", s.Token, ghHost},       // another CONNECT host, the ticket's name
+				{"other.test:443", s.Token, "other.test"}, // another host
 			} {
 				conn, err := e.apxTunnel(tc.target, tc.token, "", cfg(tc.name))
 				if err != nil {
