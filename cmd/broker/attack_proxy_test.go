@@ -752,3 +752,74 @@ func TestProxyAttackSessionCA(t *testing.T) {
 		}
 	}
 }
+
+// apxOpenTunnels opens TLS tunnels for a session until one is refused (or
+// max are open): the open ones, and the refusal's status and body.
+func (e *apxEnv) apxOpenTunnels(token, caFile string, max int) ([]*tls.Conn, *http.Response, []byte) {
+	e.t.Helper()
+	var open []*tls.Conn
+	for len(open) < max {
+		resp, body, conn := e.rawConnect(ghHost+":443", token)
+		if resp.StatusCode != 200 {
+			return open, resp, body
+		}
+		pool := x509.NewCertPool()
+		data, _ := os.ReadFile(caFile)
+		pool.AppendCertsFromPEM(data)
+		tc := tls.Client(conn, &tls.Config{ServerName: ghHost, RootCAs: pool})
+		if err := tc.Handshake(); err != nil {
+			e.t.Fatal(err)
+		}
+		open = append(open, tc)
+	}
+	return open, nil, nil
+}
+
+func TestProxyAttackTunnelCap(t *testing.T) {
+	// Each open tunnel holds a connection, a goroutine and TLS state (about
+	// 30 KiB) for as long as the client keeps it (idle up to two minutes,
+	// a stalled body for ever): one sandbox opening tunnels without end
+	// would take every file descriptor and the memory of the broker, and
+	// with them every other session and the control plane. A session holds
+	// at most proxy_max_tunnels (default 256) open at once.
+	e := apxStart(t, "")
+	s := e.session(trustedSession(ghGrant()))
+	open, resp, body := e.apxOpenTunnels(s.Token, s.caFile, 300)
+	if resp == nil || len(open) != 256 || resp.StatusCode != 429 || !bytes.Contains(body, []byte(`"code":"rate_limited"`)) {
+		t.Fatalf("%d tunnels open, then %v %s", len(open), resp, body)
+	}
+	var denied bool
+	for _, m := range e.auditOf("call.denied") {
+		denied = denied || m["session_id"] == s.ID && m["code"] == "rate_limited" && m["path"] == ghHost+":443"
+	}
+	if !denied {
+		t.Fatal("the refused tunnel was not audited")
+	}
+	// Another session is not limited by this one's tunnels.
+	other := e.session(trustedSession(ghGrant()))
+	more, resp, _ := e.apxOpenTunnels(other.Token, other.caFile, 2)
+	if resp != nil || len(more) != 2 {
+		t.Fatal("another session's tunnel was refused")
+	}
+	// A closed tunnel, or one whose handshake failed, frees its place.
+	open[0].Close()
+	eventually(t, 30*time.Second, func() bool {
+		resp, _, conn := e.rawConnect(ghHost+":443", s.Token)
+		conn.Close() // no handshake: the broker ends it and frees the place again
+		return resp.StatusCode == 200
+	})
+	eventually(t, 30*time.Second, func() bool {
+		got, _, _ := e.apxOpenTunnels(s.Token, s.caFile, 1)
+		return len(got) == 1
+	})
+	for _, c := range append(open, more...) {
+		c.Close()
+	}
+
+	// Configured: proxy_max_tunnels.
+	small := apxStart(t, "proxy_max_tunnels: 2\n")
+	s = small.session(trustedSession(ghGrant()))
+	if open, resp, _ := small.apxOpenTunnels(s.Token, s.caFile, 3); len(open) != 2 || resp == nil || resp.StatusCode != 429 {
+		t.Fatalf("proxy_max_tunnels 2: %d open", len(open))
+	}
+}
