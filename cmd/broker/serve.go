@@ -141,7 +141,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		if cfg.ProxyURL != "" {
 			addrs.Proxy = cfg.ProxyURL
 		}
-		door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait})
+		door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait, MaxTunnels: cfg.ProxyMaxTunnels})
 		api.SetProxyURL(addrs.Proxy) // advertised in session answers
 	}
 	servers := []*http.Server{

@@ -33,6 +33,7 @@ type Config struct {
 	ControlListen    string        `yaml:"control_listen"`
 	ProxyListen      string        `yaml:"proxy_listen"` // the HTTPS_PROXY door (DESIGN §8); off when empty
 	ProxyURL         string        `yaml:"proxy_url"`    // host:port clients use to reach it (default: the listener's address)
+	ProxyMaxTunnels  int           `yaml:"proxy_max_tunnels"`
 	DataDir          string        `yaml:"data_dir"`
 	AdminToken       string        `yaml:"admin_token"`
 	AdminTokenFile   string        `yaml:"admin_token_file"`
@@ -196,6 +197,10 @@ const (
 	DefaultTimeout       = 30 * time.Second
 	DefaultMaxBody       = 1 << 20
 	DefaultProxyWait     = 55 * time.Second
+	// DefaultProxyMaxTunnels bounds the proxy door's tunnels one session
+	// holds open at once (proxy_max_tunnels): each holds a connection and
+	// its TLS state.
+	DefaultProxyMaxTunnels = 256
 )
 
 // FieldError names the offending field.
@@ -311,6 +316,12 @@ func (c *Config) Validate(getenv func(string) string) error {
 		if !strings.HasSuffix(c.ProxyListen, ":0") && (c.ProxyListen == c.SandboxListen || c.ProxyListen == c.ControlListen) {
 			return fieldErr("proxy_listen", "must differ from sandbox_listen and control_listen")
 		}
+	}
+	if c.ProxyMaxTunnels == 0 {
+		c.ProxyMaxTunnels = DefaultProxyMaxTunnels
+	}
+	if c.ProxyMaxTunnels < 0 || c.ProxyMaxTunnels > 65536 {
+		return fieldErr("proxy_max_tunnels", "must be between 1 and 65536")
 	}
 	if c.ProxyURL != "" {
 		if c.ProxyListen == "" {

@@ -42,6 +42,11 @@ type ProxyOptions struct {
 	// Wait is how long a gated call holds the client's connection for the
 	// decision (approval.proxy_wait); then 202 pending.
 	Wait time.Duration
+	// MaxTunnels bounds the tunnels one session holds open at once
+	// (proxy_max_tunnels; 0: 256). Each holds a connection, a goroutine
+	// and its TLS state for as long as the client keeps it: without a
+	// bound one sandbox could take every file descriptor of the broker.
+	MaxTunnels int
 }
 
 // ProxyDoor is the proxy door's two HTTP servers: the outer one on the
@@ -55,6 +60,10 @@ type ProxyDoor struct {
 	conns *connQueue
 	log   *slog.Logger
 
+	maxTunnels int
+	tunnelsMu  sync.Mutex
+	tunnels    map[string]int // session id → tunnels open (handshake included)
+
 	ctx    context.Context // ends when the door shuts down: handshakes stop
 	cancel context.CancelFunc
 }
@@ -67,13 +76,18 @@ var (
 	errHostMismatch     = fmt.Errorf("%w: the request's Host is not the host the tunnel was opened to", grants.ErrBadRequest)
 	errUpgrade          = fmt.Errorf("%w: protocol upgrades (WebSocket, h2c) are not supported through the proxy door", grants.ErrBadRequest)
 	errSNIMismatch      = errors.New("the TLS server name is not the CONNECT host")
+	errTooManyTunnels   = fmt.Errorf("%w: the session holds as many tunnels open as proxy_max_tunnels allows; reuse or close one", broker.ErrRateLimited)
 	proxyHandshakeLimit = 10 * time.Second
 )
 
 // NewProxyDoor makes the proxy door over the server's broker.
 func (s *Server) NewProxyDoor(o ProxyOptions) *ProxyDoor {
 	ctx, cancel := context.WithCancel(context.Background())
-	p := &ProxyDoor{s: s, wait: o.Wait, log: s.log.With("door", "proxy"), ctx: ctx, cancel: cancel}
+	p := &ProxyDoor{s: s, wait: o.Wait, log: s.log.With("door", "proxy"), ctx: ctx, cancel: cancel,
+		maxTunnels: o.MaxTunnels, tunnels: map[string]int{}}
+	if p.maxTunnels <= 0 {
+		p.maxTunnels = 256
+	}
 	p.conns = newConnQueue()
 	p.outer = &http.Server{Handler: s.recoverer(http.HandlerFunc(p.serveOuter)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
 	p.inner = &http.Server{
@@ -122,9 +136,39 @@ type tunnel struct {
 type tunnelKey struct{}
 
 // tunnelConn is an inner connection (TLS, handshake done) with its tunnel.
+// Closing it frees the session's place (see openTunnel).
 type tunnelConn struct {
 	net.Conn
-	t *tunnel
+	t       *tunnel
+	release func()
+}
+
+func (c *tunnelConn) Close() error {
+	err := c.Conn.Close()
+	c.release()
+	return err
+}
+
+// openTunnel takes one of the session's places for a tunnel; the func
+// frees it (once, whoever calls it). ok is false when the session holds
+// maxTunnels already.
+func (p *ProxyDoor) openTunnel(sessionID string) (release func(), ok bool) {
+	p.tunnelsMu.Lock()
+	defer p.tunnelsMu.Unlock()
+	if p.tunnels[sessionID] >= p.maxTunnels {
+		return nil, false
+	}
+	p.tunnels[sessionID]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			p.tunnelsMu.Lock()
+			defer p.tunnelsMu.Unlock()
+			if p.tunnels[sessionID]--; p.tunnels[sessionID] <= 0 {
+				delete(p.tunnels, sessionID)
+			}
+		})
+	}, true
 }
 
 // serveOuter serves the proxy listener: CONNECT opens a tunnel, an
@@ -232,6 +276,18 @@ func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
 		writeProxyProblem(w, p.s.refuse(r, c, err), c.RequestID())
 		return
 	}
+	sessionID := c.SessionID()
+	release, ok := p.openTunnel(sessionID)
+	if !ok {
+		writeProxyProblem(w, p.s.refuse(r, c, errTooManyTunnels), c.RequestID())
+		return
+	}
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			release()
+		}
+	}()
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		p.log.Error("proxy door: hijack failed", "err", err)
@@ -246,7 +302,6 @@ func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
 	if n := brw.Reader.Buffered(); n > 0 { // the client's hello, sent without waiting for the 200
 		raw = &prereadConn{Conn: conn, r: io.MultiReader(io.LimitReader(brw.Reader, int64(n)), conn)}
 	}
-	sessionID := c.SessionID()
 	tlsConn := tls.Server(raw, &tls.Config{
 		MinVersion: tls.VersionTLS12,
 		NextProtos: []string{"http/1.1"}, // h2 is not offered: the inner server speaks HTTP/1.1
@@ -270,8 +325,10 @@ func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
-	if !p.conns.push(&tunnelConn{Conn: tlsConn, t: &tunnel{token: tok, remote: remoteAddr(r), dest: dest}}) {
+	handedOver = true
+	if !p.conns.push(&tunnelConn{Conn: tlsConn, t: &tunnel{token: tok, remote: remoteAddr(r), dest: dest}, release: release}) {
 		tlsConn.Close()
+		release()
 	}
 }
 
