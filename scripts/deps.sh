@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the tests need on a fresh Debian machine:
-# curl, Chromium and the AWS CLI from Debian, and the Vault v1.14.0 dev server built from
+# curl, Chromium, the AWS CLI and PostgreSQL from Debian, and the Vault v1.14.0 dev server built from
 # tools/vaultdev into .tools/vaultdev (rebuilt only when its module changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +9,8 @@ need=()
 command -v curl >/dev/null 2>&1 || need+=(curl)
 [ -x /usr/bin/chromium ] || need+=(chromium)      # the reviewers' page is tested in headless Chromium
 command -v aws >/dev/null 2>&1 || need+=(awscli)  # the stock AWS CLI is a sandbox-side client in the tests
+# PostgreSQL's server binaries: the tests run their own server (internal/pgtest), never the system's.
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -16,6 +18,11 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   echo "deps: installing ${need[*]}"
+  if [[ " ${need[*]} " == *" postgresql "* ]]; then
+    # Install the binaries only: no system cluster is created, so none is started.
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/airlock-no-main-cluster.conf
+  fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
@@ -29,4 +36,4 @@ if [ ! -x .tools/vaultdev ] || [ "$(cat .tools/vaultdev.stamp 2>/dev/null)" != "
   (cd tools/vaultdev && go build -o ../../.tools/vaultdev .)
   echo "$stamp" > .tools/vaultdev.stamp
 fi
-echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), vaultdev $(du -h .tools/vaultdev | cut -f1))"
+echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), postgresql $(ls /usr/lib/postgresql | sort -V | tail -1), vaultdev $(du -h .tools/vaultdev | cut -f1))"
