@@ -253,12 +253,17 @@ func deliver(ctx context.Context, seqs []uint64, datas [][]byte, fn func(uint64,
 
 // PutCheckpoint implements audit.Sink.
 func (s *PG) PutCheckpoint(ctx context.Context, c audit.Checkpoint) error {
-	_, err := s.pool.Exec(ctx, upsertCheckpoint, int64(c.Seq), c.Hash, timeOrNull(c.Time), c.Anchor, c.Signature)
+	_, err := s.pool.Exec(ctx, upsertCheckpoint, int64(c.Seq), c.Hash, checkpointTime(c.Time), c.Anchor, c.Signature)
 	return err
 }
 
 const upsertCheckpoint = `INSERT INTO audit_checkpoints (seq, hash, time, anchor, signature) VALUES ($1, $2, $3, $4, $5)
 	ON CONFLICT (seq) DO UPDATE SET hash = excluded.hash, time = excluded.time, anchor = excluded.anchor, signature = excluded.signature`
+
+// checkpointTime is a checkpoint's stored time: to the nanosecond, as its
+// signature covers it (audit.Checkpoint.SignedBytes), not timestamptz's
+// microsecond.
+func checkpointTime(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
 
 // Checkpoints implements audit.Sink: by seq.
 func (s *PG) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
@@ -271,13 +276,18 @@ func (s *PG) Checkpoints(ctx context.Context) ([]audit.Checkpoint, error) {
 		var (
 			c   audit.Checkpoint
 			seq int64
-			at  *time.Time
+			at  string
 		)
 		if err := rows.Scan(&seq, &c.Hash, &at, &c.Anchor, &c.Signature); err != nil {
 			rows.Close()
 			return nil, err
 		}
-		c.Seq, c.Time = uint64(seq), timeOf(at)
+		t, err := time.Parse(time.RFC3339Nano, at)
+		if err != nil {
+			rows.Close()
+			return nil, fmt.Errorf("checkpoint %d: time %w", seq, err)
+		}
+		c.Seq, c.Time = uint64(seq), t
 		out = append(out, c)
 	}
 	return out, rows.Err()
@@ -291,7 +301,7 @@ func (s *PG) PruneAudit(ctx context.Context, anchor audit.Checkpoint) (uint64, e
 	var deleted int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		b.Queue(upsertCheckpoint, int64(anchor.Seq), anchor.Hash, timeOrNull(anchor.Time), anchor.Anchor, anchor.Signature)
+		b.Queue(upsertCheckpoint, int64(anchor.Seq), anchor.Hash, checkpointTime(anchor.Time), anchor.Anchor, anchor.Signature)
 		b.Queue(`DELETE FROM audit WHERE seq <= $1`, int64(anchor.Seq))
 		b.Queue(`DELETE FROM audit_checkpoints WHERE seq < $1`, int64(anchor.Seq))
 		br := tx.SendBatch(ctx, b)

@@ -111,7 +111,7 @@ CREATE INDEX audit_by_session ON audit (session_key, seq) WHERE session_key IS N
 CREATE TABLE audit_checkpoints (
 	seq       bigint PRIMARY KEY,
 	hash      text NOT NULL,
-	time      timestamptz,
+	time      text NOT NULL,   -- RFC 3339 with nanoseconds, UTC: exactly what the signature covers
 	anchor    boolean NOT NULL,
 	signature text NOT NULL
 );
