@@ -64,7 +64,7 @@ var (
 	once    sync.Once
 	server  *Server
 	initErr error
-	missing bool // no PostgreSQL binaries: skip (or fail with CI=true)
+	missing bool // no PostgreSQL to run: skip (or fail with CI=true)
 )
 
 // Main runs the package's tests (m.Run) and then stops the server, if one
@@ -108,17 +108,39 @@ func Bin() string {
 // start fails the test.
 func Get(tb testing.TB) *Server {
 	tb.Helper()
-	once.Do(func() { server, initErr = start(pkg.cfg) })
+	once.Do(func() { server, missing, initErr = start(pkg.cfg) })
+	check(tb, missing, initErr)
+	return server
+}
+
+// StartServer starts a server of tb's own, with cfg, stopped when tb ends:
+// for a test or benchmark that needs other settings than the package's
+// server (fsync on where the package runs without), or that stops it.
+func StartServer(tb testing.TB, cfg Config) *Server {
+	tb.Helper()
+	s, missing, err := start(cfg)
+	check(tb, missing, err)
+	tb.Cleanup(func() {
+		if err := s.stop(); err != nil {
+			tb.Logf("pgtest: %v", err)
+		}
+	})
+	return s
+}
+
+// check skips (fails with CI=true) when PostgreSQL is missing, and fails
+// on any other error.
+func check(tb testing.TB, missing bool, err error) {
+	tb.Helper()
 	if missing {
 		if os.Getenv("CI") == "true" {
-			tb.Fatalf("pgtest: %v (CI=true: PostgreSQL is required; scripts/deps.sh installs it)", initErr)
+			tb.Fatalf("pgtest: %v (CI=true: PostgreSQL is required; scripts/deps.sh installs it)", err)
 		}
-		tb.Skipf("pgtest: %v; install Debian's postgresql package (scripts/deps.sh, or make test) to run this test", initErr)
+		tb.Skipf("pgtest: %v; install Debian's postgresql package (scripts/deps.sh, or make test) to run this test", err)
 	}
-	if initErr != nil {
-		tb.Fatalf("pgtest: %v", initErr)
+	if err != nil {
+		tb.Fatalf("pgtest: %v", err)
 	}
-	return server
 }
 
 // DSN creates a fresh, empty database for tb (dropped at its end) and
@@ -167,48 +189,48 @@ func (s *Server) Exec(ctx context.Context, sql string, args ...any) error {
 	return err
 }
 
-func start(cfg Config) (*Server, error) {
+// start starts a server; missing reports that PostgreSQL cannot run here
+// at all (no binaries, no user to run them as).
+func start(cfg Config) (s *Server, missing bool, err error) {
 	bin := Bin()
 	if bin == "" {
-		missing = true
-		return nil, errors.New("no PostgreSQL server binaries in /usr/lib/postgresql/*/bin")
+		return nil, true, errors.New("no PostgreSQL server binaries in /usr/lib/postgresql/*/bin")
 	}
 	dir, err := os.MkdirTemp("", "airlock-pgtest-")
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	s := &Server{bin: bin, dir: dir, done: make(chan struct{})}
-	if err := s.setup(cfg); err != nil {
+	s = &Server{bin: bin, dir: dir, done: make(chan struct{})}
+	if missing, err := s.setup(cfg); err != nil {
 		os.RemoveAll(dir)
-		return nil, err
+		return nil, missing, err
 	}
-	return s, nil
+	return s, false, nil
 }
 
-func (s *Server) setup(cfg Config) error {
+func (s *Server) setup(cfg Config) (missing bool, err error) {
 	if err := os.Mkdir(filepath.Join(s.dir, "sock"), 0o700); err != nil {
-		return err
+		return false, err
 	}
 	if os.Geteuid() == 0 {
 		// PostgreSQL refuses to run as root: run it as the postgres user.
 		u, err := user.Lookup("postgres")
 		if err != nil {
-			missing = true
-			return fmt.Errorf("running as root and no postgres user to run PostgreSQL as: %w", err)
+			return true, fmt.Errorf("running as root and no postgres user to run PostgreSQL as: %w", err)
 		}
 		uid, _ := strconv.Atoi(u.Uid)
 		gid, _ := strconv.Atoi(u.Gid)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
 		for _, p := range []string{s.dir, filepath.Join(s.dir, "sock")} {
 			if err := os.Chown(p, uid, gid); err != nil {
-				return err
+				return false, err
 			}
 		}
 	}
 	data := filepath.Join(s.dir, "data")
 	initdb := s.command("initdb", "-D", data, "-U", "postgres", "--auth=trust", "--no-locale", "--encoding=UTF8", "--no-sync")
 	if out, err := initdb.CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %v\n%s", err, out)
+		return false, fmt.Errorf("initdb: %v\n%s", err, out)
 	}
 	args := []string{"-D", data,
 		"-c", "listen_addresses=", // the unix socket only
@@ -224,10 +246,10 @@ func (s *Server) setup(cfg Config) error {
 	s.cmd = s.command("postgres", args...)
 	stderr, err := s.cmd.StderrPipe()
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := s.cmd.Start(); err != nil {
-		return fmt.Errorf("start postgres: %w", err)
+		return false, fmt.Errorf("start postgres: %w", err)
 	}
 	s.log = &logTail{}
 	ready := make(chan struct{})
@@ -249,13 +271,13 @@ func (s *Server) setup(cfg Config) error {
 	}()
 	select {
 	case <-ready:
-		return nil
+		return false, nil
 	case <-s.done:
-		return fmt.Errorf("postgres exited before it was ready:\n%s", s.log.String())
+		return false, fmt.Errorf("postgres exited before it was ready:\n%s", s.log.String())
 	case <-time.After(60 * time.Second):
 		_ = s.cmd.Process.Kill()
 		<-s.done
-		return fmt.Errorf("postgres not ready in 60s:\n%s", s.log.String())
+		return false, fmt.Errorf("postgres not ready in 60s:\n%s", s.log.String())
 	}
 }
 
