@@ -93,4 +93,3 @@ func BenchmarkCreateSession(b *testing.B) {
 		})
 	}
 }
-
