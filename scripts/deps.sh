@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the tests need on a fresh Debian machine:
-# curl, git, Chromium, the AWS CLI, python3 and python3-requests from Debian, and the Vault v1.14.0 dev server built from
+# curl, git, Chromium, the AWS CLI, python3 and python3-requests and PostgreSQL from Debian, and the Vault v1.14.0 dev server built from
 # tools/vaultdev into .tools/vaultdev (rebuilt only when its module changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +12,8 @@ command -v aws >/dev/null 2>&1 || need+=(awscli)  # the stock AWS CLI is a sandb
 command -v git >/dev/null 2>&1 || need+=(git)     # git clone/push through the proxy door, to git http-backend
 # Debian's Python with requests: sandbox-side clients of the proxy door tests (urllib, requests)
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3 python3-requests)
+# PostgreSQL's server binaries: the tests run their own server (internal/pgtest), never the system's.
+ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -19,6 +21,11 @@ if [ ${#need[@]} -gt 0 ]; then
     exit 1
   fi
   echo "deps: installing ${need[*]}"
+  if [[ " ${need[*]} " == *" postgresql "* ]]; then
+    # Install the binaries only: no system cluster is created, so none is started.
+    mkdir -p /etc/postgresql-common/createcluster.d
+    echo "create_main_cluster = false" > /etc/postgresql-common/createcluster.d/airlock-no-main-cluster.conf
+  fi
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
@@ -32,4 +39,4 @@ if [ ! -x .tools/vaultdev ] || [ "$(cat .tools/vaultdev.stamp 2>/dev/null)" != "
   (cd tools/vaultdev && go build -o ../../.tools/vaultdev .)
   echo "$stamp" > .tools/vaultdev.stamp
 fi
-echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), $(git --version), vaultdev $(du -h .tools/vaultdev | cut -f1))"
+echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), $(git --version), postgresql $(ls /usr/lib/postgresql | sort -V | tail -1), vaultdev $(du -h .tools/vaultdev | cut -f1))"

@@ -7,6 +7,8 @@ import (
 	"os/signal"
 	"syscall"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
 // TestMain lets a test start this package's broker as a separate process:
@@ -33,5 +35,5 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(pgtest.Main(m, pgtest.Config{})) // the PostgreSQL tests' server, started on first use
 }

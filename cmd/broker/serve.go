@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,7 +19,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
-	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
 
 const usage = `usage: broker <command> [flags]
@@ -80,9 +77,6 @@ type Addrs struct{ Sandbox, Control, Proxy string }
 // listeners are bound.
 func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, stdout, stderr io.Writer, ready func(Addrs)) error {
 	log := newLogger(stderr, cfg.LogLevel)
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data_dir: %w", err)
-	}
 	ups, vault, err := cfg.Build(getenv, log)
 	if err != nil {
 		return err
@@ -90,7 +84,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 	if vault != nil {
 		defer vault.Close()
 	}
-	st, err := boltstore.OpenBolt(filepath.Join(cfg.DataDir, "airlock.db"), cfg.Audit.Durability, log.With("component", "store"))
+	st, err := openStore(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
@@ -148,7 +142,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		{Handler: api.Handler(httpapi.SandboxPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 		{Handler: api.Handler(httpapi.ControlPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 	}
-	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "proxy", addrs.Proxy, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
+	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "proxy", addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
 	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", addrs.Sandbox, addrs.Control)
 	if door != nil {
 		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", lnP.Addr(), addrs.Proxy)

@@ -78,6 +78,9 @@ type Entry struct {
 	// Side is the grant usage the sink persists in the same transaction as
 	// the record, or nil.
 	Side *grants.UsageUpdate
+	// SessionID is the record's session_id ("" for none), for a sink that
+	// indexes records by session without decoding them.
+	SessionID string
 }
 
 // Sink stores the chain.
@@ -102,6 +105,24 @@ type Sink interface {
 	// PruneAudit deletes the records up to anchor.Seq and stores anchor (a
 	// signed checkpoint of the last deleted record) in one transaction.
 	PruneAudit(ctx context.Context, anchor Checkpoint) (deleted uint64, err error)
+}
+
+// Sequencer is a Sink that several writers share (broker replicas on one
+// database): the sink, not a writer, holds the chain's head. A Writer over a
+// Sequencer calls AppendAudit instead of WriteAudit, handing it the batch as
+// seal, which seals the batch's records onto a given head (the sequence
+// after seq, prev_hash head) and returns them. The sink calls seal inside
+// the transaction that locks the head, stores what it returns, moves the
+// head to the last entry, and commits: one chain, whichever writer appends.
+type Sequencer interface {
+	Sink
+	// AppendAudit calls seal with the chain's head (0, "" when empty) and
+	// stores the entries it returns (consecutive sequence numbers after
+	// the head) atomically with their sides, as WriteAudit does; needSync
+	// is as for WriteAudit. seal may be called again (a retried
+	// transaction): only the entries of its last call are stored, and an
+	// error of seal is returned with nothing stored.
+	AppendAudit(ctx context.Context, seal func(seq uint64, head string) ([]Entry, error)) (needSync bool, err error)
 }
 
 // Verifier checks a chain record by record.

@@ -31,9 +31,10 @@ const maxBatch = 512
 // leaves no gap. A failed sync stops the writer for good (fail closed: after
 // a failed fsync the kernel's page cache no longer says what is on disk).
 type Writer struct {
-	sink Sink
-	now  func() time.Time
-	log  *slog.Logger
+	sink      Sink
+	sequencer Sequencer // sink, when it holds the head itself (replicas), or nil
+	now       func() time.Time
+	log       *slog.Logger
 
 	mu       sync.Mutex
 	idle     *sync.Cond // signalled when a turn ends (Close waits for it)
@@ -83,6 +84,7 @@ func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.L
 		done: make(chan struct{}),
 		seq:  seq, head: head,
 	}
+	w.sequencer, _ = sink.(Sequencer)
 	w.idle = sync.NewCond(&w.mu)
 	go w.flusher()
 	return w, nil
@@ -253,23 +255,20 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 		w.fail(batch, errSyncFailed)
 		return false
 	}
-	entries := w.entries[:0] // only the writer's turn uses it
-	seq, head := w.seqHead()
-	for _, p := range batch {
-		seq++
-		p.ev.Seq = seq
-		p.ev.PrevHash = head
-		data, err := seal(&p.ev)
-		if err != nil {
-			w.fail(batch, err)
-			return false
-		}
-		head = p.ev.Hash
-		entries = append(entries, Entry{Seq: seq, Data: data, Side: p.side})
-	}
-	w.entries = entries
 	start := time.Now()
-	needSync, err := w.sink.WriteAudit(context.Background(), entries)
+	var (
+		seq  uint64
+		head string
+		err  error
+	)
+	if w.sequencer != nil {
+		seq, head, needSync, err = w.appendShared(batch)
+	} else {
+		seq, head = w.seqHead()
+		if seq, head, err = w.seal(batch, seq, head); err == nil {
+			needSync, err = w.sink.WriteAudit(context.Background(), w.entries)
+		}
+	}
 	clear(w.entries)
 	if err != nil {
 		w.log.Error("audit write failed", "records", len(batch), "err", err)
@@ -292,6 +291,37 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 		}
 	}
 	return false
+}
+
+// seal seals batch onto the chain after seq and head into w.entries, and
+// returns the new last sequence number and hash.
+func (w *Writer) seal(batch []*pending, seq uint64, head string) (uint64, string, error) {
+	entries := w.entries[:0] // only the writer's turn uses it
+	for _, p := range batch {
+		seq++
+		p.ev.Seq = seq
+		p.ev.PrevHash = head
+		data, err := seal(&p.ev)
+		if err != nil {
+			w.entries = entries
+			return 0, "", err
+		}
+		head = p.ev.Hash
+		entries = append(entries, Entry{Seq: seq, Data: data, Side: p.side, SessionID: p.ev.SessionID})
+	}
+	w.entries = entries
+	return seq, head, nil
+}
+
+// appendShared has the Sequencer seal batch onto the head it holds, inside
+// its own transaction (the chain is shared by replicas).
+func (w *Writer) appendShared(batch []*pending) (seq uint64, head string, needSync bool, err error) {
+	needSync, err = w.sequencer.AppendAudit(context.Background(), func(s uint64, h string) ([]Entry, error) {
+		var err error
+		seq, head, err = w.seal(batch, s, h)
+		return w.entries, err
+	})
+	return seq, head, needSync, err
 }
 
 // sync holds the sync turn: it makes every written batch durable and

@@ -35,6 +35,7 @@ type Config struct {
 	ProxyURL         string        `yaml:"proxy_url"`    // host:port clients use to reach it (default: the listener's address)
 	ProxyMaxTunnels  int           `yaml:"proxy_max_tunnels"`
 	DataDir          string        `yaml:"data_dir"`
+	Store            Store         `yaml:"store"`
 	AdminToken       string        `yaml:"admin_token"`
 	AdminTokenFile   string        `yaml:"admin_token_file"`
 	MaxSessionTTL    time.Duration `yaml:"max_session_ttl"`
@@ -50,6 +51,23 @@ type Config struct {
 	LogLevel         string        `yaml:"log_level"`
 	Debug            Debug         `yaml:"debug"`
 }
+
+// Store selects where the broker persists its state.
+type Store struct {
+	// Driver is bbolt (default: one file, data_dir/airlock.db) or postgres
+	// (one database that several brokers may share).
+	Driver string `yaml:"driver"`
+	// DSN is the postgres connection string (URL or key=value; pool
+	// settings such as pool_max_conns are read from it). It may hold a
+	// password: give it through ${VAR}; it is never logged.
+	DSN string `yaml:"dsn"`
+}
+
+// Store drivers.
+const (
+	StoreBolt     = "bbolt"
+	StorePostgres = "postgres"
+)
 
 // Debug holds switches for operators diagnosing the broker.
 type Debug struct {
@@ -333,6 +351,19 @@ func (c *Config) Validate(getenv func(string) string) error {
 	}
 	if c.DataDir == "" {
 		c.DataDir = "./data"
+	}
+	switch c.Store.Driver {
+	case "":
+		c.Store.Driver = StoreBolt
+	case StoreBolt, StorePostgres:
+	default:
+		return fieldErr("store.driver", "must be bbolt or postgres")
+	}
+	switch {
+	case c.Store.Driver == StorePostgres && c.Store.DSN == "":
+		return fieldErr("store.dsn", "is required with driver postgres")
+	case c.Store.Driver == StoreBolt && c.Store.DSN != "":
+		return fieldErr("store.dsn", "is for driver postgres (bbolt keeps its file in data_dir)")
 	}
 	if c.AdminToken == "" && c.AdminTokenFile != "" {
 		data, err := os.ReadFile(c.AdminTokenFile)

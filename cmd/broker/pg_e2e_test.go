@@ -1,0 +1,149 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/airlock-broker/airlock/internal/pgtest"
+)
+
+// pgBroker starts the real broker on PostgreSQL (database dsn) with a data_dir of its own.
+func pgBroker(t *testing.T, up *upstreamServer, dsn string, extra string) *brokerProc {
+	t.Helper()
+	return startBroker(t, harnessOpts{
+		upstream:  up.URL,
+		dataDir:   filepath.Join(t.TempDir(), "data"),
+		extraYAML: "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n" + extra,
+		env:       map[string]string{"AIRLOCK_PG_DSN": dsn},
+	})
+}
+
+// TestPostgresEndToEnd: one broker on PostgreSQL, through its real server:
+// a session's calls, an API token and the kill-switch survive a restart
+// (with another, empty data_dir: the state is the database's), the grant's
+// usage too (max_uses counts across the restart), the exported chain
+// verifies offline, and /readyz reports the database.
+func TestPostgresEndToEnd(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	up := newUpstream(t)
+	b := pgBroker(t, up, dsn, "audit: {checkpoint_every: 5}\n")
+
+	ready := func(b *brokerProc) (int, map[string]string) {
+		r := b.do("GET", b.control+"/readyz", "", nil)
+		var body struct{ Checks map[string]string }
+		_ = json.Unmarshal(r.body, &body)
+		return r.status, body.Checks
+	}
+	if st, checks := ready(b); st != http.StatusOK || checks["store"] != "ok" {
+		t.Fatalf("/readyz on PostgreSQL = %d %v", st, checks)
+	}
+
+	grant := apiGrant(map[string]any{"method": "GET", "path": "/ok"})
+	grant["max_uses"] = 5
+	s := b.session(trustedSession(grant))
+	for range 3 {
+		if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
+			t.Fatalf("allowed call: %d %s", r.status, r.body)
+		}
+	}
+	b.do("GET", b.sandbox+"/v1/proxy/api/nope", s.Token, nil).wantProblem(t, 403, "no_matching_grant")
+	out, err := b.cli(adminToken, "", "tokens", "create", "--role", "operator", "--name", "orchestrator")
+	if err != nil {
+		t.Fatalf("tokens create: %v %s", err, out)
+	}
+	var tok struct{ Token string }
+	if err := json.Unmarshal([]byte(out), &tok); err != nil || tok.Token == "" {
+		t.Fatalf("tokens create: %q %v", out, err)
+	}
+	var key struct {
+		PublicKey string `json:"public_key"`
+	}
+	_ = json.Unmarshal(b.do("GET", b.control+"/v1/audit/public-key", "", nil).body, &key)
+	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
+		t.Fatalf("engage kill-switch: %d %s", r.status, r.body)
+	}
+	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 503, "killswitch_engaged")
+	b.stop()
+	if _, err := os.Stat(filepath.Join(b.dataDir, "airlock.db")); !os.IsNotExist(err) {
+		t.Errorf("a broker on PostgreSQL wrote a bbolt file (%v)", err)
+	}
+	hits := len(up.requests())
+
+	// Restarted, with a fresh data_dir: everything comes from the database.
+	b = pgBroker(t, up, dsn, "")
+	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 503, "killswitch_engaged")
+	if r := b.do("DELETE", b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
+		t.Fatalf("release kill-switch: %d %s", r.status, r.body)
+	}
+	if r := b.do("GET", b.control+"/v1/sessions/"+s.ID, tok.Token, nil); r.status != 200 {
+		t.Fatalf("the operator token after a restart: %d %s", r.status, r.body)
+	}
+	for i := range 2 { // uses 4 and 5 of max_uses 5
+		if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
+			t.Fatalf("call %d after the restart: %d %s", 4+i, r.status, r.body)
+		}
+	}
+	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 403, "grant_exhausted")
+	if got := len(up.requests()); got != hits+2 {
+		t.Errorf("upstream saw %d requests after the restart, want 2", got-hits)
+	}
+
+	// The chain, written by two broker lifetimes, verifies offline.
+	dir := filepath.Join(t.TempDir(), "bundle")
+	if out, err := b.cli(adminToken, "", "audit", "export", "--bundle", dir); err != nil {
+		t.Fatalf("export bundle: %v %s", err, out)
+	}
+	records := mustRead(t, filepath.Join(dir, "records.jsonl"))
+	assertNoCanary(t, "audit bundle", records)
+	recs := parseAudit(t, records)
+	allowed := 0
+	for _, r := range recs {
+		if r.Type == "call.allowed" && r.SessionID == s.ID {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Errorf("%d call.allowed records for the session, want 5", allowed)
+	}
+	var vout bytes.Buffer
+	err = run(t.Context(), []string{"audit", "verify", dir, "--public-key", key.PublicKey}, func(string) string { return "" }, nil, &vout, &vout)
+	if err != nil || !strings.Contains(vout.String(), `"ok": true`) {
+		t.Fatalf("offline verify of the PostgreSQL chain: %v\n%s", err, vout.String())
+	}
+
+	// /readyz reports the database: a schema it cannot use is "not ready".
+	conn := mustPG(t, dsn)
+	rename := func(from, to string) {
+		t.Helper()
+		if _, err := conn.Exec(context.Background(), "ALTER TABLE "+from+" RENAME TO "+to); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rename("audit_head", "audit_head_gone")
+	if st, checks := ready(b); st != http.StatusServiceUnavailable || checks["store"] == "ok" {
+		t.Errorf("/readyz with the database unusable = %d %v", st, checks)
+	}
+	rename("audit_head_gone", "audit_head")
+	if st, checks := ready(b); st != http.StatusOK {
+		t.Errorf("/readyz with the database back = %d %v", st, checks)
+	}
+}
+
+// mustPG connects to dsn (closed by t.Cleanup).
+func mustPG(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(context.Background()) })
+	return conn
+}

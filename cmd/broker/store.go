@@ -1,0 +1,35 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/airlock-broker/airlock/internal/config"
+	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/store/boltstore"
+	"github.com/airlock-broker/airlock/internal/store/pgstore"
+)
+
+// openStore opens the configured store: the bbolt file in data_dir, or the
+// PostgreSQL database (its pool opened and its schema migrated). Its Close
+// is the caller's.
+func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store.Store, error) {
+	log = log.With("component", "store")
+	switch cfg.Store.Driver {
+	case config.StorePostgres:
+		st, err := pgstore.Open(ctx, cfg.Store.DSN, cfg.Audit.Durability, log)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("store opened", "driver", config.StorePostgres)
+		return st, nil
+	default:
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("data_dir: %w", err)
+		}
+		return boltstore.OpenBolt(filepath.Join(cfg.DataDir, "airlock.db"), cfg.Audit.Durability, log)
+	}
+}
