@@ -107,7 +107,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 	defer b.Close()
-	api, err := httpapi.New(b, log.With("component", "http"), httpapi.UIOptions{SessionTTL: cfg.UI.SessionTTL, SecureCookies: *cfg.UI.Secure, Registry: reg, Pprof: cfg.Debug.Pprof})
+	api, err := httpapi.New(b, log.With("component", "http"), httpapi.UIOptions{SessionTTL: cfg.UI.SessionTTL, SecureCookies: *cfg.UI.Secure, Registry: reg, Pprof: cfg.Debug.Pprof, BodyIdleTimeout: cfg.BodyIdleTimeout})
 	if err != nil {
 		return err
 	}

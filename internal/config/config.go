@@ -34,6 +34,7 @@ type Config struct {
 	ProxyListen      string        `yaml:"proxy_listen"` // the HTTPS_PROXY door (DESIGN §8); off when empty
 	ProxyURL         string        `yaml:"proxy_url"`    // host:port clients use to reach it (default: the listener's address)
 	ProxyMaxTunnels  int           `yaml:"proxy_max_tunnels"`
+	BodyIdleTimeout  time.Duration `yaml:"body_idle_timeout"` // a sandbox request body that stops arriving this long is cut (default 30s)
 	DataDir          string        `yaml:"data_dir"`
 	Store            Store         `yaml:"store"`
 	AdminToken       string        `yaml:"admin_token"`
@@ -219,6 +220,9 @@ const (
 	// holds open at once (proxy_max_tunnels): each holds a connection and
 	// its TLS state.
 	DefaultProxyMaxTunnels = 256
+	// DefaultBodyIdleTimeout is how long a sandbox's request body may stop
+	// arriving before the call is refused (body_idle_timeout).
+	DefaultBodyIdleTimeout = 30 * time.Second
 )
 
 // FieldError names the offending field.
@@ -334,6 +338,12 @@ func (c *Config) Validate(getenv func(string) string) error {
 		if !strings.HasSuffix(c.ProxyListen, ":0") && (c.ProxyListen == c.SandboxListen || c.ProxyListen == c.ControlListen) {
 			return fieldErr("proxy_listen", "must differ from sandbox_listen and control_listen")
 		}
+	}
+	if c.BodyIdleTimeout == 0 {
+		c.BodyIdleTimeout = DefaultBodyIdleTimeout
+	}
+	if c.BodyIdleTimeout < 0 {
+		return fieldErr("body_idle_timeout", "must be positive")
 	}
 	if c.ProxyMaxTunnels == 0 {
 		c.ProxyMaxTunnels = DefaultProxyMaxTunnels

@@ -150,6 +150,9 @@ func readAWSBody(r *http.Request, sig *upstream.SigV4, secret string, limit int6
 			key = ""
 		}
 		data, trailers, err := sig.DecodeChunked(r.Body, key, limit)
+		if errors.Is(err, errBodyStalled) {
+			return nil, "", errBodyStalled
+		}
 		if err != nil {
 			return nil, "", errors.Join(errAWSSignature, err)
 		}
@@ -161,6 +164,9 @@ func readAWSBody(r *http.Request, sig *upstream.SigV4, secret string, limit int6
 		return data, sig.PayloadHash, nil
 	}
 	data, err := io.ReadAll(io.LimitReader(r.Body, limit+1))
+	if errors.Is(err, errBodyStalled) {
+		return nil, "", errBodyStalled
+	}
 	if err != nil {
 		return nil, "", grants.ErrBadRequest
 	}

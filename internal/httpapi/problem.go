@@ -32,6 +32,7 @@ type Problem struct {
 // Extra errors of the HTTP layer.
 var (
 	errBodyTooLarge   = errors.New("request body exceeds the upstream's max_body")
+	errBodyStalled    = errors.New("the request body stopped arriving")
 	errForbiddenRole  = errors.New("this token's role may not use this route")
 	errMissingToken   = errors.New("missing bearer token")
 	errMethod         = errors.New("method not allowed")
@@ -80,6 +81,7 @@ var codes = []struct {
 	{broker.ErrEgressDenied, 403, "egress_denied", "Egress denied", true},
 	{errHostMismatch, 421, "bad_request", "Misdirected request", true},
 	{errBodyTooLarge, 413, "bad_request", "Request body too large", true},
+	{errBodyStalled, 408, "bad_request", "Request timeout", true},
 	{grants.ErrBadRequest, 400, "bad_request", "Bad request", true},
 	{errBadRequestJSON, 400, "bad_request", "Bad request", true},
 	{broker.ErrUnknownUpstream, 404, "not_found", "Unknown upstream", true},

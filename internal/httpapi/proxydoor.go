@@ -89,9 +89,9 @@ func (s *Server) NewProxyDoor(o ProxyOptions) *ProxyDoor {
 		p.maxTunnels = 256
 	}
 	p.conns = newConnQueue()
-	p.outer = &http.Server{Handler: s.recoverer(http.HandlerFunc(p.serveOuter)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
+	p.outer = &http.Server{Handler: s.recoverer(s.idleBodies(http.HandlerFunc(p.serveOuter))), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10}
 	p.inner = &http.Server{
-		Handler: s.recoverer(http.HandlerFunc(p.serveTunneled)), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
+		Handler: s.recoverer(s.idleBodies(http.HandlerFunc(p.serveTunneled))), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if tc, ok := c.(*tunnelConn); ok {
 				return context.WithValue(ctx, tunnelKey{}, tc.t)

@@ -256,6 +256,9 @@ func readCall(w http.ResponseWriter, r *http.Request, rest string, maxBody int64
 			if errors.As(err, &mbe) {
 				return nil, errBodyTooLarge
 			}
+			if errors.Is(err, errBodyStalled) {
+				return nil, errBodyStalled
+			}
 			return nil, errors.Join(grants.ErrBadRequest, errors.New("could not read the request body"))
 		}
 		if gzipped {

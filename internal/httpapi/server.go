@@ -6,10 +6,12 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -32,6 +34,7 @@ type Server struct {
 	reg      *prometheus.Registry
 	ui       *web.UI
 	pprof    bool
+	idle     time.Duration          // body_idle_timeout
 	proxyURL atomic.Pointer[string] // the proxy door's advertised host:port (UIOptions.ProxyURL)
 }
 
@@ -46,11 +49,14 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if o.SessionTTL <= 0 {
 		o.SessionTTL = 8 * time.Hour
 	}
+	if o.BodyIdleTimeout <= 0 {
+		o.BodyIdleTimeout = 30 * time.Second
+	}
 	ui, err := web.NewUI(uiBackend{b}, web.Options{Log: log, Now: b.Now, SessionTTL: o.SessionTTL, Secure: o.SecureCookies, Problem: uiProblem})
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{b: b, log: log, metrics: newMetrics(reg, func(name string) bool { _, ok := b.Upstream(name); return ok }), reg: reg, ui: ui, pprof: o.Pprof}
+	s := &Server{b: b, log: log, metrics: newMetrics(reg, func(name string) bool { _, ok := b.Upstream(name); return ok }), reg: reg, ui: ui, pprof: o.Pprof, idle: o.BodyIdleTimeout}
 	s.SetProxyURL(o.ProxyURL)
 	return s, nil
 }
@@ -72,6 +78,9 @@ const (
 func (s *Server) Handler(p Plane) http.Handler {
 	r := chi.NewRouter()
 	r.Use(s.recoverer)
+	if p == SandboxPlane {
+		r.Use(s.idleBodies)
+	}
 	r.NotFound(s.handle(func(w http.ResponseWriter, r *http.Request) error { return errNotFoundRoute }))
 	r.MethodNotAllowed(s.handle(func(w http.ResponseWriter, r *http.Request) error { return errMethod }))
 	s.routes(r, p)
@@ -285,4 +294,44 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, status, map[string]any{"status": st, "checks": checks})
 	return nil
+}
+
+// idleBodies cuts a sandbox request body that stops arriving for the
+// body idle timeout: without it a stalled upload would hold its
+// connection, goroutine and buffers for ever (no server sets a
+// ReadTimeout, which would also cut calls held for a decision). The
+// deadline is renewed on every read and cleared once the body is read, so
+// a call held for a reviewer is not cut by it.
+func (s *Server) idleBodies(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), idle: s.idle}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// idleBody is a request body read under a renewed read deadline.
+type idleBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	idle time.Duration
+	done bool
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	_ = b.rc.SetReadDeadline(time.Now().Add(b.idle))
+	n, err := b.ReadCloser.Read(p)
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		b.done = true
+		return n, errBodyStalled
+	case err != nil:
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }

@@ -85,4 +85,7 @@ type UIOptions struct {
 	// (host:port), advertised in session answers; "" when the door is off
 	// or its address is not known yet (see Server.SetProxyURL).
 	ProxyURL string
+	// BodyIdleTimeout cuts a sandbox request body that stops arriving for
+	// this long (408); 0 is 30 s.
+	BodyIdleTimeout time.Duration
 }
