@@ -155,11 +155,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	secret, err := o.Meta.Meta(ctx, metaSecret)
 	if errors.Is(err, ErrMetaNotFound) {
-		secret = make([]byte, 32)
-		if _, err := rand.Read(secret); err != nil {
+		// Created once: of brokers starting together on an empty store,
+		// every one keeps the secret that won (CreateMeta).
+		fresh := make([]byte, 32)
+		if _, err := rand.Read(fresh); err != nil {
 			return nil, err
 		}
-		if err := o.Meta.PutMeta(ctx, metaSecret, secret); err != nil {
+		if secret, err = o.Meta.CreateMeta(ctx, metaSecret, fresh); err != nil {
 			return nil, fmt.Errorf("store installation secret: %w", err)
 		}
 	} else if err != nil {

@@ -33,6 +33,11 @@ type MetaStore interface {
 	// PutMeta creates or replaces the value under key; it is durable when
 	// it returns.
 	PutMeta(ctx context.Context, key string, value []byte) error
+	// CreateMeta stores value under key unless a value is stored there
+	// already, and returns the value stored (value when it was absent, a
+	// copy): of callers racing on an empty key, across every process on
+	// the store, all get the one value that won. Durable when it returns.
+	CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error)
 }
 
 // ActionStore is where actions awaiting or after approval live, plus the

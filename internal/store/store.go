@@ -73,6 +73,9 @@ type Store interface {
 	// Meta reads a small broker state value (broker.ErrMetaNotFound); PutMeta writes it durably.
 	Meta(ctx context.Context, key string) ([]byte, error)
 	PutMeta(ctx context.Context, key string, value []byte) error
+	// CreateMeta stores value under key unless one is stored, and returns
+	// the stored value (see broker.MetaStore).
+	CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error)
 
 	// ScanSessionAudit calls fn with each stored audit record of a session
 	// (its session_id) from sequence from on, in order, without reading the

@@ -593,6 +593,25 @@ func (s *Bolt) PutMeta(ctx context.Context, key string, value []byte) error {
 	return s.update(func(tx *bolt.Tx) error { return tx.Bucket(bucketMeta).Put([]byte(key), value) })
 }
 
+// CreateMeta implements Store: the read and the write in one update
+// transaction (bbolt's single writer), so racing callers agree.
+func (s *Bolt) CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error) {
+	var out []byte
+	err := s.update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketMeta)
+		if v := b.Get([]byte(key)); v != nil {
+			out = bytes.Clone(v)
+			return nil
+		}
+		out = bytes.Clone(value)
+		if out == nil {
+			out = []byte{}
+		}
+		return b.Put([]byte(key), out)
+	})
+	return out, err
+}
+
 // PutAction implements approval.Store.
 func (s *Bolt) PutAction(ctx context.Context, a *approval.Action) error {
 	return s.update(func(tx *bolt.Tx) error { return putAction(tx, a) })

@@ -287,3 +287,16 @@ func (s *PG) PutMeta(ctx context.Context, key string, value []byte) error {
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
 	return err
 }
+
+// CreateMeta implements broker.MetaStore: INSERT ... ON CONFLICT DO NOTHING,
+// then a read in a statement of its own (under READ COMMITTED it sees the
+// row of whichever transaction won, committed before the insert returned).
+func (s *PG) CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error) {
+	if value == nil {
+		value = []byte{}
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO meta (key, value) VALUES ($1, $2) ON CONFLICT (key) DO NOTHING`, key, value); err != nil {
+		return nil, err
+	}
+	return s.Meta(ctx, key)
+}

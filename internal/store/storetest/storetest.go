@@ -310,6 +310,32 @@ func testMeta(t *testing.T, open func(t *testing.T) Ports) {
 	if _, err := p.Meta.Meta(ctx, "killswitch2"); !errors.Is(err, broker.ErrMetaNotFound) {
 		t.Errorf("Meta(another key) = %v, want broker.ErrMetaNotFound", err)
 	}
+
+	// CreateMeta: created once; a stored value is kept and returned.
+	got, err = p.Meta.CreateMeta(ctx, "installation_secret", []byte("other"))
+	must(t, err)
+	diff(t, "CreateMeta over a stored value", []byte{0, 1, 2, 3, 0xff}, got)
+	// Callers racing on an empty key all get the one value that won.
+	const racers = 16
+	var wg sync.WaitGroup
+	won := make([][]byte, racers)
+	errs := make([]error, racers)
+	for i := range racers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			won[i], errs[i] = p.Meta.CreateMeta(ctx, "race", []byte(fmt.Sprintf("value-%d", i)))
+		}()
+	}
+	wg.Wait()
+	stored, err := p.Meta.Meta(ctx, "race")
+	must(t, err)
+	for i := range racers {
+		must(t, errs[i])
+		if string(won[i]) != string(stored) {
+			t.Errorf("racer %d got %q, the store holds %q", i, won[i], stored)
+		}
+	}
 }
 
 func sampleAction(id string, status approval.Status, created time.Time) approval.Action {
