@@ -133,6 +133,17 @@ func (a *Authenticator) List() []Token {
 	return out
 }
 
+// TokenID is the id an API token's bearer string names (not verified), or
+// false when bearer is not shaped as one.
+func TokenID(bearer string) (string, bool) {
+	rest, ok := strings.CutPrefix(bearer, tokenPrefix)
+	if !ok {
+		return "", false
+	}
+	id, _, ok := strings.Cut(rest, ".")
+	return id, ok && id != ""
+}
+
 // Authenticate resolves a bearer token to a principal. Comparisons of
 // secrets are constant-time.
 func (a *Authenticator) Authenticate(bearer string) (Principal, error) {

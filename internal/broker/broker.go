@@ -200,7 +200,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
 		gate: gateDeps{
-			live: b.sess.live, grant: b.sess.grant, engaged: b.ks.engaged.Load,
+			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load,
 			standing: func(l *Live) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
 			upstream: func(name string) bool { _, ok := b.upstreams[name]; return ok },
 			send:     b.sendApproved,

@@ -189,7 +189,7 @@ func (b *Broker) admit(c Caller) (*Live, error) {
 	var l *Live
 	if c.sigv4 {
 		var ok bool
-		if l, ok = b.live(c.id); !ok {
+		if l, ok = b.sess.sigv4Session(c.id); !ok {
 			return nil, session.ErrInvalidToken
 		}
 	} else {

@@ -23,15 +23,12 @@ func (b *Broker) identify(token string) (*Live, error) {
 	}
 	l, ok = b.live(c.SessionID)
 	if !ok {
-		// Not in memory: expired and forgotten, revoked, or never existed.
-		s, err := b.sess.store.Session(context.Background(), c.SessionID)
-		switch {
-		case err == nil && !s.RevokedAt.IsZero():
-			return nil, session.ErrRevoked
-		case err == nil:
-			return nil, session.ErrExpired
+		// Not in memory: created by another broker on the store (read
+		// through), expired and forgotten, revoked, or never existed.
+		var err error
+		if l, err = b.sess.identifyStored(c.SessionID); err != nil {
+			return nil, err
 		}
-		return nil, session.ErrInvalidToken
 	}
 	if c.TokenID != l.Session.TokenID {
 		return nil, session.ErrInvalidToken
@@ -71,7 +68,7 @@ func (b *Broker) Decide(l *Live, upstreamName string, call *grants.Call) (*grant
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}
-	return grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
+	return b.decideFresh(l, upstreamName, call)
 }
 
 // Permit checks a further permission a call needs (see grants.Permit)

@@ -321,8 +321,11 @@ func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]Sessi
 // KillSession ends a session at once: its token stops working, its grants
 // are revoked, and its in-flight upstream calls are cancelled.
 func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (SessionView, error) {
-	l, ok := b.live(id)
-	if !ok {
+	l, _, err := b.sess.lookup(ctx, id) // created by another broker: read through
+	if err != nil && !errors.Is(err, ErrSessionNotFound) {
+		return SessionView{}, err
+	}
+	if l == nil {
 		v, err := b.Session(ctx, id)
 		if err != nil {
 			return SessionView{}, err
@@ -369,8 +372,11 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 
 // AddGrant attaches a grant to an active session.
 func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID string, spec grants.Spec) (GrantView, error) {
-	l, ok := b.live(sessionID)
-	if !ok || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
+	l, _, err := b.sess.lookup(ctx, sessionID) // created by another broker: read through
+	if err != nil && !errors.Is(err, ErrSessionNotFound) {
+		return GrantView{}, err
+	}
+	if l == nil || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
 		if _, err := b.Session(ctx, sessionID); err != nil {
 			return GrantView{}, err
 		}
@@ -400,7 +406,7 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: b.actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
 		return GrantView{}, err
 	}
-	b.sess.addGrant(l, gl)
+	b.sess.addGrantOnce(l, gl)
 	return b.grantView(gl, false), nil
 }
 
@@ -428,7 +434,10 @@ func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
 
 // RevokeGrant makes a grant unusable at once.
 func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (GrantView, error) {
-	gl, ok := b.sess.grant(id)
+	gl, ok, err := b.sess.grantOrLoad(ctx, id) // a grant of another broker's session: read through
+	if err != nil && !errors.Is(err, ErrSessionNotFound) {
+		return GrantView{}, err
+	}
 	if !ok {
 		return b.Grant(ctx, id)
 	}

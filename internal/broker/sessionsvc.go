@@ -57,20 +57,9 @@ func (s *sessionService) load(ctx context.Context) error {
 			if !ss.RevokedAt.IsZero() || !now.Before(ss.ExpiresAt) {
 				continue
 			}
-			recs, err := s.store.SessionGrants(ctx, ss.ID)
+			live, err := s.loadGrants(ctx, ss.ID)
 			if err != nil {
-				return fmt.Errorf("load grants of %s: %w", ss.ID, err)
-			}
-			var live []*grants.Live
-			for _, r := range recs {
-				g, err := grants.Compile(r.Grant, r.Usage)
-				if err != nil {
-					return fmt.Errorf("compile grant %s: %w", r.Grant.ID, err)
-				}
-				if !r.Grant.RevokedAt.IsZero() {
-					g.Revoke()
-				}
-				live = append(live, g)
+				return err
 			}
 			s.addLive(ss, live)
 		}
@@ -81,6 +70,28 @@ func (s *sessionService) load(ctx context.Context) error {
 	}
 }
 
+// loadGrants reads and compiles a session's stored grants.
+func (s *sessionService) loadGrants(ctx context.Context, sessionID string) ([]*grants.Live, error) {
+	recs, err := s.store.SessionGrants(ctx, sessionID)
+	if err != nil {
+		return nil, fmt.Errorf("load grants of %s: %w", sessionID, err)
+	}
+	var live []*grants.Live
+	for _, r := range recs {
+		g, err := grants.Compile(r.Grant, r.Usage)
+		if err != nil {
+			return nil, fmt.Errorf("compile grant %s: %w", r.Grant.ID, err)
+		}
+		if !r.Grant.RevokedAt.IsZero() {
+			g.Revoke()
+		}
+		live = append(live, g)
+	}
+	return live, nil
+}
+
+// addLive puts a session in memory, unless it is there already (a read
+// through racing another, see lookup): the one in memory is returned.
 func (s *sessionService) addLive(ss session.Session, gs []*grants.Live) *Live {
 	l := &Live{Session: ss}
 	if s.rateLimit > 0 {
@@ -90,22 +101,17 @@ func (s *sessionService) addLive(ss session.Session, gs []*grants.Live) *Live {
 	l.ctx, l.cancel = context.WithCancel(context.Background())
 	l.grants.Store(&gs)
 	s.mu.Lock()
+	if had, ok := s.sessions[ss.ID]; ok {
+		s.mu.Unlock()
+		l.cancel()
+		return had
+	}
 	s.sessions[ss.ID] = l
 	for _, g := range gs {
 		s.grantIdx[g.Grant.ID] = g
 	}
 	s.mu.Unlock()
 	return l
-}
-
-// addGrant adds a grant to a live session.
-func (s *sessionService) addGrant(l *Live, gl *grants.Live) {
-	s.mu.Lock()
-	cur := l.Grants()
-	updated := append(append([]*grants.Live{}, cur...), gl)
-	l.grants.Store(&updated)
-	s.grantIdx[gl.Grant.ID] = gl
-	s.mu.Unlock()
 }
 
 // live finds a session in memory.

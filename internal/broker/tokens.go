@@ -23,6 +23,8 @@ type TokenStore interface {
 	DeleteToken(ctx context.Context, id string) error
 	// Tokens lists every stored token.
 	Tokens(ctx context.Context) ([]auth.Token, error)
+	// Token returns one token, or ErrTokenNotFound for an unknown id.
+	Token(ctx context.Context, id string) (auth.Token, error)
 }
 
 // tokenService is the control plane's API tokens: the authenticator that
@@ -63,8 +65,38 @@ func (b *Broker) RecordLogout(ctx context.Context, p auth.Principal, reason stri
 	b.toks.recordLogout(ctx, p, reason)
 }
 
+// tokenCheckTimeout bounds the store read that checks an API token.
+const tokenCheckTimeout = 5 * time.Second
+
+// authenticate checks the token against the store first (refresh), so a
+// token created or revoked by another broker on the same store is honoured
+// exactly; the bootstrap admin token is the configuration's.
 func (s *tokenService) authenticate(bearer string) (auth.Principal, error) {
+	if id, ok := auth.TokenID(bearer); ok {
+		if err := s.refresh(id); err != nil {
+			return auth.Principal{}, err
+		}
+	}
 	return s.auth.Authenticate(bearer)
+}
+
+// refresh makes the authenticator's copy of token id the store's: read
+// every time (control-plane requests are not the hot path), so revocation
+// is exact across brokers sharing the store. A store that cannot answer
+// fails the request closed.
+func (s *tokenService) refresh(id string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), tokenCheckTimeout)
+	defer cancel()
+	t, err := s.store.Token(ctx, id)
+	switch {
+	case errors.Is(err, ErrTokenNotFound):
+		s.auth.Delete(id)
+	case err != nil:
+		return fmt.Errorf("check API token: %w", err)
+	default:
+		s.auth.Put(t)
+	}
+	return nil
 }
 
 func (s *tokenService) create(ctx context.Context, p auth.Principal, role, name string, ttl time.Duration) (auth.Token, string, error) {
@@ -95,7 +127,13 @@ func (s *tokenService) create(ctx context.Context, p auth.Principal, role, name 
 }
 
 func (s *tokenService) list() []auth.Token {
-	ts := s.auth.List()
+	ctx, cancel := context.WithTimeout(context.Background(), tokenCheckTimeout)
+	defer cancel()
+	ts, err := s.store.Tokens(ctx) // every broker's tokens
+	if err != nil {
+		s.log.Error("list API tokens from the store; listing this broker's", "err", err)
+		ts = s.auth.List()
+	}
 	sort.Slice(ts, func(i, j int) bool { return ts[i].ID < ts[j].ID })
 	return ts
 }
@@ -114,6 +152,11 @@ func (s *tokenService) revoke(ctx context.Context, p auth.Principal, id string) 
 }
 
 func (s *tokenService) principal(id string) (auth.Principal, error) {
+	if id != auth.BootstrapID {
+		if err := s.refresh(id); err != nil {
+			return auth.Principal{}, err
+		}
+	}
 	return s.auth.Lookup(id)
 }
 

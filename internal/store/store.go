@@ -69,6 +69,8 @@ type Store interface {
 	PutToken(ctx context.Context, t auth.Token) error
 	DeleteToken(ctx context.Context, id string) error
 	Tokens(ctx context.Context) ([]auth.Token, error)
+	// Token returns one API token or broker.ErrTokenNotFound.
+	Token(ctx context.Context, id string) (auth.Token, error)
 
 	// Meta reads a small broker state value (broker.ErrMetaNotFound); PutMeta writes it durably.
 	Meta(ctx context.Context, key string) ([]byte, error)

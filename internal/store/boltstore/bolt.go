@@ -569,6 +569,20 @@ func (s *Bolt) DeleteToken(ctx context.Context, id string) error {
 	})
 }
 
+// Token implements Store.
+func (s *Bolt) Token(ctx context.Context, id string) (auth.Token, error) {
+	var out auth.Token
+	err := s.db.View(func(tx *bolt.Tx) error {
+		var err error
+		out, err = get(tx, bucketTokens, id, decodeToken)
+		if errors.Is(err, store.ErrNotFound) {
+			return errTokenNotFound
+		}
+		return err
+	})
+	return out, err
+}
+
 // Tokens implements Store.
 func (s *Bolt) Tokens(ctx context.Context) ([]auth.Token, error) {
 	return all(s.db, bucketTokens, decodeToken)

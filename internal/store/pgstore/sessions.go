@@ -243,26 +243,42 @@ func (s *PG) DeleteToken(ctx context.Context, id string) error {
 	return nil
 }
 
+const tokenColumns = `id, name, role, digest, created_at, expires_at, created_by`
+
+func scanToken(row pgx.Row) (auth.Token, error) {
+	var (
+		t                auth.Token
+		created, expires *time.Time
+	)
+	if err := row.Scan(&t.ID, &t.Name, &t.Role, &t.Digest, &created, &expires, &t.CreatedBy); err != nil {
+		return auth.Token{}, err
+	}
+	t.CreatedAt, t.ExpiresAt = timeOf(created), timeOf(expires)
+	return t, nil
+}
+
 // Tokens implements broker.TokenStore.
 func (s *PG) Tokens(ctx context.Context) ([]auth.Token, error) {
-	rows, err := s.pool.Query(ctx, `SELECT id, name, role, digest, created_at, expires_at, created_by FROM tokens ORDER BY id`)
+	rows, err := s.pool.Query(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
 	var out []auth.Token
 	for rows.Next() {
-		var (
-			t                auth.Token
-			created, expires *time.Time
-		)
-		if err := rows.Scan(&t.ID, &t.Name, &t.Role, &t.Digest, &created, &expires, &t.CreatedBy); err != nil {
+		t, err := scanToken(rows)
+		if err != nil {
 			rows.Close()
 			return nil, err
 		}
-		t.CreatedAt, t.ExpiresAt = timeOf(created), timeOf(expires)
 		out = append(out, t)
 	}
 	return out, rows.Err()
+}
+
+// Token implements broker.TokenStore.
+func (s *PG) Token(ctx context.Context, id string) (auth.Token, error) {
+	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = $1`, id))
+	return t, noRowsAs(err, errTokenNotFound)
 }
 
 // Meta implements broker.MetaStore.

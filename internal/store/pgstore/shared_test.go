@@ -2,7 +2,6 @@ package pgstore_test
 
 import (
 	"context"
-	"errors"
 	"net/netip"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
-	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
@@ -69,7 +67,7 @@ func TestInstallationSecretOnceWhenBrokersStartTogether(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, b := range bs {
-		if _, err := b.Check(v.Token, netip.MustParseAddr("127.0.0.1")); errors.Is(err, session.ErrInvalidToken) {
+		if _, err := b.Check(v.Token, netip.MustParseAddr("127.0.0.1")); err != nil {
 			t.Errorf("broker %d: the token signed by broker 0 does not verify: %v", i, err)
 		}
 	}

@@ -265,7 +265,14 @@ func testTokens(t *testing.T, open func(t *testing.T) Ports) {
 	must(t, err)
 	diff(t, "tokens", map[string]auth.Token{a.ID: a, b.ID: b}, byID(ts))
 
+	got, err := p.Tokens.Token(ctx, b.ID)
+	must(t, err)
+	diff(t, "Token(b)", b, got)
+
 	must(t, p.Tokens.DeleteToken(ctx, a.ID))
+	if _, err := p.Tokens.Token(ctx, a.ID); !errors.Is(err, broker.ErrTokenNotFound) {
+		t.Errorf("Token(deleted) = %v, want broker.ErrTokenNotFound", err)
+	}
 	ts, err = p.Tokens.Tokens(ctx)
 	must(t, err)
 	diff(t, "tokens after a delete", map[string]auth.Token{b.ID: b}, byID(ts))
