@@ -7,11 +7,19 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
+
+// usageOf is the store's own count of grants' limits when it has one
+// (PostgreSQL: exact across brokers), else nil (bbolt: in memory).
+func usageOf(st store.Store) broker.UsageStore {
+	u, _ := st.(broker.UsageStore)
+	return u
+}
 
 // openStore opens the configured store: the bbolt file in data_dir, or the
 // PostgreSQL database (its pool opened and its schema migrated). Its Close

@@ -55,6 +55,7 @@ type Options struct {
 	Killswitch       KillswitchStore // the kill-switch's durable state (default Store)
 	Meta             MetaStore       // the installation secret (default Store)
 	Health           HealthCheck     // the storage's readiness, reported by Ready as "store" (default Store)
+	Usage            UsageStore      // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -196,6 +197,9 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.proxyOn = o.ProxyCA
 	b.sess = newSessionService(o.Sessions, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
+	if o.Usage != nil {
+		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
+	}
 	b.appr = newApprovals(approvalsConfig{
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,

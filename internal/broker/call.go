@@ -532,7 +532,9 @@ func (c *Call) recordAllowed(ctx context.Context) error {
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
 	var side *grants.UsageUpdate
-	if c.grant.Grant.MaxUses > 0 || len(c.grant.Grant.Budget) > 0 {
+	// A shared count (UsageStore) is the truth: no snapshot of this
+	// broker's mirror may overwrite it.
+	if limited(&c.grant.Grant) && !c.grant.Shared() {
 		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}
 	}
 	if _, err := c.b.audit.Append(ctx, ev, side); err != nil {

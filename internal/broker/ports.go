@@ -81,6 +81,9 @@ func (o *Options) fillPorts() error {
 		if o.Health == nil {
 			o.Health = o.Store
 		}
+		if u, ok := o.Store.(UsageStore); ok && o.Usage == nil {
+			o.Usage = u
+		}
 	}
 	if o.Sessions == nil || o.Audit == nil || o.Actions == nil || o.Tokens == nil ||
 		o.Killswitch == nil || o.Meta == nil || o.Health == nil {

@@ -118,6 +118,7 @@ func (s *sessionService) syncGrants(ctx context.Context, l *Live) (bool, error) 
 // addGrantOnce adds a grant to a live session unless one with its id is
 // there (another read-through got there first).
 func (s *sessionService) addGrantOnce(l *Live, gl *grants.Live) bool {
+	s.share(gl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cur := l.Grants()

@@ -26,6 +26,7 @@ type sessionService struct {
 	rateBurst int
 	awsKey    []byte                 // derives each session's SigV4 secret
 	ended     func(*Live, time.Time) // observes a session that expired (metrics)
+	counter   grants.Counter         // counts limited grants when the store is shared (UsageStore), or nil
 
 	mu       sync.RWMutex
 	sessions map[string]*Live
@@ -99,6 +100,7 @@ func (s *sessionService) addLive(ss session.Session, gs []*grants.Live) *Live {
 	}
 	l.bind, l.bound = ss.Bind()
 	l.ctx, l.cancel = context.WithCancel(context.Background())
+	s.share(gs...)
 	l.grants.Store(&gs)
 	s.mu.Lock()
 	if had, ok := s.sessions[ss.ID]; ok {

@@ -472,7 +472,8 @@ type Live struct {
 	revoked atomic.Bool
 	mu      sync.Mutex
 	usage   Usage
-	pending Usage // held by pending actions (Version unused); see usage.go
+	pending Usage   // held by pending actions (Version unused); see usage.go
+	counter Counter // where the limits are counted when shared (SetCounter), or nil: here
 }
 
 type compiledRule struct {

@@ -18,9 +18,32 @@ import "fmt"
 // ConsumePending (executed) or ReleasePending (denied, expired, failed,
 // session killed).
 
+// Counter counts a grant's uses and budgeted amounts where every broker
+// sharing a store sees them (the broker's UsageStore on PostgreSQL). With
+// one (SetCounter), it alone decides whether a use is left, and a pending
+// action's reservation stays counted in it until the action is released or
+// sent: Pend, RestorePending and ConsumePending change nothing there. The
+// Live's own counters then only mirror this process's share, for views.
+type Counter interface {
+	// Reserve takes one use and amounts of g unless that would pass its
+	// max_uses or a budget: ErrGrantExhausted or ErrBudgetExceeded, or
+	// another error when the count cannot be reached (nothing taken).
+	Reserve(g *Grant, amounts map[string]float64) error
+	// Release gives back one use and amounts of g (a reservation whose
+	// call was not sent).
+	Release(g *Grant, amounts map[string]float64)
+}
+
+// SetCounter makes c count the grant's limits (see Counter). Call it
+// before the grant is used.
+func (l *Live) SetCounter(c Counter) { l.counter = c }
+
 // reserve takes one use and amounts when the grant's usage plus its pending
 // reservations leave room for them.
 func (l *Live) reserve(amounts []amount) error {
+	if l.counter != nil {
+		return l.reserveShared(amounts)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.Grant.MaxUses > 0 && l.usage.Uses+l.pending.Uses >= l.Grant.MaxUses {
@@ -39,9 +62,37 @@ func (l *Live) reserve(amounts []amount) error {
 	return nil
 }
 
+// reserveShared reserves through the counter, then mirrors it here.
+func (l *Live) reserveShared(amounts []amount) error {
+	var m map[string]float64
+	if len(amounts) > 0 {
+		m = make(map[string]float64, len(amounts))
+		for _, a := range amounts {
+			m[a.key] += a.v
+		}
+	}
+	if err := l.counter.Reserve(&l.Grant, m); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.usage.Uses++
+	for _, a := range amounts {
+		l.usage.Spent[a.key] += a.v
+	}
+	l.usage.Version++
+	return nil
+}
+
+// Shared reports whether a Counter counts the grant's limits (SetCounter).
+func (l *Live) Shared() bool { return l.counter != nil }
+
 // Refund gives back the use and amounts a decision reserved, or that
 // ConsumePending took, when the call does not happen after all.
 func (l *Live) Refund(amounts map[string]float64) {
+	if l.counter != nil {
+		l.counter.Release(&l.Grant, amounts)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.usage.Uses--
@@ -105,6 +156,13 @@ func (d *Decision) Pend() {
 func (l *Live) RestorePending(amounts map[string]float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.counter != nil {
+		// The usage loaded from the counter holds the action's use: move it.
+		l.usage.Uses--
+		for k, v := range amounts {
+			l.usage.Spent[k] -= v
+		}
+	}
 	l.pending.Uses++
 	if len(amounts) > 0 && l.pending.Spent == nil {
 		l.pending.Spent = map[string]float64{}
@@ -117,6 +175,9 @@ func (l *Live) RestorePending(amounts map[string]float64) {
 // ReleasePending gives back a pending action's reservation: it was denied,
 // expired or failed before it was sent.
 func (l *Live) ReleasePending(amounts map[string]float64) {
+	if l.counter != nil {
+		l.counter.Release(&l.Grant, amounts)
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.pending.Uses--
@@ -133,12 +194,16 @@ func (l *Live) ReleasePending(amounts map[string]float64) {
 func (l *Live) ConsumePending(amounts map[string]float64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.Grant.MaxUses > 0 && l.usage.Uses >= l.Grant.MaxUses {
-		return ErrGrantExhausted
-	}
-	for k, v := range amounts {
-		if l.usage.Spent[k]+v > l.Grant.Budget[k] {
-			return fmt.Errorf("%w: %s", ErrBudgetExceeded, k)
+	// With a Counter the reservation is counted there already: it is the
+	// use this call takes, nothing to check again.
+	if l.counter == nil {
+		if l.Grant.MaxUses > 0 && l.usage.Uses >= l.Grant.MaxUses {
+			return ErrGrantExhausted
+		}
+		for k, v := range amounts {
+			if l.usage.Spent[k]+v > l.Grant.Budget[k] {
+				return fmt.Errorf("%w: %s", ErrBudgetExceeded, k)
+			}
 		}
 	}
 	l.pending.Uses--

@@ -98,6 +98,7 @@ var codes = []struct {
 	{broker.ErrConflict, 409, "conflict", "Conflict", true},
 	{upstream.ErrCredentialUnavailable, 503, "credential_unavailable", "Credential unavailable", false},
 	{audit.ErrUnavailable, 503, "audit_unavailable", "Audit log unavailable", false},
+	{broker.ErrUsageUnavailable, 503, "usage_unavailable", "Grant usage unavailable", false},
 	{upstream.ErrTimeout, 504, "upstream_timeout", "Upstream timeout", false},
 	{upstream.ErrUpstream, 502, "upstream_error", "Upstream error", false},
 }

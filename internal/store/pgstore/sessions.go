@@ -106,7 +106,16 @@ func (s *PG) Sessions(ctx context.Context, after string, limit int) ([]session.S
 }
 
 const grantColumns = `g.id, g.session_id, g.task_id, g.upstream, g.ttl_ns, g.max_uses, g.approval, g.approvals_required,
-	g.budget, g.rules, g.created_at, g.expires_at, g.revoked_at, g.created_by, u.uses, u.spent, u.version`
+	g.budget, g.rules, g.created_at, g.expires_at, g.revoked_at, g.created_by,
+	coalesce(c.uses, u.uses),
+	CASE WHEN c.grant_id IS NULL THEN u.spent
+		ELSE coalesce((SELECT json_object_agg(sp.key, sp.spent) FROM grant_spend sp WHERE sp.grant_id = g.id), '{}'::json) END,
+	coalesce(u.version, 0)`
+
+// grantsFrom is where grantColumns are read: a grant counted in
+// grant_count and grant_spend (exact limits, schema 2) has its usage from
+// there, the truth; else from its snapshot in grant_usage.
+const grantsFrom = `FROM grants g LEFT JOIN grant_usage u ON u.grant_id = g.id LEFT JOIN grant_count c ON c.grant_id = g.id`
 
 const upsertGrant = `INSERT INTO grants (id, session_id, task_id, upstream, ttl_ns, max_uses, approval, approvals_required,
 		budget, rules, created_at, expires_at, revoked_at, created_by)
@@ -198,14 +207,14 @@ func (s *PG) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) erro
 // Grant implements broker.SessionStore.
 func (s *PG) Grant(ctx context.Context, id string) (store.GrantRecord, error) {
 	r, err := scanGrant(s.pool.QueryRow(ctx, `SELECT `+grantColumns+`
-		FROM grants g LEFT JOIN grant_usage u ON u.grant_id = g.id WHERE g.id = $1`, id))
+		`+grantsFrom+` WHERE g.id = $1`, id))
 	return r, noRowsAs(err, errSessionNotFound)
 }
 
 // SessionGrants implements broker.SessionStore: in id order.
 func (s *PG) SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+grantColumns+`
-		FROM grants g LEFT JOIN grant_usage u ON u.grant_id = g.id WHERE g.session_id = $1 ORDER BY g.id`, sessionID)
+		`+grantsFrom+` WHERE g.session_id = $1 ORDER BY g.id`, sessionID)
 	if err != nil {
 		return nil, err
 	}

@@ -50,11 +50,16 @@ type Ports struct {
 	Actions  broker.ActionStore
 	Audit    broker.AuditStore
 	Health   broker.HealthCheck
+	// Usage counts grants' limits for a store several brokers share
+	// (PostgreSQL), or nil: the grants count in memory (bbolt). The
+	// limits' contract runs either way, through the grants' reservation.
+	Usage broker.UsageStore
 }
 
 // All is every port of a whole store.
 func All(s store.Store) Ports {
-	return Ports{Sessions: s, Tokens: s, Meta: s, Actions: s, Audit: s, Health: s}
+	u, _ := s.(broker.UsageStore)
+	return Ports{Sessions: s, Tokens: s, Meta: s, Actions: s, Audit: s, Health: s, Usage: u}
 }
 
 // Run runs the contract against the ports open returns (a fresh, empty
@@ -65,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) Ports) {
 	t.Run("Meta", func(t *testing.T) { testMeta(t, open) })
 	t.Run("Actions", func(t *testing.T) { testActions(t, open) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, open) })
+	t.Run("Limits", func(t *testing.T) { testLimits(t, open) })
 	t.Run("Health", func(t *testing.T) {
 		if err := open(t).Health.Ready(context.Background()); err != nil {
 			t.Fatalf("Ready on an open store = %v", err)

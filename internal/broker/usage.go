@@ -1,0 +1,90 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/grants"
+)
+
+// UsageStore counts grants' uses and budgets where every broker sharing the
+// store sees them, so max_uses and budgets are exact across replicas and
+// restarts (DESIGN §9). Without one (bbolt: one broker per file) a grant
+// counts in memory (grants.Live), persisted as snapshots with the audit
+// records, as before.
+//
+// A pending action's reservation stays counted until it is released or
+// sent: Reserve at the decision, nothing when the action is held, approved
+// or executed, Release when it is denied, expires, fails unsent, or its call
+// is not sent. A crash between a transition and its Release keeps the use
+// counted: a limit may lose a use, it never gains one.
+type UsageStore interface {
+	// Reserve takes one use and amounts of grant id if its counted uses
+	// stay below maxUses (0: unlimited) and each amount's spent total
+	// stays within budget[key] (a key without a budget has none left):
+	// grants.ErrGrantExhausted or grants.ErrBudgetExceeded (wrapped, naming
+	// the key) otherwise, with nothing taken. Durable when it returns.
+	Reserve(ctx context.Context, id string, maxUses int64, amounts, budget map[string]float64) error
+	// Release gives back one use and amounts of grant id, never below zero.
+	Release(ctx context.Context, id string, amounts map[string]float64) error
+}
+
+// ErrUsageUnavailable: a grant's limits could not be counted (the usage
+// store did not answer); the call is refused, nothing was taken.
+var ErrUsageUnavailable = errors.New("grant usage unavailable")
+
+// usageTimeout bounds one reservation or release. A sandbox call's
+// reservation is not cut by its request's end: it completes or fails
+// within this bound, so it is never left half-known.
+const usageTimeout = 10 * time.Second
+
+// NewUsageCounter adapts a UsageStore to the grants' Counter: what a
+// grants.Live counts its limits with when the store is shared.
+func NewUsageCounter(u UsageStore, log *slog.Logger) grants.Counter {
+	return usageCounter{store: u, log: log}
+}
+
+type usageCounter struct {
+	store UsageStore
+	log   *slog.Logger
+}
+
+func (c usageCounter) Reserve(g *grants.Grant, amounts map[string]float64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), usageTimeout)
+	defer cancel()
+	err := c.store.Reserve(ctx, g.ID, g.MaxUses, amounts, g.Budget)
+	if err == nil || errors.Is(err, grants.ErrGrantExhausted) || errors.Is(err, grants.ErrBudgetExceeded) {
+		return err
+	}
+	c.log.Error("reserve a grant's use", "grant_id", g.ID, "err", err)
+	return fmt.Errorf("%w: %w", ErrUsageUnavailable, err)
+}
+
+// Release gives the use back; when the store cannot take it, the use stays
+// counted (logged): the limit loses a use, it never gains one.
+func (c usageCounter) Release(g *grants.Grant, amounts map[string]float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), usageTimeout)
+	defer cancel()
+	if err := c.store.Release(ctx, g.ID, amounts); err != nil {
+		c.log.Error("release a grant's use; it stays counted", "grant_id", g.ID, "err", err)
+	}
+}
+
+// limited reports whether a grant has limits to count (max_uses or a
+// budget): only those reach the UsageStore.
+func limited(g *grants.Grant) bool { return g.MaxUses > 0 || len(g.Budget) > 0 }
+
+// share makes the store count gs' limits, when it is shared (a UsageStore).
+func (s *sessionService) share(gs ...*grants.Live) {
+	if s.counter == nil {
+		return
+	}
+	for _, g := range gs {
+		if limited(&g.Grant) && !g.Shared() {
+			g.SetCounter(s.counter)
+		}
+	}
+}
