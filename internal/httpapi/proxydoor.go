@@ -131,6 +131,13 @@ type tunnel struct {
 	token  string
 	remote netip.Addr
 	dest   broker.Destination
+	// authority is dest as a Host header names it with its port
+	// ("api.example.com:8443"): hostMatches compares it without parsing.
+	authority string
+}
+
+func newTunnel(token string, remote netip.Addr, dest broker.Destination) *tunnel {
+	return &tunnel{token: token, remote: remote, dest: dest, authority: dest.String()}
 }
 
 type tunnelKey struct{}
@@ -304,7 +311,16 @@ func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
 	}
 	tlsConn := tls.Server(raw, &tls.Config{
 		MinVersion: tls.VersionTLS12,
-		NextProtos: []string{"http/1.1"}, // h2 is not offered: the inner server speaks HTTP/1.1
+		NextProtos: innerProtos, // h2 is not offered: the inner server speaks HTTP/1.1
+		// No session tickets: a tunnel's config is its own, so a ticket
+		// could never be redeemed (only minted, sealed and sent, on every
+		// handshake), and a resumed handshake would skip GetCertificate,
+		// where the SNI is checked against the CONNECT host.
+		SessionTicketsDisabled: true,
+		// Full-size records from the first byte: the client is a sandbox
+		// next to the broker, not a browser across the Internet, and small
+		// first records only cost one write each.
+		DynamicRecordSizingDisabled: true,
 		GetCertificate: func(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 			if !serverNameMatches(hello.ServerName, dest) {
 				return nil, errSNIMismatch
@@ -326,11 +342,14 @@ func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	handedOver = true
-	if !p.conns.push(&tunnelConn{Conn: tlsConn, t: &tunnel{token: tok, remote: remoteAddr(r), dest: dest}, release: release}) {
+	if !p.conns.push(&tunnelConn{Conn: tlsConn, t: newTunnel(tok, remoteAddr(r), dest), release: release}) {
 		tlsConn.Close()
 		release()
 	}
 }
+
+// innerProtos is the ALPN the door offers inside a tunnel.
+var innerProtos = []string{"http/1.1"}
 
 // serverNameMatches: the TLS server name must be the CONNECT host. A client
 // sends none for an IP address (RFC 6066), so none is accepted only then.
@@ -344,8 +363,15 @@ func serverNameMatches(sni string, d broker.Destination) bool {
 }
 
 // hostMatches: a request inside a tunnel must name the tunnel's host (and
-// its port, which may be left out when it is 443).
-func hostMatches(hostHeader string, d broker.Destination) bool {
+// its port, which may be left out when it is 443). It runs on every
+// request in the tunnel: the forms clients send (the CONNECT host as it
+// was canonicalized, with or without the port) match by comparison alone;
+// anything else (upper case, a trailing dot, brackets) is parsed.
+func hostMatches(hostHeader string, t *tunnel) bool {
+	d := t.dest
+	if hostHeader == t.authority || hostHeader == d.Host && d.Port == 443 {
+		return true
+	}
 	h, port := hostHeader, 443
 	if sh, ps, err := net.SplitHostPort(hostHeader); err == nil {
 		n, err := strconv.Atoi(ps)
@@ -375,7 +401,7 @@ func (p *ProxyDoor) serveTunneled(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p.s.refuse(r, c, err), c.RequestID())
 		return
 	}
-	if !hostMatches(r.Host, t.dest) {
+	if !hostMatches(r.Host, t) {
 		w.Header().Set("Connection", "close")
 		writeProblem(w, p.s.refuse(r, c, errHostMismatch), c.RequestID())
 		return

@@ -115,8 +115,11 @@ func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *broker.Call,
 		return
 	}
 	defer resp.Close()
-	resp.CopyHeader(w.Header())
-	w.Header().Set("X-Airlock-Request-Id", rec.RequestID)
+	h := w.Header()
+	resp.CopyHeader(h)
+	if vs := h["X-Airlock-Request-Id"]; len(vs) != 1 || vs[0] != rec.RequestID { // the upstream's own is not passed on
+		h.Set("X-Airlock-Request-Id", rec.RequestID)
+	}
 	n, werr := writeBody(w, r, resp.Response, resp.Scrub)
 	upDur := resp.UpstreamTime()
 	s.metrics.upstream(rec.Upstream, upDur)
@@ -175,7 +178,7 @@ func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scru
 		return 0, nil
 	}
 	if resp.ContentLength >= 0 && resp.ContentLength <= smallBody {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, resp.ContentLength+1))
+		body, err := readAnswer(resp.Body, resp.ContentLength)
 		if err != nil {
 			return 0, errors.Join(errAnswerUnread, err)
 		}
@@ -206,6 +209,25 @@ func writeBody(w http.ResponseWriter, r *http.Request, resp *http.Response, scru
 			return total, errors.Join(errStreamCut, err)
 		}
 	}
+}
+
+// readAnswer reads a small answer of announced length n into one buffer
+// of that size (no regrowing and copying as io.ReadAll does), at most n+1
+// bytes as io.ReadAll(io.LimitReader(r, n+1)) would. n is at most
+// smallBody: the buffer is bounded whatever the upstream announces.
+func readAnswer(r io.Reader, n int64) ([]byte, error) {
+	buf := make([]byte, 0, n+1)
+	for len(buf) < cap(buf) {
+		m, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+m]
+		if err == io.EOF { // as io.ReadAll: the end, not a wrapped error
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // proxyMethods are the methods a sandbox may use; others answer 405.
