@@ -458,21 +458,7 @@ func (p *ProxyDoor) call(w http.ResponseWriter, r *http.Request, c *broker.Call,
 		return
 	}
 	r.Header.Del("Authorization")
-	req, err := readCall(w, r, escapedPath, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
-	if err != nil {
-		deny(err)
-		return
-	}
-	c.SetPath(grants.JoinPath(req.Segments), int64(len(req.Raw)))
-	if err := c.Authorize(req); err != nil {
-		deny(err)
-		return
-	}
-	if c.Gated() {
-		s.hold(w, r, c, failed, p.wait)
-		return
-	}
-	s.forward(w, r, c, deny, failed)
+	s.restCall(w, r, c, u, escapedPath, p.wait)
 }
 
 // proxyAWS is an AWS upstream through the proxy door: the stock SDK or CLI

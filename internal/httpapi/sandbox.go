@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -57,6 +58,17 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		deny(err)
 		return
 	}
+	wait, _ := preferWait(r)
+	s.restCall(w, r, c, u, rest, wait)
+}
+
+// restCall is the REST pipeline of an admitted call, for the REST door and
+// the proxy door: read the request canonically (rest is its escaped path
+// on the upstream), authorize it, then hold it for a human (waiting up to
+// wait for the decision) or forward it.
+func (s *Server) restCall(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, rest string, wait time.Duration) {
+	failed := func(p Problem) { writeProblem(w, p, c.RequestID()) }
+	deny := func(err error) { failed(s.refuse(r, c, err)) }
 	req, err := readCall(w, r, rest, u.MaxBody, grants.PathOptions{AllowSemicolons: u.AllowPathSemicolons})
 	if err != nil {
 		deny(err)
@@ -68,7 +80,6 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if c.Gated() {
-		wait, _ := preferWait(r)
 		s.hold(w, r, c, failed, wait)
 		return
 	}
