@@ -62,6 +62,11 @@ type Store struct {
 	// settings such as pool_max_conns are read from it). It may hold a
 	// password: give it through ${VAR}; it is never logged.
 	DSN string `yaml:"dsn"`
+	// ReplicaID names this broker among the replicas on one postgres
+	// database, as the owner of the approved actions it executes (default:
+	// random per start; a stable name, e.g. the pod's, lets a restarted
+	// replica fail its own interrupted executions at once).
+	ReplicaID string `yaml:"replica_id"`
 }
 
 // Store drivers.
