@@ -98,7 +98,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 	feed, _ := st.(broker.ChangeFeed) // replicas on one database follow each other's changes
 	registerStoreMetrics(reg, st)
 	b, err := broker.New(ctx, broker.Options{
-		Changes: feed, ReplicaID: cfg.Store.ReplicaID,
+		Changes: feed, ReplicaID: cfg.Store.ReplicaID, ActionLease: cfg.Approval.ExecutionLease,
 		Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout, MaxPending: cfg.Approval.MaxPendingPerSession,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,

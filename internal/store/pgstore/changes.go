@@ -31,6 +31,10 @@ var _ broker.ChangeFeed = (*PG)(nil)
 // changesChannel is the NOTIFY channel of the change feed.
 const changesChannel = "airlock_changes"
 
+// ListenerApplicationName is the application_name of a follower's
+// dedicated connection (pg_stat_activity shows it).
+const ListenerApplicationName = "airlock-changes"
+
 // checkEvery is how often a follower reads the feed without a notification.
 const checkEvery = 500 * time.Millisecond
 
@@ -78,7 +82,9 @@ func (s *PG) FollowChanges(ctx context.Context, from int64, apply func(broker.Ch
 // follow runs one listener connection until it fails or ctx ends.
 func (s *PG) follow(ctx context.Context, last *int64, apply func(broker.Change) error, current func(time.Time), lastPrune *time.Time) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	conn, err := pgx.ConnectConfig(cctx, s.pool.Config().ConnConfig.Copy())
+	cfg := s.pool.Config().ConnConfig.Copy()
+	cfg.RuntimeParams["application_name"] = ListenerApplicationName
+	conn, err := pgx.ConnectConfig(cctx, cfg)
 	cancel()
 	if err != nil {
 		return err
