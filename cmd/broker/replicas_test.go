@@ -72,9 +72,9 @@ func TestReplicasKillReachesEveryReplica(t *testing.T) {
 	hits := len(up.requests())
 	select {
 	case r := <-inflight:
-		if r.status == 200 && strings.Contains(string(r.body), "method") {
-			t.Fatalf("B's in-flight call was answered after the kill: %d %s", r.status, r.body)
-		}
+		// Cut by the kill (not by the upstream's 10 s timeout, 504).
+		t.Logf("B's in-flight call: %d %s", r.status, r.body)
+		r.wantProblem(t, 401, "session_revoked")
 	case <-time.After(20 * time.Second): // the upstream holds it 30 s: only the kill ends it sooner
 		t.Fatal("B's in-flight call was not cut by the kill on A")
 	}
@@ -291,5 +291,60 @@ upstreams:
 	}
 	if failed != 1 {
 		t.Errorf("%d action.failed records, want 1", failed)
+	}
+}
+
+// TestReplicasExpiryRecordedOnce: a pending action created on A expires
+// on every replica's timer; the row-locked transition has one winner, so
+// it is recorded once. An action whose creator stopped is expired by the
+// replica still running.
+func TestReplicasExpiryRecordedOnce(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	up := newUpstream(t)
+	const timeout = "approval: {timeout: 2s}\n"
+	a := pgBroker(t, up, dsn, timeout)
+	op := a.newToken("operator", "orchestrator")
+	alice := a.newToken("reviewer", "alice")
+	s := gatedSession(a, op, nil)
+	b := pgBroker(t, up, dsn, timeout)
+
+	pending := func(p *brokerProc) string {
+		r := p.do("POST", p.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`)
+		if r.status != http.StatusAccepted {
+			t.Fatalf("gated call: %d %s", r.status, r.body)
+		}
+		return decodeAction(t, r).ID
+	}
+	expired := func(p *brokerProc, id string) {
+		t.Helper()
+		eventually(t, 15*time.Second, func() bool {
+			return decodeAction(t, p.do("GET", p.control+"/v1/approvals/"+id, alice, nil)).Status == "expired"
+		})
+	}
+	count := func(id string) int {
+		n := 0
+		for _, line := range strings.Split(string(b.auditExport()), "\n") {
+			if strings.Contains(line, `"type":"action.expired"`) && strings.Contains(line, id) {
+				n++
+			}
+		}
+		return n
+	}
+
+	both := pending(a)
+	expired(b, both)
+	expired(a, both)
+	if n := count(both); n != 1 {
+		t.Errorf("an action expired with two replicas running has %d action.expired records, want 1", n)
+	}
+
+	orphan := pending(a)
+	a.stop() // its creator is gone before the expiry
+	expired(b, orphan)
+	if n := count(orphan); n != 1 {
+		t.Errorf("an orphaned action has %d action.expired records, want 1", n)
+	}
+	if len(up.requests()) != 0 {
+		t.Error("an expired action reached the upstream")
 	}
 }

@@ -59,8 +59,8 @@ type Writer struct {
 type pending struct {
 	ev      Event
 	side    *grants.UsageUpdate
-	guard   bool // refused when its session, grant or the kill-switch was killed first (a Sequencer's check)
-	refused bool // the Sequencer refused it (ErrKilled): it is not in the chain
+	guard   bool       // refused when its session, grant or the kill-switch was killed first (a Sequencer's check)
+	refused bool       // the Sequencer refused it (ErrKilled): it is not in the chain
 	done    chan error // nil for records nobody waits for
 	written time.Time  // when its batch was written (commit latency metric)
 }
