@@ -102,8 +102,9 @@ type Action struct {
 	// when its claim ends unless renewed: past it, any replica fails the
 	// action (never re-sent). Zero when not executing, and on a store that
 	// keeps neither (one replica: a restart fails what was executing).
-	Owner      string
-	LeaseUntil time.Time
+	// Not in bbolt's record (json "-"): the embedded store has one replica.
+	Owner      string    `json:"-"`
+	LeaseUntil time.Time `json:"-"`
 }
 
 // Approvals counts approving decisions.
