@@ -284,11 +284,15 @@ upstreams:
 		t.Errorf("the upstream saw the action %d times, want exactly 1", n)
 	}
 	var failed int
-	for _, line := range strings.Split(string(b.auditExport()), "\n") {
-		if strings.Contains(line, `"type":"action.failed"`) && strings.Contains(line, id) {
-			failed++
+	eventually(t, 10*time.Second, func() bool { // the record follows the transition
+		failed = 0
+		for _, line := range strings.Split(string(b.auditExport()), "\n") {
+			if strings.Contains(line, `"type":"action.failed"`) && strings.Contains(line, id) {
+				failed++
+			}
 		}
-	}
+		return failed > 0
+	})
 	if failed != 1 {
 		t.Errorf("%d action.failed records, want 1", failed)
 	}
@@ -331,9 +335,12 @@ func TestReplicasExpiryRecordedOnce(t *testing.T) {
 		return n
 	}
 
+	// The record follows the transition: wait for it, then count.
+	recorded := func(id string) { eventually(t, 10*time.Second, func() bool { return count(id) > 0 }) }
 	both := pending(a)
 	expired(b, both)
 	expired(a, both)
+	recorded(both)
 	if n := count(both); n != 1 {
 		t.Errorf("an action expired with two replicas running has %d action.expired records, want 1", n)
 	}
@@ -341,6 +348,7 @@ func TestReplicasExpiryRecordedOnce(t *testing.T) {
 	orphan := pending(a)
 	a.stop() // its creator is gone before the expiry
 	expired(b, orphan)
+	recorded(orphan)
 	if n := count(orphan); n != 1 {
 		t.Errorf("an orphaned action has %d action.expired records, want 1", n)
 	}
