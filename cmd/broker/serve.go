@@ -95,7 +95,10 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 			Client: &http.Client{Timeout: 10 * time.Second}, Log: log.With("component", "webhook"), Now: time.Now}
 	}
 	reg := prometheus.NewRegistry()
+	feed, _ := st.(broker.ChangeFeed) // replicas on one database follow each other's changes
+	registerStoreMetrics(reg, st)
 	b, err := broker.New(ctx, broker.Options{
+		Changes: feed, ReplicaID: cfg.Store.ReplicaID, ActionLease: cfg.Approval.ExecutionLease,
 		Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Usage: usageOf(st), Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout, MaxPending: cfg.Approval.MaxPendingPerSession,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -40,4 +42,23 @@ func openStore(ctx context.Context, cfg *config.Config, log *slog.Logger) (store
 		}
 		return boltstore.OpenBolt(filepath.Join(cfg.DataDir, "airlock.db"), cfg.Audit.Durability, log)
 	}
+}
+
+// registerStoreMetrics adds the PostgreSQL pool's use to the metrics.
+func registerStoreMetrics(reg prometheus.Registerer, st store.Store) {
+	pg, ok := st.(*pgstore.PG)
+	if !ok {
+		return
+	}
+	pool := pg.Pool()
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_store_pool_acquired_conns", Help: "PostgreSQL connections of the pool in use."},
+			func() float64 { return float64(pool.Stat().AcquiredConns()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_store_pool_total_conns", Help: "PostgreSQL connections the pool holds (idle and in use)."},
+			func() float64 { return float64(pool.Stat().TotalConns()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_store_pool_max_conns", Help: "The pool's maximum connections (pool_max_conns)."},
+			func() float64 { return float64(pool.Stat().MaxConns()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "airlock_store_pool_empty_acquire_total", Help: "Acquisitions that waited for a connection (the pool was exhausted)."},
+			func() float64 { return float64(pool.Stat().EmptyAcquireCount()) }),
+	)
 }

@@ -98,6 +98,13 @@ type Action struct {
 	PermitGrants      []string           // other grants whose permission the request needs (an AWS ACL header, a copy's source); each must still hold at execution
 	Decisions         []Decision
 	Result            *Result
+	// Owner is the replica that claimed an executing action, and LeaseUntil
+	// when its claim ends unless renewed: past it, any replica fails the
+	// action (never re-sent). Zero when not executing, and on a store that
+	// keeps neither (one replica: a restart fails what was executing).
+	// Not in bbolt's record (json "-"): the embedded store has one replica.
+	Owner      string    `json:"-"`
+	LeaseUntil time.Time `json:"-"`
 }
 
 // Approvals counts approving decisions.

@@ -122,8 +122,29 @@ type Sequencer interface {
 	// is as for WriteAudit. seal may be called again (a retried
 	// transaction): only the entries of its last call are stored, and an
 	// error of seal is returned with nothing stored.
-	AppendAudit(ctx context.Context, seal func(seq uint64, head string) ([]Entry, error)) (needSync bool, err error)
+	//
+	// guards name the batch's guarded records (a call's "allowed" record,
+	// written before the call is sent): inside the transaction, before
+	// seal, the sink reads whether each one's session was killed, its
+	// grant revoked or the kill-switch engaged, and keeps that state from
+	// changing until the commit (a kill committed after the check waits
+	// for the records); seal is told which are refused (refused[i] for
+	// guards[i]) and leaves them out of the chain.
+	AppendAudit(ctx context.Context, guards []Guard, seal func(seq uint64, head string, refused []bool) ([]Entry, error)) (needSync bool, err error)
 }
+
+// Guard names a guarded record of a batch: it may be written only while
+// its session and grant are alive and the kill-switch released.
+type Guard struct {
+	SessionID string
+	GrantID   string
+}
+
+// ErrKilled refuses a guarded record (Writer.AppendGuarded) whose session
+// was killed, grant revoked, or the kill-switch engaged, by a change the
+// shared sink had committed before the record: it is not in the chain,
+// and the call it describes must not be sent.
+var ErrKilled = errors.New("audit: the record's session, grant or the kill-switch was killed first")
 
 // Verifier checks a chain record by record.
 type Verifier struct {

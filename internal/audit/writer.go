@@ -59,6 +59,8 @@ type Writer struct {
 type pending struct {
 	ev      Event
 	side    *grants.UsageUpdate
+	guard   bool       // refused when its session, grant or the kill-switch was killed first (a Sequencer's check)
+	refused bool       // the Sequencer refused it (ErrKilled): it is not in the chain
 	done    chan error // nil for records nobody waits for
 	written time.Time  // when its batch was written (commit latency metric)
 }
@@ -96,6 +98,21 @@ var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan er
 // side, if not nil, is persisted by the sink in the same transaction.
 // Any failure is wrapped in ErrUnavailable.
 func (w *Writer) Append(ctx context.Context, ev Event, side *grants.UsageUpdate) (Event, error) {
+	return w.append(ctx, ev, side, false)
+}
+
+// AppendGuarded is Append for a record that must not be written once its
+// session was killed, its grant revoked or the kill-switch engaged (a
+// call's "allowed" record): over a Sequencer (replicas on one database)
+// the check is made inside the transaction that writes it, against what
+// other replicas committed, and a refused record is ErrKilled (not
+// ErrUnavailable). Over another sink it is Append: the broker's own
+// in-memory checks are the whole truth on one replica.
+func (w *Writer) AppendGuarded(ctx context.Context, ev Event, side *grants.UsageUpdate) (Event, error) {
+	return w.append(ctx, ev, side, true)
+}
+
+func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate, guard bool) (Event, error) {
 	if err := ctx.Err(); err != nil {
 		return ev, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -104,7 +121,7 @@ func (w *Writer) Append(ctx context.Context, ev Event, side *grants.UsageUpdate)
 	}
 	ev.Time = ev.Time.UTC() // stored times are UTC: a record re-encodes as it was hashed
 	p := pendingPool.Get().(*pending)
-	p.ev, p.side = ev, side
+	p.ev, p.side, p.guard = ev, side, guard
 	w.mu.Lock()
 	if err := w.refusing(); err != nil {
 		w.mu.Unlock()
@@ -129,8 +146,11 @@ func (w *Writer) Append(ctx context.Context, ev Event, side *grants.UsageUpdate)
 		err = <-p.done
 	}
 	out := p.ev
-	p.ev, p.side, p.written = Event{}, nil, time.Time{}
+	p.ev, p.side, p.written, p.guard, p.refused = Event{}, nil, time.Time{}, false, false
 	pendingPool.Put(p)
+	if errors.Is(err, ErrKilled) {
+		return out, err
+	}
 	if err != nil {
 		return out, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -214,7 +234,7 @@ func (w *Writer) write(own *pending) {
 		if needSync {
 			w.dirty = true
 			for _, p := range batch {
-				if p.done != nil {
+				if p.done != nil && !p.refused {
 					w.unsynced = append(w.unsynced, p)
 				}
 			}
@@ -276,6 +296,11 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 		return false
 	}
 	w.setHead(seq, head)
+	for _, p := range batch {
+		if p.refused { // answered now: it is in no batch to sync
+			p.done <- ErrKilled
+		}
+	}
 	if needSync {
 		for _, p := range batch {
 			p.written = start
@@ -286,7 +311,7 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 		w.onCommit(len(batch), time.Since(start))
 	}
 	for _, p := range batch {
-		if p.done != nil {
+		if p.done != nil && !p.refused {
 			p.done <- nil
 		}
 	}
@@ -298,6 +323,9 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 func (w *Writer) seal(batch []*pending, seq uint64, head string) (uint64, string, error) {
 	entries := w.entries[:0] // only the writer's turn uses it
 	for _, p := range batch {
+		if p.refused {
+			continue
+		}
 		seq++
 		p.ev.Seq = seq
 		p.ev.PrevHash = head
@@ -316,11 +344,27 @@ func (w *Writer) seal(batch []*pending, seq uint64, head string) (uint64, string
 // appendShared has the Sequencer seal batch onto the head it holds, inside
 // its own transaction (the chain is shared by replicas).
 func (w *Writer) appendShared(batch []*pending) (seq uint64, head string, needSync bool, err error) {
-	needSync, err = w.sequencer.AppendAudit(context.Background(), func(s uint64, h string) ([]Entry, error) {
+	var guards []Guard
+	var guarded []*pending
+	for _, p := range batch {
+		if p.guard && p.done != nil {
+			guards = append(guards, Guard{SessionID: p.ev.SessionID, GrantID: p.ev.GrantID})
+			guarded = append(guarded, p)
+		}
+	}
+	needSync, err = w.sequencer.AppendAudit(context.Background(), guards, func(s uint64, h string, refused []bool) ([]Entry, error) {
+		for i, p := range guarded {
+			p.refused = i < len(refused) && refused[i]
+		}
 		var err error
 		seq, head, err = w.seal(batch, s, h)
 		return w.entries, err
 	})
+	if err != nil {
+		for _, p := range guarded {
+			p.refused = false // the whole batch failed: answered with err
+		}
+	}
 	return seq, head, needSync, err
 }
 

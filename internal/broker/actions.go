@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
@@ -61,6 +62,14 @@ type approvals struct {
 	ttl        time.Duration // how long a pending action waits for a decision
 	maxPending int64         // pending actions per session
 	gate       gateDeps
+	clock      clock.Clock   // the lease's renewal and the sweep
+	replica    string        // this broker, as the owner of what it executes
+	lease      time.Duration // an executing action's claim, renewed while it runs
+	shared     bool          // other replicas share the store (a change feed): sweep expired leases
+	held       sync.Map      // action id → struct{}: pending actions whose reservation this replica counts (pending.go)
+	sweepMu    sync.Mutex
+	sweepTimer clock.Timer // nil when not sweeping; stopped by close
+	closed     bool
 }
 
 // gateDeps is what the approvals service is given of the rest of the broker.
@@ -68,6 +77,7 @@ type gateDeps struct {
 	live     func(id string) (*Live, bool)        // a session in memory (sessionService)
 	grant    func(id string) (*grants.Live, bool) // a grant of a session in memory (sessionService)
 	engaged  func() bool                          // the global kill-switch
+	stale    func() bool                          // this replica cannot confirm it is current (changes.go)
 	standing func(l *Live) session.RuleOfTwo      // the session's Rule-of-Two standing now
 	upstream func(name string) bool               // whether an upstream is configured
 	// send sends an approved action's stored request through the call
@@ -93,12 +103,19 @@ type approvalsConfig struct {
 	ttl        time.Duration // default 15m
 	maxPending int           // default DefaultMaxPending
 	gate       gateDeps
+	replica    string        // this broker's id (Options.ReplicaID)
+	lease      time.Duration // default DefaultActionLease
+	shared     bool          // a change feed: other replicas share the store
 }
 
 func newApprovals(c approvalsConfig) *approvals {
 	s := &approvals{
 		store: c.store, notifier: approval.NewNotifier(), webhook: c.webhook, audit: c.audit, names: c.names,
 		now: c.now, log: c.log, ttl: c.ttl, maxPending: int64(c.maxPending), gate: c.gate,
+		clock: c.clock, replica: c.replica, lease: c.lease, shared: c.shared,
+	}
+	if s.lease <= 0 {
+		s.lease = DefaultActionLease
 	}
 	if s.ttl <= 0 {
 		s.ttl = 15 * time.Minute
@@ -110,8 +127,16 @@ func newApprovals(c approvalsConfig) *approvals {
 	return s
 }
 
-// close disarms every expiry timer; none is armed after it.
-func (s *approvals) close() { s.expiry.close() }
+// close disarms every expiry timer and the sweep; none is armed after it.
+func (s *approvals) close() {
+	s.expiry.close()
+	s.sweepMu.Lock()
+	s.closed = true
+	if s.sweepTimer != nil {
+		s.sweepTimer.Stop()
+	}
+	s.sweepMu.Unlock()
+}
 
 // Gated reports whether an allowed call must wait for a human: one of its
 // decisions (the one that reserved its use, and those of further
@@ -205,6 +230,7 @@ func (s *approvals) hold(ctx context.Context, l *Live, d *grants.Decision, out *
 			a.PermitGrants = append(a.PermitGrants, x.Grant.Grant.ID)
 		}
 	}
+	s.held.Store(a.ID, struct{}{}) // before the store: its change may be applied at once
 	if err := s.store.PutAction(ctx, &a); err != nil {
 		s.releasePending(a)
 		return a, fmt.Errorf("store action: %w", err)
@@ -283,7 +309,11 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	var execute bool
 	a, err := s.store.UpdateAction(ctx, id, func(a *approval.Action) error {
 		var err error
-		execute, err = approval.Decide(a, approval.Reviewer{ID: p.ID, Name: p.Name}, verdict, comment, s.now().UTC())
+		now := s.now().UTC()
+		execute, err = approval.Decide(a, approval.Reviewer{ID: p.ID, Name: p.Name}, verdict, comment, now)
+		if execute { // the claim: this replica executes it, while it renews the lease
+			a.Owner, a.LeaseUntil = s.replica, now.Add(s.lease)
+		}
 		return err
 	})
 	if errors.Is(err, approval.ErrExpired) {
@@ -292,11 +322,14 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	if err != nil {
 		return a, err
 	}
+	held := false // whether this replica counted the action's reservation (pending.go)
 	switch {
 	case a.Status == approval.Denied:
 		s.releasePending(a)
 	case execute: // the grant's reservation goes to execute
-		s.freeSlot(a.SessionID)
+		if held = s.unhold(a.ID); held {
+			s.freeSlot(a.SessionID)
+		}
 	}
 	typ := typeActionApproved
 	if verdict == "deny" {
@@ -307,7 +340,9 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
 	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
-			s.releaseReservation(a)
+			if held {
+				s.releaseReservation(a)
+			}
 			s.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: s.now().UTC()}, approval.Failed, "audit unavailable")
 		}
 		return a, err
@@ -315,25 +350,37 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	s.announce(a, typ, p.ID)
 	if execute {
 		s.expiry.stop(id)
-		go s.execute(a)
+		go s.execute(a, held)
 	}
 	return a, nil
 }
 
 // execute sends an approved action's stored request once. The action's
-// reservation on its grant (held since Hold) becomes usage when it is sent,
-// and is released when it is not.
-func (s *approvals) execute(a approval.Action) {
+// reservation on its grant (held since Hold, when held: on this replica)
+// becomes usage when it is sent, and is released when it is not. While it
+// runs, this replica renews its claim's lease; a replica that stops
+// renewing (it died) leaves the action to be failed by another once the
+// lease ends (sweep), never sent again.
+func (s *approvals) execute(a approval.Action, held bool) {
 	start := s.now()
+	stopRenewal := s.renewLease(a.ID)
 	fail := func(code, reason string) {
+		stopRenewal()
 		s.finish(a.ID, &approval.Result{Code: code, ExecutedAt: s.now().UTC()}, approval.Failed, reason)
 	}
+	reserved := held
 	unsent := func(code, reason string) {
-		s.releaseReservation(a)
+		if reserved {
+			s.releaseReservation(a)
+		}
 		fail(code, reason)
 	}
 	if s.gate.engaged() {
 		unsent("killswitch_engaged", "kill-switch engaged")
+		return
+	}
+	if s.gate.stale() {
+		unsent("broker_unavailable", "this replica could not confirm it is current")
 		return
 	}
 	l, ok := s.gate.live(a.SessionID)
@@ -367,6 +414,10 @@ func (s *approvals) execute(a approval.Action) {
 	if !s.gate.upstream(a.Upstream) {
 		unsent("upstream_error", "the upstream is no longer configured")
 		return
+	}
+	if !reserved { // held by the replica that created it: counted here now
+		g.RestorePending(a.Amounts)
+		reserved = true
 	}
 	if err := g.ConsumePending(a.Amounts); err != nil {
 		code := "grant_exhausted"
@@ -409,6 +460,7 @@ func (s *approvals) execute(a approval.Action) {
 		body, res.Truncated = body[:maxResultBody], true
 	}
 	res.Body = body
+	stopRenewal()
 	s.finish(a.ID, res, approval.Executed, "")
 }
 
@@ -421,6 +473,10 @@ func (s *approvals) finish(id string, res *approval.Result, status approval.Stat
 		a.Status, a.Result, a.Reason = status, res, reason
 		return nil
 	})
+	if errors.Is(err, errUnchanged) {
+		s.log.Warn("action outcome not stored: it was failed meanwhile (its claim's lease ended)", "action_id", id, "status", string(status))
+		return
+	}
 	if err != nil {
 		s.log.Error("store action outcome", "action_id", id, "err", err)
 		return
@@ -476,8 +532,13 @@ func (s *approvals) load(ctx context.Context) error {
 			s.restorePending(a)
 			s.expiry.schedule(a.ID, a.ExpiresAt)
 		case approval.Executing:
-			s.finish(a.ID, &approval.Result{Code: "upstream_error", ExecutedAt: s.now().UTC()}, approval.Failed,
-				"the broker stopped while executing; the outcome is unknown and the request is not sent again")
+			// Its own (or, alone on the store, any) stale claim is failed
+			// now, and a claim whose lease ended; another live replica's
+			// is left to it (the sweep fails it if its lease ends).
+			if !s.shared || a.Owner == "" || a.Owner == s.replica || s.leaseOver(a) {
+				s.failExecuting(a.ID, !s.shared || a.Owner == s.replica,
+					"the broker stopped while executing; the outcome is unknown and the request is not sent again")
+			}
 		}
 	}
 	return nil

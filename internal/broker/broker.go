@@ -75,6 +75,18 @@ type Options struct {
 	// ProxyCA gives each new session its own CA for the proxy door
 	// (DESIGN §8): on when the door is (config proxy_listen).
 	ProxyCA bool
+	// Changes is the feed of other replicas' changes (changes.go), from a
+	// store several brokers share; nil: this broker is the only one.
+	Changes ChangeFeed
+	// StaleAfter: with Changes, how long without confirming it is current
+	// before sandbox calls are refused (default DefaultStaleAfter).
+	StaleAfter time.Duration
+	// ReplicaID names this broker as the owner of the actions it executes
+	// (default: random per start).
+	ReplicaID string
+	// ActionLease: how long an executing action's claim holds unless its
+	// owner renews it (default DefaultActionLease).
+	ActionLease time.Duration
 }
 
 // Broker is the broker's domain service.
@@ -99,6 +111,7 @@ type Broker struct {
 	auditLog auditLog       // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
+	feed    *follower // other replicas' changes, or nil (the only replica)
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -149,6 +162,16 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if err := o.fillPorts(); err != nil {
 		return nil, err
 	}
+	var feed *follower
+	if o.Changes != nil { // before any state is read: nothing changed meanwhile is missed
+		var err error
+		if feed, err = newFollower(ctx, o.Changes, o.StaleAfter); err != nil {
+			return nil, err
+		}
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = newID("rep_", o.Now())
+	}
 	for _, u := range o.Upstreams {
 		if u != nil && u.Clock == nil {
 			u.Clock = o.Now // the rotation grace of its scrubber
@@ -189,7 +212,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		health: o.Health, audit: w, tokens: tokens,
 		upstreams: o.Upstreams, now: o.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
-		names: auditNames{key: derive("audit-hmac")},
+		names: auditNames{key: derive("audit-hmac")}, feed: feed,
 	}
 	if b.caSealer, err = proxyca.NewSealer(derive("proxy-ca-seal")); err != nil {
 		w.Close()
@@ -203,8 +226,9 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b.appr = newApprovals(approvalsConfig{
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
+		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil,
 		gate: gateDeps{
-			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load,
+			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load, stale: b.stale,
 			standing: func(l *Live) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
 			upstream: func(name string) bool { _, ok := b.upstreams[name]; return ok },
 			send:     b.sendApproved,
@@ -242,12 +266,18 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.sess.startJanitor()
 	b.auditLog.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
+	if b.feed != nil {
+		b.feed.confirmed.Store(0) // current as of its start: the state was read after its position
+		b.startFollowing()
+		b.appr.startSweep()
+	}
 	return b, nil
 }
 
 // Close stops background work, flushes the audit log and signs its head.
 func (b *Broker) Close() {
 	b.auditLog.stopCheckpointer()
+	b.stopFollowing()
 	b.sess.stop()
 	b.appr.close() // no expiry timer is armed after Close
 	b.sess.cancelAll()
@@ -303,6 +333,12 @@ func (b *Broker) ActionURL(a approval.Action) string {
 // Ready reports whether the store is usable and credential sources answer.
 func (b *Broker) Ready(ctx context.Context) map[string]error {
 	out := map[string]error{"store": b.health.Ready(ctx), "audit": b.audit.Healthy()}
+	if b.feed != nil {
+		out["changes"] = nil
+		if b.stale() {
+			out["changes"] = fmt.Errorf("%w (last confirmed %s ago)", ErrStale, b.FeedLag().Round(time.Millisecond))
+		}
+	}
 	for name, u := range b.upstreams {
 		_, err := u.Credential(ctx)
 		out["credential:"+name] = err

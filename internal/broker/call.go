@@ -186,6 +186,9 @@ func (b *Broker) admit(c Caller) (*Live, error) {
 	if b.ks.engaged.Load() {
 		return nil, ErrKillswitch
 	}
+	if b.stale() {
+		return nil, ErrStale
+	}
 	var l *Live
 	if c.sigv4 {
 		var ok bool
@@ -464,6 +467,14 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 		recCtx = ctx
 	}
 	if err := c.recordAllowed(recCtx); err != nil {
+		if errors.Is(err, audit.ErrKilled) {
+			// Another replica's kill committed first (the store's check
+			// inside the record's transaction): refused, nothing sent.
+			if cut := c.cut(bound); cut != nil {
+				return fail(ErrNotSent, cut)
+			}
+			return fail(ErrNotSent, session.ErrRevoked)
+		}
 		return fail(ErrNotRecorded, err)
 	}
 	sent := time.Now()
@@ -537,7 +548,7 @@ func (c *Call) recordAllowed(ctx context.Context) error {
 	if limited(&c.grant.Grant) && !c.grant.Shared() {
 		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}
 	}
-	if _, err := c.b.audit.Append(ctx, ev, side); err != nil {
+	if _, err := c.b.audit.AppendGuarded(ctx, ev, side); err != nil {
 		c.unreserve()
 		return err
 	}

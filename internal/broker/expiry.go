@@ -39,7 +39,18 @@ func (e *expiryTimers) schedule(id string, at time.Time) {
 		t.Stop()
 		return
 	}
+	if old, ok := e.timers[id]; ok {
+		old.Stop() // one wake-up per action
+	}
 	e.timers[id] = t
+}
+
+// armed reports whether action id's wake-up is armed.
+func (e *expiryTimers) armed(id string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	_, ok := e.timers[id]
+	return ok
 }
 
 // stop disarms action id's wake-up, if armed.

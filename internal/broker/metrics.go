@@ -52,6 +52,11 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 			}),
 		pendingCollector{b.appr},
 	)
+	if b.feed != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_change_feed_lag_seconds",
+			Help: "Seconds since the change feed (LISTEN/NOTIFY and its catch-up read) last confirmed this replica knows every other replica's kills; past 2 sandbox calls are refused."},
+			func() float64 { return b.FeedLag().Seconds() }))
+	}
 	return m
 }
 

@@ -48,8 +48,19 @@ func (s *approvals) freeSlot(sessionID string) {
 // releasePending gives back everything a pending action held, when it left
 // pending without being sent (denied, expired, failed, its session killed).
 func (s *approvals) releasePending(a approval.Action) {
+	if !s.unhold(a.ID) { // counted on another replica, or given back already
+		return
+	}
 	s.freeSlot(a.SessionID)
 	s.releaseReservation(a)
+}
+
+// unhold reports whether this replica counted action id's reservation and
+// stops counting it: true once per action, whichever path gives it back
+// (a replica only gives back what it counted; see changes.go).
+func (s *approvals) unhold(id string) bool {
+	_, ok := s.held.LoadAndDelete(id)
+	return ok
 }
 
 // releaseReservation gives back the use and amounts an action holds on its
@@ -62,6 +73,9 @@ func (s *approvals) releaseReservation(a approval.Action) {
 
 // restorePending counts a stored pending action again after a restart.
 func (s *approvals) restorePending(a approval.Action) {
+	if _, loaded := s.held.LoadOrStore(a.ID, struct{}{}); loaded {
+		return
+	}
 	if l, ok := s.gate.live(a.SessionID); ok {
 		l.pending.Add(1)
 	}

@@ -62,6 +62,11 @@ type Store struct {
 	// settings such as pool_max_conns are read from it). It may hold a
 	// password: give it through ${VAR}; it is never logged.
 	DSN string `yaml:"dsn"`
+	// ReplicaID names this broker among the replicas on one postgres
+	// database, as the owner of the approved actions it executes (default:
+	// random per start; a stable name, e.g. the pod's, lets a restarted
+	// replica fail its own interrupted executions at once).
+	ReplicaID string `yaml:"replica_id"`
 }
 
 // Store drivers.
@@ -104,6 +109,10 @@ type Approval struct {
 	// ProxyWait is how long the proxy door holds a gated call's connection
 	// for the decision (default 55s); then it answers 202 pending.
 	ProxyWait time.Duration `yaml:"proxy_wait"`
+	// ExecutionLease: how long an executing action's claim holds unless
+	// the replica executing it renews it (default 15s); after it, any
+	// replica on the database fails the action, never re-sent.
+	ExecutionLease time.Duration `yaml:"execution_lease"`
 }
 
 // Webhook announces pending actions and decisions.
@@ -422,6 +431,9 @@ func (c *Config) Validate(getenv func(string) string) error {
 	}
 	if c.Approval.MaxPendingPerSession < 0 || c.Approval.MaxPendingPerSession > 10000 {
 		return fieldErr("approval.max_pending_per_session", "must be between 1 and 10000")
+	}
+	if c.Approval.ExecutionLease < 0 || c.Approval.ExecutionLease > time.Hour {
+		return fieldErr("approval.execution_lease", "must be between 0 (default 15s) and 1h")
 	}
 	if c.Approval.ProxyWait == 0 {
 		c.Approval.ProxyWait = DefaultProxyWait

@@ -60,6 +60,7 @@ var codes = []struct {
 	{session.ErrExpired, 401, "session_expired", "Session expired", false},
 	{session.ErrRevoked, 401, "session_revoked", "Session revoked", false},
 	{broker.ErrKillswitch, 503, "killswitch_engaged", "Kill-switch engaged", true},
+	{broker.ErrStale, 503, "broker_unavailable", "Broker unavailable", true},
 	{broker.ErrRateLimited, 429, "rate_limited", "Rate limited", true},
 	{broker.ErrTooManyPending, 429, "too_many_pending", "Too many pending actions", true},
 	{grants.ErrNoMatchingGrant, 403, "no_matching_grant", "No matching grant", true},

@@ -9,14 +9,16 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/broker"
 )
 
 const actionColumns = `id, session_id, task_id, grant_id, upstream, request_id, session_created_by, created_at, expires_at,
 	status, reason, req_method, req_path, req_query, req_header, req_body, pinned, filled,
-	untrusted_input, sensitive_access, external_action, approvals_required, amounts, permit_grants, decisions, result`
+	untrusted_input, sensitive_access, external_action, approvals_required, amounts, permit_grants, decisions, result,
+	owner, lease_until`
 
 const upsertAction = `INSERT INTO actions (` + actionColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)
 	ON CONFLICT (id) DO UPDATE SET session_id = excluded.session_id, task_id = excluded.task_id,
 		grant_id = excluded.grant_id, upstream = excluded.upstream, request_id = excluded.request_id,
 		session_created_by = excluded.session_created_by, created_at = excluded.created_at, expires_at = excluded.expires_at,
@@ -25,7 +27,8 @@ const upsertAction = `INSERT INTO actions (` + actionColumns + `)
 		pinned = excluded.pinned, filled = excluded.filled, untrusted_input = excluded.untrusted_input,
 		sensitive_access = excluded.sensitive_access, external_action = excluded.external_action,
 		approvals_required = excluded.approvals_required, amounts = excluded.amounts,
-		permit_grants = excluded.permit_grants, decisions = excluded.decisions, result = excluded.result`
+		permit_grants = excluded.permit_grants, decisions = excluded.decisions, result = excluded.result,
+		owner = excluded.owner, lease_until = excluded.lease_until`
 
 func actionArgs(a *approval.Action) ([]any, error) {
 	header, err := jsonValue(a.Request.Header, a.Request.Header == nil)
@@ -48,13 +51,14 @@ func actionArgs(a *approval.Action) ([]any, error) {
 		timeOrNull(a.CreatedAt), timeOrNull(a.ExpiresAt), string(a.Status), a.Reason,
 		a.Request.Method, a.Request.Path, a.Request.Query, header, a.Request.Body, a.Pinned, a.Filled,
 		a.Standing.UntrustedInput, a.Standing.SensitiveAccess, a.Standing.ExternalAction,
-		int32(a.ApprovalsRequired), amounts, a.PermitGrants, decisions, result}, nil
+		int32(a.ApprovalsRequired), amounts, a.PermitGrants, decisions, result,
+		a.Owner, timeOrNull(a.LeaseUntil)}, nil
 }
 
 func scanAction(row pgx.Row) (approval.Action, error) {
 	var (
 		a                                  approval.Action
-		created, expires                   *time.Time
+		created, expires, lease            *time.Time
 		status                             string
 		header, amounts, decisions, result []byte
 		approvalsRequired                  int32
@@ -63,11 +67,12 @@ func scanAction(row pgx.Row) (approval.Action, error) {
 		&created, &expires, &status, &a.Reason, &a.Request.Method, &a.Request.Path, &a.Request.Query,
 		&header, &a.Request.Body, &a.Pinned, &a.Filled,
 		&a.Standing.UntrustedInput, &a.Standing.SensitiveAccess, &a.Standing.ExternalAction,
-		&approvalsRequired, &amounts, &a.PermitGrants, &decisions, &result)
+		&approvalsRequired, &amounts, &a.PermitGrants, &decisions, &result,
+		&a.Owner, &lease)
 	if err != nil {
 		return a, err
 	}
-	a.CreatedAt, a.ExpiresAt = timeOf(created), timeOf(expires)
+	a.CreatedAt, a.ExpiresAt, a.LeaseUntil = timeOf(created), timeOf(expires), timeOf(lease)
 	a.Status, a.ApprovalsRequired = approval.Status(status), int(approvalsRequired)
 	h, err := fromJSON[map[string][]string](header, "action header")
 	if err != nil {
@@ -90,8 +95,10 @@ func (s *PG) PutAction(ctx context.Context, a *approval.Action) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, upsertAction, args...)
-	return err
+	b := &pgx.Batch{} // every replica learns it (changes.go)
+	b.Queue(upsertAction, args...)
+	queueChange(b, broker.ChangeAction, a.ID)
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 }
 
 // Action implements approval.Store.
@@ -143,7 +150,10 @@ func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Acti
 		if err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, upsertAction, args...); err != nil {
+		b := &pgx.Batch{} // the change: every replica learns it (changes.go)
+		b.Queue(upsertAction, args...)
+		queueChange(b, broker.ChangeAction, a.ID)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		out = a

@@ -28,7 +28,10 @@ var _ audit.Sequencer = (*PG)(nil)
 const appendTimeout = 10 * time.Second
 
 // AppendAudit implements audit.Sequencer.
-func (s *PG) AppendAudit(ctx context.Context, seal func(seq uint64, head string) ([]audit.Entry, error)) (bool, error) {
+// Guarded records are checked in the same round trip as the head's lock
+// (killed, pgstore/changes.go), their sessions', grants' and the
+// kill-switch's rows share-locked until the commit.
+func (s *PG) AppendAudit(ctx context.Context, guards []audit.Guard, seal func(seq uint64, head string, refused []bool) ([]audit.Entry, error)) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, appendTimeout)
 	defer cancel()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -37,6 +40,9 @@ func (s *PG) AppendAudit(ctx context.Context, seal func(seq uint64, head string)
 			b.Queue("SET LOCAL synchronous_commit = off")
 		}
 		b.Queue("SELECT seq, hash FROM audit_head FOR UPDATE")
+		if len(guards) > 0 {
+			queueKilled(b, guards)
+		}
 		br := tx.SendBatch(ctx, b)
 		if s.buffered {
 			if _, err := br.Exec(); err != nil {
@@ -52,10 +58,18 @@ func (s *PG) AppendAudit(ctx context.Context, seal func(seq uint64, head string)
 			br.Close()
 			return fmt.Errorf("lock the audit head: %w", err)
 		}
+		var refused []bool
+		if len(guards) > 0 {
+			var err error
+			if refused, err = readKilled(br, guards); err != nil {
+				br.Close()
+				return fmt.Errorf("check killed sessions: %w", err)
+			}
+		}
 		if err := br.Close(); err != nil {
 			return err
 		}
-		entries, err := seal(uint64(seq), head)
+		entries, err := seal(uint64(seq), head, refused)
 		if err != nil {
 			return err
 		}

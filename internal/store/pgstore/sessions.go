@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -55,8 +56,14 @@ func (s *PG) PutSession(ctx context.Context, sess *session.Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.pool.Exec(ctx, upsertSession, args...)
-	return err
+	if sess.RevokedAt.IsZero() {
+		_, err = s.pool.Exec(ctx, upsertSession, args...)
+		return err
+	}
+	b := &pgx.Batch{} // a kill: every replica learns it (changes.go)
+	b.Queue(upsertSession, args...)
+	queueChange(b, broker.ChangeSessionKilled, sess.ID)
+	return s.sendTx(ctx, b)
 }
 
 // CreateSession implements broker.SessionStore: the session and its grants
@@ -201,6 +208,9 @@ func (s *PG) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) erro
 	if err := queueGrant(b, g, u); err != nil {
 		return err
 	}
+	if !g.RevokedAt.IsZero() {
+		queueChange(b, broker.ChangeGrantRevoked, g.ID) // every replica learns it (changes.go)
+	}
 	return s.sendTx(ctx, b)
 }
 
@@ -308,8 +318,15 @@ func (s *PG) PutMeta(ctx context.Context, key string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
-	_, err := s.pool.Exec(ctx, `INSERT INTO meta (key, value) VALUES ($1, $2)
-		ON CONFLICT (key) DO UPDATE SET value = excluded.value`, key, value)
+	const upsert = `INSERT INTO meta (key, value) VALUES ($1, $2)
+		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+	if key == broker.MetaKillswitch {
+		b := &pgx.Batch{} // every replica learns it (changes.go)
+		b.Queue(upsert, key, value)
+		queueChange(b, broker.ChangeKillswitch, "")
+		return s.sendTx(ctx, b)
+	}
+	_, err := s.pool.Exec(ctx, upsert, key, value)
 	return err
 }
 
