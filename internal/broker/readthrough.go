@@ -166,13 +166,15 @@ func (s *sessionService) sigv4Session(id string) (*Live, bool) {
 	return s.liveOrLoad(id)
 }
 
-// decideFresh evaluates the call; when no grant in memory allows it, it
-// reads the session's grants through once (a grant another broker added)
-// and evaluates again if any came.
+// decideFresh evaluates the call; when no grant in memory allows it and
+// other brokers share the store, it reads the session's grants through
+// once (a grant another broker added) and evaluates again if any came. The
+// only broker of its store holds every grant in memory: a refusal there
+// costs no store read (a sandbox spamming refused calls makes no I/O).
 func (b *Broker) decideFresh(l *Live, upstreamName string, call *grants.Call) (*grants.Decision, error) {
 	d, err := grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
-	if err == nil {
-		return d, nil
+	if err == nil || b.feed == nil {
+		return d, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
