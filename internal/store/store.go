@@ -33,6 +33,15 @@ const (
 // contract suite internal/store/storetest checks them.
 var ErrNotFound = errors.New("not found")
 
+// PortNotFound is an adapter's not-found error of one port: errors.Is
+// matches the port's sentinel (what the broker tests) and ErrNotFound.
+func PortNotFound(port error) error { return portNotFound{port} }
+
+type portNotFound struct{ port error }
+
+func (e portNotFound) Error() string   { return e.port.Error() }
+func (e portNotFound) Unwrap() []error { return []error{e.port, ErrNotFound} }
+
 // GrantRecord is a stored grant with its usage.
 type GrantRecord struct {
 	Grant grants.Grant

@@ -176,19 +176,12 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 
 var errClosed = errors.New("store closed")
 
-// notFound is the adapter's not-found error of one port: errors.Is matches
-// the port's sentinel (what the broker tests) and store.ErrNotFound.
-type notFound struct{ port error }
-
-func (e notFound) Error() string   { return e.port.Error() }
-func (e notFound) Unwrap() []error { return []error{e.port, store.ErrNotFound} }
-
 // The not-found errors of the ports (see broker.SessionStore, TokenStore,
 // MetaStore; approval.Store's is approval.ErrNotFound itself).
 var (
-	errSessionNotFound error = notFound{broker.ErrSessionNotFound}
-	errTokenNotFound   error = notFound{broker.ErrTokenNotFound}
-	errMetaNotFound    error = notFound{broker.ErrMetaNotFound}
+	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
+	errTokenNotFound   = store.PortNotFound(broker.ErrTokenNotFound)
+	errMetaNotFound    = store.PortNotFound(broker.ErrMetaNotFound)
 )
 
 // notFoundAs turns get's store.ErrNotFound into a port's not-found error.

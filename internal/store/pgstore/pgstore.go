@@ -183,17 +183,10 @@ func (s *PG) migrate(ctx context.Context) error {
 	return nil
 }
 
-// notFound is the adapter's not-found error of one port: errors.Is matches
-// the port's sentinel (what the broker tests) and store.ErrNotFound.
-type notFound struct{ port error }
-
-func (e notFound) Error() string   { return e.port.Error() }
-func (e notFound) Unwrap() []error { return []error{e.port, store.ErrNotFound} }
-
 var (
-	errSessionNotFound error = notFound{broker.ErrSessionNotFound}
-	errTokenNotFound   error = notFound{broker.ErrTokenNotFound}
-	errMetaNotFound    error = notFound{broker.ErrMetaNotFound}
+	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
+	errTokenNotFound   = store.PortNotFound(broker.ErrTokenNotFound)
+	errMetaNotFound    = store.PortNotFound(broker.ErrMetaNotFound)
 )
 
 // noRowsAs turns pgx.ErrNoRows into a port's not-found error.
