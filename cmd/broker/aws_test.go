@@ -197,6 +197,14 @@ func TestAWSCLIThroughBroker(t *testing.T) {
 		assertNoCanary(t, "aws cli output", out)
 		return string(out), err
 	}
+	awsCLIRoundTrip(t, run, nil)
+}
+
+// awsCLIRoundTrip has the AWS CLI copy a file into the grant's prefix and
+// back, then to a prefix outside the grant (AccessDenied). refused runs
+// around the refused copy (nil: nothing to check).
+func awsCLIRoundTrip(t *testing.T, run func(args ...string) (string, error), refused func(copy func())) {
+	t.Helper()
 	src := filepath.Join(t.TempDir(), "report.txt")
 	_ = os.WriteFile(src, []byte("quarterly numbers\n"), 0o600)
 	if out, err := run("s3", "cp", src, "s3://reports/t-42/report.txt"); err != nil {
@@ -205,10 +213,17 @@ func TestAWSCLIThroughBroker(t *testing.T) {
 	if out, err := run("s3", "cp", "s3://reports/t-42/report.txt", "-"); err != nil || out != "quarterly numbers\n" {
 		t.Fatalf("aws s3 cp back: %v\n%s", err, out)
 	}
-	out, err := run("s3", "cp", src, "s3://reports/t-43/report.txt")
-	if err == nil || !strings.Contains(out, "AccessDenied") {
-		t.Fatalf("aws s3 cp outside the grant: %v\n%s", err, out)
+	copyOut := func() {
+		out, err := run("s3", "cp", src, "s3://reports/t-43/report.txt")
+		if err == nil || !strings.Contains(out, "AccessDenied") {
+			t.Fatalf("aws s3 cp outside the grant: %v\n%s", err, out)
+		}
 	}
+	if refused == nil {
+		copyOut()
+		return
+	}
+	refused(copyOut)
 }
 
 // TestAWSSignedBodyMustMatch: a sandbox cannot sign one body and send

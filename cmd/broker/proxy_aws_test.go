@@ -303,26 +303,17 @@ func TestProxyAWSCLI(t *testing.T) {
 		assertNoCanary(t, "aws cli output", out)
 		return string(out), err
 	}
-	src := filepath.Join(t.TempDir(), "report.txt")
-	_ = os.WriteFile(src, []byte("quarterly numbers\n"), 0o600)
-	if out, err := run("s3", "cp", src, "s3://reports/t-42/report.txt"); err != nil {
-		t.Fatalf("aws s3 cp into the grant: %v\n%s", err, out)
-	}
-	if out, err := run("s3", "cp", "s3://reports/t-42/report.txt", "-"); err != nil || out != "quarterly numbers\n" {
-		t.Fatalf("aws s3 cp back: %v\n%s", err, out)
-	}
-	f.mu.Lock()
-	before := len(f.auths)
-	f.mu.Unlock()
-	out, err := run("s3", "cp", src, "s3://reports/t-43/report.txt")
-	if err == nil || !strings.Contains(out, "AccessDenied") {
-		t.Fatalf("aws s3 cp outside the grant: %v\n%s", err, out)
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if n := len(f.auths) - before; n != 0 {
-		t.Errorf("%d refused calls reached S3", n)
-	}
+	awsCLIRoundTrip(t, run, func(copyOut func()) {
+		f.mu.Lock()
+		before := len(f.auths)
+		f.mu.Unlock()
+		copyOut()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if n := len(f.auths) - before; n != 0 {
+			t.Errorf("%d refused calls reached S3", n)
+		}
+	})
 }
 
 // TestProxyAWSHostileHosts: names the SDK never builds. A bucket label
