@@ -29,6 +29,7 @@ import (
 //     down): the one replica that won the executing claim calls Release;
 //   - never stored (PutAction failed): the replica that reserved it calls
 //     Release.
+//
 // A crash between an execution's failure and its Release keeps the use
 // counted: a limit may lose a use, it never gains one.
 type UsageStore interface {
