@@ -223,6 +223,9 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if o.Usage != nil {
 		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
 	}
+	if feed != nil {
+		b.sess.killed = b.killedElsewhere
+	}
 	b.appr = newApprovals(approvalsConfig{
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
