@@ -205,3 +205,86 @@ func TestKubernetesManifests(t *testing.T) {
 		}
 	}
 }
+
+// TestKubernetesReplicated: the replicated Deployment (docs/ha.md): three
+// replicas on PostgreSQL, the DSN from a Secret (never in the ConfigMap),
+// readiness on /readyz, the same hardening as the single broker, and a
+// PodDisruptionBudget over the same pods that keeps a majority up.
+func TestKubernetesReplicated(t *testing.T) {
+	data, err := os.ReadFile("kubernetes/airlock-replicated.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var deploy, pdb *object
+	configs := 0
+	for {
+		var o object
+		err := dec.Decode(&o)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch o.Kind {
+		case "Deployment":
+			deploy = &o
+		case "PodDisruptionBudget":
+			pdb = &o
+		case "ConfigMap":
+			configs++
+			env := map[string]string{"AIRLOCK_ADMIN_TOKEN": "a-long-enough-admin-token", "GITHUB_TOKEN": "x",
+				"AIRLOCK_PG_DSN": "postgres://airlock@pg/airlock", "POD_NAME": "airlock-7d9-abc"}
+			cfg, err := config.Parse([]byte(o.Data["airlock.yaml"]), func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatalf("ConfigMap airlock.yaml: %v", err)
+			}
+			if cfg.Store.Driver != config.StorePostgres || cfg.Store.DSN != env["AIRLOCK_PG_DSN"] || cfg.Store.ReplicaID != env["POD_NAME"] {
+				t.Errorf("store = %+v, want postgres with the DSN and replica id from the environment", cfg.Store)
+			}
+			if strings.Contains(o.Data["airlock.yaml"], "postgres://") {
+				t.Error("the ConfigMap holds a DSN: it belongs in the Secret")
+			}
+		}
+	}
+	if deploy == nil || pdb == nil || configs != 1 {
+		t.Fatalf("want a Deployment, a PodDisruptionBudget and a ConfigMap; got deployment %v, pdb %v, %d configs", deploy != nil, pdb != nil, configs)
+	}
+	if r := at(deploy.Spec, "replicas"); r != 3 {
+		t.Errorf("replicas = %v, want 3", r)
+	}
+	pod := at(deploy.Spec, "template", "spec")
+	if at(pod, "securityContext", "runAsNonRoot") != true || at(pod, "automountServiceAccountToken") != false {
+		t.Errorf("pod security context: %v", at(pod, "securityContext"))
+	}
+	c := at(pod, "containers", 0)
+	if sc := at(c, "securityContext"); at(sc, "readOnlyRootFilesystem") != true || at(sc, "allowPrivilegeEscalation") != false || at(sc, "capabilities", "drop", 0) != "ALL" {
+		t.Errorf("container security context: %v", sc)
+	}
+	if at(c, "readinessProbe", "httpGet", "path") != "/readyz" {
+		t.Errorf("readiness probe: %v", at(c, "readinessProbe"))
+	}
+	dsnFromSecret := false
+	env, _ := at(c, "env").([]any)
+	for _, e := range env {
+		if at(e, "name") == "AIRLOCK_PG_DSN" {
+			dsnFromSecret = at(e, "valueFrom", "secretKeyRef", "key") != nil && at(e, "value") == nil
+		}
+	}
+	if !dsnFromSecret {
+		t.Error("AIRLOCK_PG_DSN is not read from a Secret")
+	}
+	for _, v := range at(pod, "volumes").([]any) {
+		if at(v, "persistentVolumeClaim") != nil {
+			t.Error("a replica mounts a PersistentVolumeClaim: the state is the database's")
+		}
+	}
+	sel := at(deploy.Spec, "selector", "matchLabels", "app.kubernetes.io/name")
+	if at(pdb.Spec, "selector", "matchLabels", "app.kubernetes.io/name") != sel {
+		t.Error("the PodDisruptionBudget does not select the Deployment's pods")
+	}
+	if m, ok := at(pdb.Spec, "minAvailable").(int); !ok || m < 2 || m >= 3 {
+		t.Errorf("PodDisruptionBudget minAvailable = %v, want a majority of 3 that still allows a drain", at(pdb.Spec, "minAvailable"))
+	}
+}

@@ -66,6 +66,7 @@ type approvals struct {
 	replica    string        // this broker, as the owner of what it executes
 	lease      time.Duration // an executing action's claim, renewed while it runs
 	shared     bool          // other replicas share the store (a change feed): sweep expired leases
+	usage      UsageStore    // the shared count of grants' limits, or nil (pending.go)
 	held       sync.Map      // action id → struct{}: pending actions whose reservation this replica counts (pending.go)
 	sweepMu    sync.Mutex
 	sweepTimer clock.Timer // nil when not sweeping; stopped by close
@@ -106,13 +107,14 @@ type approvalsConfig struct {
 	replica    string        // this broker's id (Options.ReplicaID)
 	lease      time.Duration // default DefaultActionLease
 	shared     bool          // a change feed: other replicas share the store
+	usage      UsageStore    // Options.Usage
 }
 
 func newApprovals(c approvalsConfig) *approvals {
 	s := &approvals{
 		store: c.store, notifier: approval.NewNotifier(), webhook: c.webhook, audit: c.audit, names: c.names,
 		now: c.now, log: c.log, ttl: c.ttl, maxPending: int64(c.maxPending), gate: c.gate,
-		clock: c.clock, replica: c.replica, lease: c.lease, shared: c.shared,
+		clock: c.clock, replica: c.replica, lease: c.lease, shared: c.shared, usage: c.usage,
 	}
 	if s.lease <= 0 {
 		s.lease = DefaultActionLease
@@ -232,7 +234,7 @@ func (s *approvals) hold(ctx context.Context, l *Live, d *grants.Decision, out *
 	}
 	s.held.Store(a.ID, struct{}{}) // before the store: its change may be applied at once
 	if err := s.store.PutAction(ctx, &a); err != nil {
-		s.releasePending(a)
+		s.neverStored(a)
 		return a, fmt.Errorf("store action: %w", err)
 	}
 	ev := callEvent(l, rec)
@@ -246,7 +248,7 @@ func (s *approvals) hold(ctx context.Context, l *Live, d *grants.Decision, out *
 			x.Status, x.Reason = approval.Failed, "audit unavailable"
 			return nil
 		}); uerr == nil {
-			s.releasePending(a)
+			s.leftPending(a)
 		}
 		return a, err
 	}
@@ -282,7 +284,7 @@ func (s *approvals) expire(id string) {
 		}
 		return
 	}
-	s.releasePending(a)
+	s.leftPending(a)
 	s.recordAction(a, typeActionExpired, audit.Actor{Kind: "system"}, "")
 	s.announce(a, typeActionExpired, "")
 }
@@ -325,7 +327,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	held := false // whether this replica counted the action's reservation (pending.go)
 	switch {
 	case a.Status == approval.Denied:
-		s.releasePending(a)
+		s.leftPending(a)
 	case execute: // the grant's reservation goes to execute
 		if held = s.unhold(a.ID); held {
 			s.freeSlot(a.SessionID)
@@ -340,9 +342,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
 	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
-			if held {
-				s.releaseReservation(a)
-			}
+			s.unsent(a, held)
 			s.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: s.now().UTC()}, approval.Failed, "audit unavailable")
 		}
 		return a, err
@@ -370,9 +370,7 @@ func (s *approvals) execute(a approval.Action, held bool) {
 	}
 	reserved := held
 	unsent := func(code, reason string) {
-		if reserved {
-			s.releaseReservation(a)
-		}
+		s.unsent(a, reserved)
 		fail(code, reason)
 	}
 	if s.gate.engaged() {
@@ -510,7 +508,7 @@ func (s *approvals) denySession(ctx context.Context, p auth.Principal, sessionID
 		if err != nil {
 			continue
 		}
-		s.releasePending(a)
+		s.leftPending(a)
 		s.expiry.stop(a.ID)
 		s.recordAction(a, typeActionDenied, s.names.actor(p), "session killed")
 		s.announce(a, typeActionDenied, p.ID)

@@ -223,10 +223,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if o.Usage != nil {
 		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
 	}
+	if feed != nil {
+		b.sess.killed = b.killedElsewhere
+	}
 	b.appr = newApprovals(approvalsConfig{
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
-		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil,
+		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil, usage: o.Usage,
 		gate: gateDeps{
 			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load, stale: b.stale,
 			standing: func(l *Live) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },

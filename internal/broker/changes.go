@@ -217,6 +217,6 @@ func (s *approvals) applyChange(ctx context.Context, id string) error {
 		return nil
 	}
 	s.expiry.stop(id)
-	s.releasePending(a) // only if this replica still holds it
+	s.leftPending(a) // only if this replica still counts it
 	return nil
 }

@@ -40,7 +40,23 @@ func (s *sessionService) lookup(ctx context.Context, id string) (l *Live, stored
 	if err != nil {
 		return nil, ss, err
 	}
-	return s.addLive(ss, gs), ss, nil
+	l = s.addLive(ss, gs)
+	if s.killed != nil {
+		// Other replicas share the store: a kill that committed after the
+		// read above may have been applied by the change feed before the
+		// session was in memory (nothing to end then). Read it again now
+		// that it is: a kill committed before this read is seen here, one
+		// committed after it is applied by the feed to the live session.
+		again, err := s.store.Session(ctx, id)
+		if err != nil {
+			return nil, ss, err // this call is refused; later kills reach it by the feed
+		}
+		if !again.RevokedAt.IsZero() {
+			s.killed(id)
+			return nil, again, nil
+		}
+	}
+	return l, ss, nil
 }
 
 // liveOrLoad is lookup for callers that need only a live session.

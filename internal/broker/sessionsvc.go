@@ -27,6 +27,7 @@ type sessionService struct {
 	awsKey    []byte                 // derives each session's SigV4 secret
 	ended     func(*Live, time.Time) // observes a session that expired (metrics)
 	counter   grants.Counter         // counts limited grants when the store is shared (UsageStore), or nil
+	killed    func(id string)        // ends a session in memory killed by another replica (changes.go); nil without a change feed
 
 	mu       sync.RWMutex
 	sessions map[string]*Live

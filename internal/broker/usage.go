@@ -18,8 +18,19 @@ import (
 //
 // A pending action's reservation stays counted until it is released or
 // sent: Reserve at the decision, nothing when the action is held, approved
-// or executed, Release when it is denied, expires, fails unsent, or its call
-// is not sent. A crash between a transition and its Release keeps the use
+// or executed. It goes back exactly once, cluster-wide:
+//   - leaving pending unsent (denied, expired, failed): the store that is
+//     both the ActionStore and the UsageStore releases it in UpdateAction's
+//     own transaction, the one that moves the action out of pending; the
+//     transition has one winner, so the release happens once, whichever
+//     replica counted the action (its creator, one that restarted and
+//     loaded it, or none alive);
+//   - approved but not sent (kill-switch, session or grant ended, audit
+//     down): the one replica that won the executing claim calls Release;
+//   - never stored (PutAction failed): the replica that reserved it calls
+//     Release.
+//
+// A crash between an execution's failure and its Release keeps the use
 // counted: a limit may lose a use, it never gains one.
 type UsageStore interface {
 	// Reserve takes one use and amounts of grant id if its counted uses

@@ -186,6 +186,19 @@ func (l *Live) ReleasePending(amounts map[string]float64) {
 	}
 }
 
+// ForgetPending stops counting a pending action's reservation here
+// without giving it back to the Counter: it left pending unsent and the
+// shared count released it where the transition was made (the broker's
+// UsageStore). Only the mirror moves.
+func (l *Live) ForgetPending(amounts map[string]float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pending.Uses--
+	for k, v := range amounts {
+		l.pending.Spent[k] -= v
+	}
+}
+
 // ConsumePending turns a pending action's reservation into usage when the
 // action executes. Usage alone must stay within the limits (it can only
 // fail after a restart that counted a use twice: refused, never exceeded);

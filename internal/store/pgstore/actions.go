@@ -132,7 +132,9 @@ func (s *PG) Actions(ctx context.Context, status approval.Status, limit int) ([]
 // UpdateAction implements approval.Store: the row is locked (SELECT ... FOR
 // UPDATE) while fn sees and changes it, so concurrent updates, on this
 // broker or another, run one after the other on the latest stored action:
-// exactly one caller wins a transition.
+// exactly one caller wins a transition. A transition from pending to
+// denied, expired or failed gives back the action's reservation on its
+// grant's count in the same transaction (broker.UsageStore).
 func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Action) error) (approval.Action, error) {
 	var out approval.Action
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -143,6 +145,7 @@ func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Acti
 		if err != nil {
 			return err
 		}
+		was := a.Status
 		if err := fn(&a); err != nil {
 			return err
 		}
@@ -150,9 +153,16 @@ func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Acti
 		if err != nil {
 			return err
 		}
-		b := &pgx.Batch{} // the change: every replica learns it (changes.go)
+		b := &pgx.Batch{}
 		b.Queue(upsertAction, args...)
-		queueChange(b, broker.ChangeAction, a.ID)
+		if was == approval.Pending && leftUnsent(a.Status) {
+			// Its reservation goes back in the transition's transaction:
+			// once, by the one winner, whichever replica counted it
+			// (broker.UsageStore). An unlimited grant has no row: nothing.
+			keys, amts := decimals(a.Amounts)
+			b.Queue(`SELECT airlock_release($1, $2::text[], $3::text[]::numeric[])`, a.GrantID, keys, amts)
+		}
+		queueChange(b, broker.ChangeAction, a.ID) // every replica learns it (changes.go)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
@@ -160,6 +170,12 @@ func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Acti
 		return nil
 	})
 	return out, err
+}
+
+// leftUnsent reports whether an action that was pending and is now in
+// status st left pending without being sent (denied, expired, failed).
+func leftUnsent(st approval.Status) bool {
+	return st == approval.Denied || st == approval.Expired || st == approval.Failed
 }
 
 // PendingSummary implements broker.ActionStore: one aggregate over the
