@@ -122,7 +122,7 @@ type ruleRecord struct {
 	Resource     string                      `json:"Resource"`
 	Irreversible *bool                       `json:"Irreversible"`
 	DenyUnknown  bool                        `json:"DenyUnknown"`
-	WebSocket    bool                        `json:"WebSocket,omitempty"`
+	WebSocket    bool                        `json:"WebSocket"`
 	Constraints  map[string]constraintRecord `json:"Constraints"`
 }
 
