@@ -314,6 +314,17 @@ func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision) (*upst
 		query = kept
 	}
 	out := &upstream.Outbound{Method: req.Method, Path: grants.JoinPath(req.Segments), Query: grants.EncodeQuery(query), Header: h}
+	if req.WebSocket {
+		// The handshake (RFC 6455 §4.1), checked by the door; never
+		// Sec-WebSocket-Extensions: compressed frames could not be scrubbed.
+		h.Set("Connection", "Upgrade")
+		h.Set("Upgrade", "websocket")
+		for _, name := range []string{"Sec-Websocket-Key", "Sec-Websocket-Version", "Sec-Websocket-Protocol"} {
+			if vs, ok := req.Header[name]; ok {
+				h[name] = vs
+			}
+		}
+	}
 	switch {
 	case d.BodyChanged:
 		b, err := d.BodyBytes(req.Raw)
@@ -412,6 +423,11 @@ func (r *Response) CopyHeader(dst http.Header) {
 // Interrupted is why a kill cut the call (session.ErrRevoked or
 // ErrKillswitch), or nil.
 func (r *Response) Interrupted() error { return Interrupted(r.bound) }
+
+// Done is closed when the call's standing ends: the door's request, the
+// session's kill or the kill-switch (see Bound). A relay (WebSocket) ends
+// with it.
+func (r *Response) Done() <-chan struct{} { return r.bound.Done() }
 
 // UpstreamTime is the time since the request was sent (wall clock).
 func (r *Response) UpstreamTime() time.Duration { return time.Since(r.sent) }

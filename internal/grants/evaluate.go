@@ -24,6 +24,9 @@ type Call struct {
 	Body     any         // the parsed body when BodyJSON, from ParseJSON: no two keys of an object share a fold key
 	BodyJSON bool
 	HasBody  bool
+	// WebSocket is a request to upgrade to a WebSocket: only a rule with
+	// WebSocket matches it.
+	WebSocket bool
 }
 
 // Violation says which parameter broke which constraint. It never carries
@@ -141,7 +144,7 @@ func (r *compiledRule) matches(c *Call) bool {
 	if r.action != "" || c.Action != "" {
 		return r.action != "" && c.Action != "" && Glob(strings.ToLower(r.action), strings.ToLower(c.Action)) && Glob(r.resource, c.Resource)
 	}
-	if r.method != c.Method || len(r.tmpl) != len(c.Segments) {
+	if r.method != c.Method || len(r.tmpl) != len(c.Segments) || c.WebSocket && !r.websocket {
 		return false
 	}
 	for i, s := range r.tmpl {

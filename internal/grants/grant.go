@@ -53,7 +53,11 @@ type Rule struct {
 	Resource     string
 	Irreversible *bool
 	DenyUnknown  bool
-	Constraints  map[string]Constraint
+	// WebSocket lets a request carrying Upgrade: websocket through (a GET
+	// rule only, never irreversible nor gated: an upgrade cannot be held
+	// for a human).
+	WebSocket   bool
+	Constraints map[string]Constraint
 }
 
 // IsIrreversible reports the rule's effective irreversibility: explicit, or
@@ -207,6 +211,9 @@ func Validate(prefix string, s *Spec, kind UpstreamKind, maxTTL time.Duration) e
 		}
 	}
 	for i := range s.Rules {
+		if s.Rules[i].WebSocket && s.Approval == ApprovalAlways {
+			return fe(fmt.Sprintf(".rules[%d].websocket", i), "a websocket rule cannot be in a grant with approval always: an upgrade cannot be held for a human")
+		}
 		if err := validateRule(fmt.Sprintf("%s.rules[%d]", prefix, i), &s.Rules[i], k, budgetKeys); err != nil {
 			return err
 		}
@@ -253,6 +260,9 @@ func validateRule(prefix string, r *Rule, kind string, budgetKeys []string) erro
 		if r.Method != "" || r.Path != "" {
 			return fe("", "an aws rule takes action and resource, not method and path")
 		}
+		if r.WebSocket {
+			return fe(".websocket", "an aws rule cannot allow a WebSocket upgrade")
+		}
 	default:
 		if r.Action != "" || r.Resource != "" {
 			return fe("", "an http rule takes method and path, not action and resource")
@@ -269,6 +279,14 @@ func validateRule(prefix string, r *Rule, kind string, budgetKeys []string) erro
 		tmpl, err := parseTemplate(r.Path)
 		if err != nil {
 			return fe(".path", "%v", err)
+		}
+		if r.WebSocket {
+			if r.Method != http.MethodGet {
+				return fe(".websocket", "only a GET rule may allow a WebSocket upgrade")
+			}
+			if r.IsIrreversible() {
+				return fe(".websocket", "a websocket rule cannot be irreversible: an upgrade cannot be held for a human")
+			}
 		}
 		for _, s := range tmpl {
 			if s.param != "" {
@@ -484,6 +502,7 @@ type compiledRule struct {
 	tmpl         []tmplSeg
 	irreversible bool
 	denyUnknown  bool
+	websocket    bool
 	checks       []check
 	bodyNamed    map[string]bool // dotted body paths named by a constraint, by fold key
 	hasBody      bool            // a constraint or the grant's budget reads a body.* field
@@ -525,7 +544,7 @@ func Compile(g Grant, u Usage) (*Live, error) {
 	}
 	sort.Slice(l.budget, func(i, j int) bool { return l.budget[i].key < l.budget[j].key })
 	for i, r := range g.Rules {
-		cr := &compiledRule{index: i, method: r.Method, action: r.Action, resource: r.Resource, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, bodyNamed: map[string]bool{}}
+		cr := &compiledRule{index: i, method: r.Method, action: r.Action, resource: r.Resource, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, websocket: r.WebSocket, bodyNamed: map[string]bool{}}
 		if r.Path != "" {
 			t, err := parseTemplate(r.Path)
 			if err != nil {

@@ -74,7 +74,6 @@ var (
 	errNotProxyRequest  = fmt.Errorf("%w: this is the broker's proxy door: send CONNECT host:443 or an absolute-form http:// request", grants.ErrBadRequest)
 	errProxyScheme      = fmt.Errorf("%w: only http:// requests (and CONNECT for https) go through the proxy door", grants.ErrBadRequest)
 	errHostMismatch     = fmt.Errorf("%w: the request's Host is not the host the tunnel was opened to", grants.ErrBadRequest)
-	errUpgrade          = fmt.Errorf("%w: protocol upgrades (WebSocket, h2c) are not supported through the proxy door", grants.ErrBadRequest)
 	errSNIMismatch      = errors.New("the TLS server name is not the CONNECT host")
 	errTooManyTunnels   = fmt.Errorf("%w: the session holds as many tunnels open as proxy_max_tunnels allows; reuse or close one", broker.ErrRateLimited)
 	proxyHandshakeLimit = 10 * time.Second
@@ -447,11 +446,11 @@ func (p *ProxyDoor) call(w http.ResponseWriter, r *http.Request, c *broker.Call,
 		return
 	}
 	r.Header.Del("Proxy-Authorization")
-	if r.Header.Get("Upgrade") != "" {
-		deny(errUpgrade)
-		return
-	}
 	if u.AWS != nil {
+		if _, err := upgradeRequest(r); err != nil || r.Header.Get("Upgrade") != "" {
+			deny(errUpgrade)
+			return
+		}
 		// Authorization is the SDK's SigV4 signature, verified (never
 		// forwarded: the pipeline signs anew).
 		s.proxyAWS(w, r, c, u)

@@ -75,8 +75,26 @@ func (s *Server) restCall(w http.ResponseWriter, r *http.Request, c *broker.Call
 		return
 	}
 	c.SetPath(grants.JoinPath(req.Segments), int64(len(req.Raw)))
-	if err := c.Authorize(req); err != nil {
+	if req.WebSocket, err = upgradeRequest(r); err != nil {
 		deny(err)
+		return
+	}
+	if err := c.Authorize(req); err != nil {
+		if req.WebSocket && errors.Is(err, grants.ErrNoMatchingGrant) {
+			err = errWebSocketRule
+		}
+		deny(err)
+		return
+	}
+	if req.WebSocket {
+		if c.Gated() {
+			// Grant validation keeps websocket rules ungated; should one be,
+			// it is refused (Send gives the reservation back), never held.
+			_, err := c.Send(r.Context())
+			deny(errors.Join(errWebSocketGated, err))
+			return
+		}
+		s.forwardWebSocket(w, r, c, u, deny, failed)
 		return
 	}
 	if c.Gated() {
@@ -103,29 +121,53 @@ func (s *Server) refuse(r *http.Request, c *broker.Call, err error) Problem {
 // scrubbed answer. deny refuses before anything was sent (no credential);
 // failed writes an error the client's protocol understands.
 func (s *Server) forward(w http.ResponseWriter, r *http.Request, c *broker.Call, deny func(error), failed func(Problem)) {
+	resp, ok := s.send(r, c, deny, failed)
+	if !ok {
+		return
+	}
+	s.answer(w, r, c, resp, failed)
+}
+
+// send sends an authorized call; on failure it answers (deny before
+// anything was sent, failed after) and returns false.
+func (s *Server) send(r *http.Request, c *broker.Call, deny func(error), failed func(Problem)) (*broker.Response, bool) {
 	rec := c.Record()
 	resp, err := c.Send(r.Context())
 	switch {
+	case err == nil:
+		return resp, true
 	case errors.Is(err, broker.ErrNoCredential), errors.Is(err, broker.ErrNotSent):
 		deny(err)
-		return
 	case errors.Is(err, broker.ErrNotRecorded):
 		s.metrics.call(rec.Upstream, "deny", "audit_unavailable", c.Elapsed())
 		s.log.Error("call refused: audit record not written", "request_id", rec.RequestID, "err", err)
 		failed(problemFor(err))
-		return
-	case err != nil:
+	default:
 		if r.Context().Err() != nil {
 			c.Complete(0, 0, "client_gone")
-			return
+			return nil, false
 		}
 		p := problemFor(err)
 		c.Complete(0, 0, p.Code)
 		s.metrics.call(rec.Upstream, "error", p.Code, c.Elapsed())
 		failed(p)
+	}
+	return nil, false
+}
+
+// answer writes a sent call's answer, scrubbed, and records its outcome.
+func (s *Server) answer(w http.ResponseWriter, r *http.Request, c *broker.Call, resp *broker.Response, failed func(Problem)) {
+	rec := c.Record()
+	defer resp.Close()
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		// An upgrade nobody asked for (or that was not relayed): never
+		// passed on as it is.
+		p := problemFor(upstream.ErrUpstream)
+		c.Complete(p.Status, 0, p.Code)
+		s.metrics.call(rec.Upstream, "error", p.Code, c.Elapsed())
+		failed(p)
 		return
 	}
-	defer resp.Close()
 	h := w.Header()
 	resp.CopyHeader(h)
 	if vs := h["X-Airlock-Request-Id"]; len(vs) != 1 || vs[0] != rec.RequestID { // the upstream's own is not passed on

@@ -72,6 +72,7 @@ type ruleRequest struct {
 	Resource     string                       `json:"resource"`
 	Irreversible *bool                        `json:"irreversible"`
 	DenyUnknown  bool                         `json:"deny_unknown"`
+	WebSocket    bool                         `json:"websocket"`
 	Constraints  map[string]constraintRequest `json:"constraints"`
 }
 
@@ -106,7 +107,7 @@ func (g grantRequest) spec(field string) (grants.Spec, error) {
 	}
 	for i, r := range g.Rules {
 		rule := grants.Rule{Method: r.Method, Path: r.Path, Action: r.Action, Resource: r.Resource,
-			Irreversible: r.Irreversible, DenyUnknown: r.DenyUnknown}
+			Irreversible: r.Irreversible, DenyUnknown: r.DenyUnknown, WebSocket: r.WebSocket}
 		if len(r.Constraints) > 0 {
 			rule.Constraints = map[string]grants.Constraint{}
 		}
@@ -205,6 +206,7 @@ type ruleJSON struct {
 	Resource     string                    `json:"resource,omitempty"`
 	Irreversible bool                      `json:"irreversible"`
 	DenyUnknown  bool                      `json:"deny_unknown,omitempty"`
+	WebSocket    bool                      `json:"websocket,omitempty"`
 	Constraints  map[string]constraintJSON `json:"constraints,omitempty"`
 }
 
@@ -284,7 +286,7 @@ func toGrantJSON(v broker.GrantView) grantJSON {
 		}
 	}
 	for _, r := range g.Rules {
-		rj := ruleJSON{Method: r.Method, Path: r.Path, Action: r.Action, Resource: r.Resource, Irreversible: r.IsIrreversible(), DenyUnknown: r.DenyUnknown}
+		rj := ruleJSON{Method: r.Method, Path: r.Path, Action: r.Action, Resource: r.Resource, Irreversible: r.IsIrreversible(), DenyUnknown: r.DenyUnknown, WebSocket: r.WebSocket}
 		for k, c := range r.Constraints {
 			if rj.Constraints == nil {
 				rj.Constraints = map[string]constraintJSON{}

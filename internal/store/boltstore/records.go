@@ -122,6 +122,7 @@ type ruleRecord struct {
 	Resource     string                      `json:"Resource"`
 	Irreversible *bool                       `json:"Irreversible"`
 	DenyUnknown  bool                        `json:"DenyUnknown"`
+	WebSocket    bool                        `json:"WebSocket"`
 	Constraints  map[string]constraintRecord `json:"Constraints"`
 }
 
@@ -147,7 +148,7 @@ func encodeGrant(g *grants.Grant) ([]byte, error) {
 	}
 	for i, ru := range g.Rules {
 		r.Rules[i] = ruleRecord{Method: ru.Method, Path: ru.Path, Action: ru.Action, Resource: ru.Resource,
-			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown}
+			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket}
 		if ru.Constraints != nil {
 			r.Rules[i].Constraints = make(map[string]constraintRecord, len(ru.Constraints))
 		}
@@ -178,7 +179,7 @@ func decodeGrant(data []byte) (grants.Grant, error) {
 	}
 	for i, ru := range r.Rules {
 		g.Rules[i] = grants.Rule{Method: ru.Method, Path: ru.Path, Action: ru.Action, Resource: ru.Resource,
-			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown}
+			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket}
 		if ru.Constraints != nil {
 			g.Rules[i].Constraints = make(map[string]grants.Constraint, len(ru.Constraints))
 		}
