@@ -207,7 +207,7 @@ func (r *report) sampleLoad() {
 // haMarkdown is the report of a --store postgres run.
 func (r *report) haMarkdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Replicas on PostgreSQL (this run)\n\nMeasured %s on %d cores, %s per point in %d alternated rounds, closed-loop callers on loopback; %s.\n",
+	fmt.Fprintf(&b, "# Replicas on PostgreSQL\n\n## This run\n\nMeasured %s on %d cores, %s per point in %d alternated rounds, closed-loop callers on loopback; %s.\n",
 		r.started.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), r.opts.duration, r.opts.rounds, r.database)
 	if len(r.loads) > 0 {
 		lo, hi := r.loads[0], r.loads[0]
