@@ -5,7 +5,7 @@ TIMEOUT ?= 20m
 # Fuzz steps are bounded by a count of inputs, not by time: load cannot fail them.
 FUZZCOUNT ?= 20000x
 
-.PHONY: all build run test deps lint unit fuzz bench perf crash clean
+.PHONY: all build run test deps lint unit fuzz bench perf perf-ha crash clean
 
 all: build
 
@@ -53,6 +53,12 @@ clean:
 perf: build
 	$(GO) run ./cmd/airlock-bench --broker bin/broker --duration 5s --out docs/performance.md.tmp $(ARGS)
 	@{ cat docs/performance.md.tmp; echo; cat docs/performance-notes.md; } > docs/performance.md && rm docs/performance.md.tmp
+
+# 1 and 3 brokers on one PostgreSQL (a server of the bench's own) beside bbolt and the bare
+# proxy, alternated in the same run; rewrites docs/performance-ha.md. Not part of `make test`.
+perf-ha: build
+	$(GO) run ./cmd/airlock-bench --broker bin/broker --store postgres --replicas 1,3 --duration 5s --out docs/performance-ha.md.tmp $(ARGS)
+	@{ cat docs/performance-ha.md.tmp; echo; cat docs/performance-ha-notes.md; } > docs/performance-ha.md && rm docs/performance-ha.md.tmp
 
 # The long crash trials (CI runs 3 as part of `make test`).
 crash:

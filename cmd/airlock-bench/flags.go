@@ -22,6 +22,9 @@ type options struct {
 	variant      string // run only the variants whose name contains this
 	profile      string // write the broker's CPU profile of every point here
 	rounds       int    // alternations of bare proxy and broker per point
+	store        string // bbolt (the default run) or postgres (replicas beside bbolt)
+	replicas     []int  // postgres: broker processes per cluster measured, e.g. 1,3
+	pgDSN        string // postgres: an existing database instead of a server of our own
 }
 
 func (o options) wants(variant string) bool { return strings.Contains(variant, o.variant) }
@@ -40,8 +43,27 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 5, "alternate bare proxy and broker this many times per point")
 	fs.StringVar(&o.variant, "variant", "", "run only the variants whose name contains this (e.g. GET, session, approve)")
 	fs.StringVar(&o.profile, "profile", "", "directory for the broker's CPU profile of every point (enables debug.pprof; perturbs the figures)")
+	fs.StringVar(&o.store, "store", "bbolt", "bbolt: the broker beside the bare proxy; postgres: also brokers sharing one PostgreSQL (--replicas)")
+	reps := fs.String("replicas", "1,3", "with --store postgres: broker processes on one database, per cluster measured")
+	fs.StringVar(&o.pgDSN, "pg-dsn", "", "with --store postgres: use this database (else a PostgreSQL of the bench's own, from /usr/lib/postgresql)")
 	if err := fs.Parse(args); err != nil {
 		return o, err
+	}
+	switch o.store {
+	case "bbolt":
+		if o.pgDSN != "" {
+			return o, errors.New("--pg-dsn is for --store postgres")
+		}
+	case "postgres":
+		for _, r := range strings.Split(*reps, ",") {
+			var n int
+			if _, err := fmt.Sscan(r, &n); err != nil || n < 1 || n > 8 {
+				return o, fmt.Errorf("bad replicas %q (1..8)", r)
+			}
+			o.replicas = append(o.replicas, n)
+		}
+	default:
+		return o, fmt.Errorf("--store must be bbolt or postgres, not %q", o.store)
 	}
 	if o.rounds < 1 || o.rounds > 100 {
 		return o, errors.New("--rounds must be 1..100")

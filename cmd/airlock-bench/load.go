@@ -54,6 +54,7 @@ func sessionRequest(gated bool) map[string]any {
 // request describes one call a worker makes.
 type request struct {
 	method, url, token, body string
+	urls                     []string // if set, instead of url: round-robin over these (replicas)
 	want                     int
 	client                   *http.Client // nil: the shared client (no proxy)
 }
@@ -64,23 +65,37 @@ type tally struct {
 	errs    int
 	elapsed time.Duration
 	cpu     time.Duration
+	dbCPU   time.Duration
 }
 
 // run adds one round: n closed-loop callers for d against rq, and the CPU
 // process pid used meanwhile.
 func (t *tally) run(n int, d time.Duration, rq request, pid int) {
-	c0 := cpuTime(pid)
+	t.runCPU(n, d, rq, func() time.Duration { return cpuTime(pid) }, nil)
+}
+
+// runCPU is run with the CPU read by cpu (the proxies measured) and by db
+// (the database they share, nil if none or unknown).
+func (t *tally) runCPU(n int, d time.Duration, rq request, cpu, db func() time.Duration) {
+	c0 := cpu()
+	var d0 time.Duration
+	if db != nil {
+		d0 = db()
+	}
 	start := time.Now()
 	lats, errs := load(n, d, rq)
 	t.elapsed += time.Since(start)
-	t.cpu += cpuTime(pid) - c0
+	t.cpu += cpu() - c0
+	if db != nil {
+		t.dbCPU += db() - d0
+	}
 	t.lats = append(t.lats, lats...)
 	t.errs += errs
 }
 
 func (t *tally) result(n int) result {
 	slices.Sort(t.lats)
-	r := result{Concurrency: n, Requests: len(t.lats), Errors: t.errs, CPU: t.cpu}
+	r := result{Concurrency: n, Requests: len(t.lats), Errors: t.errs, CPU: t.cpu, DBCPU: t.dbCPU}
 	if t.elapsed > 0 {
 		r.RPS = float64(len(t.lats)) / t.elapsed.Seconds()
 	}
@@ -108,6 +123,7 @@ func load(n int, d time.Duration, rq request) ([]time.Duration, int) {
 	}
 	for i := 0; i < n; i++ {
 		wg.Add(1)
+		next := i // round-robin over rq.urls, each caller from its own start
 		go func() {
 			defer wg.Done()
 			local := make([]time.Duration, 0, 4096)
@@ -117,7 +133,12 @@ func load(n int, d time.Duration, rq request) ([]time.Duration, int) {
 				if rq.body != "" {
 					body = strings.NewReader(rq.body)
 				}
-				req, _ := http.NewRequest(rq.method, rq.url, body)
+				u := rq.url
+				if len(rq.urls) > 0 {
+					u = rq.urls[next%len(rq.urls)]
+					next++
+				}
+				req, _ := http.NewRequest(rq.method, u, body)
 				if rq.token != "" {
 					req.Header.Set("Authorization", "Bearer "+rq.token)
 				}

@@ -48,6 +48,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(caDir)
+	if o.store == "postgres" {
+		if o.profile != "" {
+			return errReplicasOnly
+		}
+		bare, err := startBareProxy(ctx, up.URL(), false, "", "")
+		if err != nil {
+			return err
+		}
+		defer bare.Close()
+		rep := &report{started: time.Now(), opts: o}
+		if err := runReplicas(ctx, o, up, bare, rep, stderr); err != nil {
+			return err
+		}
+		return write(rep.haMarkdown(), o.out, stdout)
+	}
 	bare, err := startBareProxy(ctx, up.URL(), o.profile != "", "", caDir)
 	if err != nil {
 		return err
@@ -72,10 +87,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	text := rep.markdown()
+	return write(rep.markdown(), o.out, stdout)
+}
+
+// write prints the report and writes it to out, if set.
+func write(text, out string, stdout io.Writer) error {
 	fmt.Fprint(stdout, text)
-	if o.out != "" {
-		return os.WriteFile(o.out, []byte(text), 0o644)
+	if out != "" {
+		return os.WriteFile(out, []byte(text), 0o644)
 	}
 	return nil
 }

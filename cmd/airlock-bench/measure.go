@@ -31,6 +31,7 @@ type result struct {
 	RPS         float64
 	P50, P99    time.Duration
 	CPU         time.Duration // CPU the proxy's process used during the point
+	DBCPU       time.Duration // CPU the database's processes used (postgres mode, own server)
 }
 
 // cpuPerCall is the proxy's CPU time per answered call, "—" if unknown.
@@ -42,7 +43,7 @@ func (r result) cpuPerCall() string {
 }
 
 func measureMode(ctx context.Context, o options, durability string, up *upstream, bare, bareSync *bareProxy, rep *report, stderr io.Writer) error {
-	b, err := startBroker(ctx, o.broker, durability, up.URL(), o.profile != "", stderr)
+	b, err := startBroker(ctx, o.broker, durability, up.URL(), o.profile != "", "", stderr)
 	if err != nil {
 		return err
 	}

@@ -268,7 +268,9 @@ type brokerProc struct {
 	dir              string
 }
 
-func startBroker(ctx context.Context, bin, durability, upstreamURL string, pprof bool, stderr io.Writer) (*brokerProc, error) {
+// startBroker starts the broker; store, if not empty, is its config's
+// store line (its DSN as ${AIRLOCK_PG_DSN}, given in env).
+func startBroker(ctx context.Context, bin, durability, upstreamURL string, pprof bool, store string, stderr io.Writer, env ...string) (*brokerProc, error) {
 	dir, err := os.MkdirTemp("", "airlock-bench-")
 	if err != nil {
 		return nil, err
@@ -292,12 +294,15 @@ upstreams:
 	if pprof {
 		cfg += "debug: {pprof: true}\n"
 	}
+	if store != "" {
+		cfg += store + "\n"
+	}
 	path := filepath.Join(dir, "airlock.yaml")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
 	cmd := exec.CommandContext(ctx, bin, "serve", "--config", path)
-	cmd.Env = append(os.Environ(), "BENCH_UPSTREAM_KEY=upstream-secret")
+	cmd.Env = append(append(os.Environ(), "BENCH_UPSTREAM_KEY=upstream-secret"), env...)
 	cmd.Stderr = stderr
 	line, err := startChild(cmd)
 	if err != nil {

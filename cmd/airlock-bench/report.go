@@ -15,6 +15,8 @@ type report struct {
 	results   []result
 	approvals []approval
 	fsyncs    []time.Duration // one write+fdatasync on the broker's disk, sampled between rounds
+	database  string          // --store postgres: which database
+	loads     []float64       // --store postgres: the 1-minute load average, between points
 }
 
 func (r *report) add(x result) { r.results = append(r.results, x) }
