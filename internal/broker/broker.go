@@ -129,8 +129,9 @@ type Live struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	grants  atomic.Pointer[[]*grants.Live]
-	ca      atomic.Pointer[proxyca.CA] // the session's CA once open (see Broker.proxyCA)
-	caMu    sync.Mutex                 // one opening at a time
+	ca      atomic.Pointer[proxyca.CA]   // the session's CA once open (see Broker.proxyCA)
+	caMu    sync.Mutex                   // one opening at a time
+	resync  atomic.Pointer[rate.Limiter] // read-throughs of its grants on refusals (see decideFresh)
 }
 
 // Context ends when the session is killed: in-flight calls derive from it.

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 )
@@ -182,6 +184,12 @@ func (s *sessionService) sigv4Session(id string) (*Live, bool) {
 	return s.liveOrLoad(id)
 }
 
+// How often a session's refused calls may read its grants through.
+const (
+	resyncRate  rate.Limit = 5
+	resyncBurst            = 5
+)
+
 // decideFresh evaluates the call; when no grant in memory allows it and
 // other brokers share the store, it reads the session's grants through
 // once (a grant another broker added) and evaluates again if any came. The
@@ -191,6 +199,18 @@ func (b *Broker) decideFresh(l *Live, upstreamName string, call *grants.Call) (*
 	d, err := grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
 	if err == nil || b.feed == nil {
 		return d, err
+	}
+	// A bounded rate of reads per session (resyncRate, in bursts of
+	// resyncBurst): a sandbox spamming refused calls costs the database
+	// little; a grant another broker added is seen by the first refused
+	// call after it, unless the session has just spent its burst.
+	lim := l.resync.Load()
+	if lim == nil {
+		l.resync.CompareAndSwap(nil, rate.NewLimiter(resyncRate, resyncBurst))
+		lim = l.resync.Load()
+	}
+	if !lim.Allow() {
+		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
