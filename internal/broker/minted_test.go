@@ -1,0 +1,126 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// fakeMinter issues tokens living a minute (never past the session),
+// renews by extending them, and records revocations.
+type fakeMinter struct {
+	mu      sync.Mutex
+	n       int
+	revoked map[string]bool
+	fail    error
+}
+
+func (f *fakeMinter) Mint(_ context.Context, sc upstream.Scope) (upstream.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return upstream.Lease{}, f.fail
+	}
+	f.n++
+	if len(sc.Rules) == 0 {
+		return upstream.Lease{}, errors.New("empty scope")
+	}
+	return upstream.Lease{Secret: upstream.NewSecret(fmt.Sprintf("minted-secret-%d-%d", f.n, len(sc.Rules))),
+		ID: fmt.Sprintf("lease-%d", f.n), Expires: leaseEnd(sc)}, nil
+}
+
+func (f *fakeMinter) Renew(_ context.Context, sc upstream.Scope, l upstream.Lease) (upstream.Lease, error) {
+	l.Expires = leaseEnd(sc)
+	return l, nil
+}
+
+func (f *fakeMinter) Revoke(_ context.Context, l upstream.Lease) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revoked[l.ID] = true
+	return nil
+}
+
+func leaseEnd(sc upstream.Scope) time.Time {
+	if e := sc.Now.Add(time.Minute); e.Before(sc.Expires) {
+		return e
+	}
+	return sc.Expires
+}
+
+func (f *fakeMinter) Describe() string { return "fake-minter" }
+
+func httpUpstream(name string) func(*url.URL) *upstream.Upstream {
+	return func(base *url.URL) *upstream.Upstream {
+		return &upstream.Upstream{Name: name, Kind: "http", BaseURL: base, Timeout: 10 * time.Second,
+			Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}, RotationGrace: time.Hour}
+	}
+}
+
+func TestMinterContractFake(t *testing.T) {
+	f := &fakeMinter{revoked: map[string]bool{}}
+	brokertest.MinterContract{
+		Minter: f, Start: t0, Upstream: httpUpstream("api"),
+		Grant:   grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}},
+		Grant2:  grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/other"}}},
+		Request: func() *broker.Request { return &broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}} },
+		Gone: func(_ context.Context, l upstream.Lease) bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.revoked[l.ID]
+		},
+	}.Run(t)
+}
+
+// A credential that cannot be minted fails the call closed: nothing sent,
+// the use given back, the failure audited without the error's secret.
+func TestMintFailureFailsClosed(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	f := &fakeMinter{revoked: map[string]bool{}, fail: errors.New("issuer down")}
+	u := httpUpstream("api")(base)
+	u.Minter, u.Source = f, upstream.MintedSource(f)
+	u.SetTransport(upstream.NewTransport())
+	k := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u))
+	b := k.Broker
+	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+		Grants: []grants.Spec{{Upstream: "api", MaxUses: 1, Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the use is given back: the second call is refused for the credential too, not the grant
+		c := b.NewCall("api", "GET")
+		if err := c.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Gated()
+		_, err := c.Send(context.Background())
+		if !errors.Is(err, broker.ErrNoCredential) || !errors.Is(err, upstream.ErrCredentialUnavailable) {
+			t.Fatalf("a failed mint: %v", err)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Fatal("a call without its credential reached the upstream")
+	}
+	if _, err := u.Credential(context.Background()); !errors.Is(err, upstream.ErrCredentialUnavailable) {
+		t.Fatalf("a minted upstream's credential fetched without a session: %v", err)
+	}
+}
