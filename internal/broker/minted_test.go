@@ -74,9 +74,11 @@ func TestMinterContractFake(t *testing.T) {
 	f := &fakeMinter{revoked: map[string]bool{}}
 	brokertest.MinterContract{
 		Minter: f, Start: t0, Upstream: httpUpstream("api"),
-		Grant:   grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}},
-		Grant2:  grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/other"}}},
-		Request: func() *broker.Request { return &broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}} },
+		Grant:  grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}},
+		Grant2: grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/other"}}},
+		Request: func() *broker.Request {
+			return &broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}
+		},
 		Gone: func(_ context.Context, l upstream.Lease) bool {
 			f.mu.Lock()
 			defer f.mu.Unlock()
