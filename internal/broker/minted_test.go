@@ -126,3 +126,54 @@ func TestMintFailureFailsClosed(t *testing.T) {
 		t.Fatalf("a minted upstream's credential fetched without a session: %v", err)
 	}
 }
+
+// The STS minter scoped to the grant runs the lifecycle contract on an aws
+// upstream: each session's calls are SigV4-signed with its own STS keys,
+// minted with the session's policy, re-minted when a grant is added.
+func TestMinterContractSTSScoped(t *testing.T) {
+	var mu sync.Mutex
+	var forms []url.Values
+	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		mu.Lock()
+		forms = append(forms, r.PostForm)
+		n := len(forms)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/xml")
+		fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult>
+<Credentials><AccessKeyId>ASIASCOPED%d</AccessKeyId><SecretAccessKey>scoped-secret-%d</SecretAccessKey><SessionToken>scoped-token-%d</SessionToken>
+<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/r/s</Arn><AssumedRoleId>AROA:s</AssumedRoleId></AssumedRoleUser>
+</AssumeRoleResult></AssumeRoleResponse>`, n, n, n, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	}))
+	defer sts.Close()
+	m := upstream.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", sts.URL, 0, "aws:env")
+	get := grants.Rule{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/*"}
+	list := grants.Rule{Action: "s3:ListBucket", Resource: "arn:aws:s3:::reports"}
+	brokertest.MinterContract{
+		Minter: m, Start: t0,
+		Upstream: func(base *url.URL) *upstream.Upstream {
+			return &upstream.Upstream{Name: "s3", Kind: "aws", BaseURL: base, Timeout: 10 * time.Second, RotationGrace: time.Hour,
+				AWS: &upstream.AWS{Service: "s3", Region: "us-east-1"}}
+		},
+		Grant:  grants.Spec{Upstream: "s3", Rules: []grants.Rule{get}},
+		Grant2: grants.Spec{Upstream: "s3", Rules: []grants.Rule{list}},
+		Request: func() *broker.Request {
+			return &broker.Request{Call: grants.Call{Method: "GET", Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/q1.csv", Header: http.Header{}},
+				AWS: &broker.AWSRequest{Path: "/reports/q1.csv"}}
+		},
+	}.Run(t)
+	mu.Lock()
+	defer mu.Unlock()
+	one, _ := upstream.SessionPolicy([]grants.Rule{get})
+	two, _ := upstream.SessionPolicy([]grants.Rule{get, list})
+	if forms[0].Get("Policy") != one || forms[0].Get("DurationSeconds") != "1800" {
+		t.Fatalf("first AssumeRole: policy %s duration %s", forms[0].Get("Policy"), forms[0].Get("DurationSeconds"))
+	}
+	var sawTwo bool
+	for _, f := range forms {
+		sawTwo = sawTwo || f.Get("Policy") == two
+	}
+	if !sawTwo {
+		t.Fatal("the grant added did not widen the session policy")
+	}
+}

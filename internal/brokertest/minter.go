@@ -233,6 +233,15 @@ func (c MinterContract) Run(t *testing.T) {
 	if len(saw) != 4 {
 		t.Fatalf("upstream saw %d calls, want 4", len(saw))
 	}
+	for _, s := range saw { // the call was made with the minted credential
+		ok := strings.Contains(s, first.Secret.Reveal())
+		if first.AWS.AccessKeyID != "" {
+			ok = strings.Contains(s, "Credential="+first.AWS.AccessKeyID+"/") && strings.Contains(s, first.AWS.SessionToken)
+		}
+		if !ok {
+			t.Fatalf("the upstream did not receive the minted credential")
+		}
+	}
 	sawMu.Unlock()
 
 	// Renewal once 2/3 of the lease's life has passed, not before.
