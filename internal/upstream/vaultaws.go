@@ -71,7 +71,7 @@ func (m *VaultAWS) Mint(ctx context.Context, sc Scope) (Lease, error) {
 	}
 	ak, _ := sec.Data["access_key"].(string)
 	sk, _ := sec.Data["secret_key"].(string)
-	st, _ := sec.Data["session_token"].(string)
+	st, _ := sec.Data["security_token"].(string) // sts; nil for an IAM user's keys
 	if ak == "" || sk == "" {
 		return fail("access_key or secret_key missing")
 	}
