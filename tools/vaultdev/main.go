@@ -18,8 +18,8 @@ import (
 	"syscall"
 
 	kv "github.com/hashicorp/vault-plugin-secrets-kv"
-	awsengine "github.com/hashicorp/vault/builtin/logical/aws"
 	"github.com/hashicorp/vault/builtin/credential/approle"
+	awsengine "github.com/hashicorp/vault/builtin/logical/aws"
 	vaulthttp "github.com/hashicorp/vault/http"
 	"github.com/hashicorp/vault/sdk/logical"
 	"github.com/hashicorp/vault/vault"
