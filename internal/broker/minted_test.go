@@ -8,10 +8,13 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
@@ -175,5 +178,98 @@ func TestMinterContractSTSScoped(t *testing.T) {
 	}
 	if !sawTwo {
 		t.Fatal("the grant added did not widen the session policy")
+	}
+}
+
+// Every mint, renewal and revocation is audited under the session with the
+// lease id only as an HMAC, never a value, and counted in /metrics.
+func TestMintedAuditAndMetrics(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	f := &fakeMinter{revoked: map[string]bool{}}
+	u := httpUpstream("api")(base)
+	u.Minter, u.Source = f, upstream.MintedSource(f)
+	u.SetTransport(upstream.NewTransport())
+	reg := prometheus.NewRegistry()
+	k := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u),
+		brokertest.WithOptions(func(o *broker.Options) { o.Metrics = reg }))
+	b, ctx := k.Broker, context.Background()
+	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+		Grants: []grants.Spec{{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() {
+		t.Helper()
+		c := b.NewCall("api", "GET")
+		if err := c.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Gated()
+		resp, err := c.Send(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Close()
+	}
+	send()
+	k.Clock.Advance(45 * time.Second) // past 2/3 of the minute's lease
+	send()
+	if _, err := b.KillSession(ctx, operator, v.Session.ID); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"credential.minted": false, "credential.renewed": false, "credential.revoked": false}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var leaked bool
+		for k := range want {
+			want[k] = false
+		}
+		err := b.ScanAudit(ctx, v.Session.ID, 0, func(_ uint64, data []byte) error {
+			s := string(data)
+			leaked = leaked || strings.Contains(s, "lease-1") || strings.Contains(s, "minted-secret")
+			for typ := range want {
+				if strings.Contains(s, `"type":"`+typ+`"`) && strings.Contains(s, b.HMAC("lease-1")) {
+					want[typ] = true
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leaked {
+			t.Fatal("an audit record carries a lease id or a minted value")
+		}
+		if want["credential.minted"] && want["credential.renewed"] && want["credential.revoked"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit records: %v", want)
+		}
+		<-time.After(5 * time.Millisecond) // poll (eventually)
+	}
+	got := map[string]float64{}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "airlock_credential_mints_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			key := ""
+			for _, l := range m.GetLabel() {
+				key += l.GetName() + "=" + l.GetValue() + ","
+			}
+			got[key] = m.GetCounter().GetValue()
+		}
+	}
+	for _, k := range []string{"op=mint,result=ok,upstream=api,", "op=renew,result=ok,upstream=api,", "op=revoke,result=ok,upstream=api,"} {
+		if got[k] != 1 {
+			t.Errorf("airlock_credential_mints_total{%s} = %v, want 1 (all: %v)", k, got[k], got)
+		}
 	}
 }
