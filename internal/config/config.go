@@ -187,7 +187,15 @@ type Credential struct {
 	AssumeRole     struct {
 		RoleARN     string `yaml:"role_arn"`
 		STSEndpoint string `yaml:"sts_endpoint"` // optional, e.g. a VPC endpoint
+		// ScopeToGrant mints per session an STS credential whose inline
+		// session policy is the session's AWS rules, for its remaining life.
+		ScopeToGrant bool          `yaml:"scope_to_grant"`
+		MaxDuration  time.Duration `yaml:"max_duration"` // the role's maximum session duration (default 1h)
 	} `yaml:"assume_role"`
+	// vault_aws: Vault's AWS secrets engine, minted per session.
+	Mount string `yaml:"mount"` // the engine's mount (default aws)
+	Role  string `yaml:"role"`  // the engine's role
+	Type  string `yaml:"type"`  // creds (IAM user keys, leased) or sts (default creds)
 }
 
 // Vault says how to reach and log in to Vault.
@@ -490,8 +498,8 @@ func (c *Config) Validate(getenv func(string) string) error {
 		if err := c.Upstreams[i].validate(fmt.Sprintf("upstreams[%d]", i), seen); err != nil {
 			return err
 		}
-		if c.Upstreams[i].Credential.Source == "vault" && c.Vault == nil {
-			return fieldErr(fmt.Sprintf("upstreams[%d].credential.source", i), "vault needs a top-level vault: section")
+		if src := c.Upstreams[i].Credential.Source; (src == "vault" || src == "vault_aws") && c.Vault == nil {
+			return fieldErr(fmt.Sprintf("upstreams[%d].credential.source", i), "%s needs a top-level vault: section", src)
 		}
 		if err := c.Upstreams[i].uniquePlaceholder(i, placeholders); err != nil {
 			return err
@@ -676,44 +684,76 @@ func (u *Upstream) validateAWS(f string) error {
 			return fieldErr(f+".credential", "vault needs path, access_key_field and secret_key_field")
 		}
 	case "aws":
+	case "vault_aws":
+		if c.Role == "" {
+			return fieldErr(f+".credential.role", "is required for source vault_aws")
+		}
+		if c.Type != "" && c.Type != "creds" && c.Type != "sts" {
+			return fieldErr(f+".credential.type", "must be creds or sts")
+		}
+		if c.AssumeRole.RoleARN != "" {
+			return fieldErr(f+".credential.assume_role", "does not apply to vault_aws (the engine's role decides)")
+		}
+		if u.Credential.Mount == "" {
+			u.Credential.Mount = "aws"
+		}
 	default:
-		return fieldErr(f+".credential.source", "must be env, vault or aws")
+		return fieldErr(f+".credential.source", "must be env, vault, aws or vault_aws")
 	}
 	if c.AssumeRole.RoleARN != "" && !strings.HasPrefix(c.AssumeRole.RoleARN, "arn:") {
 		return fieldErr(f+".credential.assume_role.role_arn", "must be an ARN")
 	}
+	if c.AssumeRole.ScopeToGrant && c.AssumeRole.RoleARN == "" {
+		return fieldErr(f+".credential.assume_role.scope_to_grant", "needs role_arn")
+	}
+	if d := c.AssumeRole.MaxDuration; d < 0 || (d > 0 && (d < 15*time.Minute || d > 12*time.Hour)) {
+		return fieldErr(f+".credential.assume_role.max_duration", "must be between 15m and 12h")
+	}
 	return nil
 }
 
-func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func(string) string, vault *upstream.Vault) (*upstream.AWS, upstream.Source, error) {
+func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func(string) string, vault *upstream.Vault) (*upstream.AWS, upstream.Source, upstream.Minter, error) {
 	var p aws.CredentialsProvider
 	desc := "aws:" + u.Credential.Source
+	awsCfg := &upstream.AWS{Service: u.Service, Region: u.Region, AllowDotKeys: u.AllowDotKeys}
 	switch u.Credential.Source {
+	case "vault_aws":
+		m, err := vault.VaultAWS(u.Credential.Mount, u.Credential.Role, u.Credential.Type)
+		if err != nil {
+			return nil, nil, nil, fieldErr(f+".credential", "%v", err)
+		}
+		return awsCfg, upstream.MintedSource(m), m, nil
 	case "env":
 		ak, sk := getenv(u.Credential.AccessKeyName), getenv(u.Credential.SecretKeyName)
 		if ak == "" || sk == "" {
-			return nil, nil, fieldErr(f+".credential", "environment variables %s and %s must be set", u.Credential.AccessKeyName, u.Credential.SecretKeyName)
+			return nil, nil, nil, fieldErr(f+".credential", "environment variables %s and %s must be set", u.Credential.AccessKeyName, u.Credential.SecretKeyName)
 		}
 		p = upstream.StaticAWSCredentials(ak, sk)
 	case "vault":
 		ak, err := vault.KV(u.Credential.Path, u.Credential.AccessKeyField, u.Credential.Version, u.Credential.Refresh)
 		if err != nil {
-			return nil, nil, fieldErr(f+".credential.path", "%v", err)
+			return nil, nil, nil, fieldErr(f+".credential.path", "%v", err)
 		}
 		sk, _ := vault.KV(u.Credential.Path, u.Credential.SecretKeyField, u.Credential.Version, u.Credential.Refresh)
 		p, desc = upstream.VaultAWSCredentials{Access: ak, Secret: sk}, sk.Describe()
 	case "aws":
 		var err error
 		if p, err = upstream.DefaultAWSCredentials(ctx, u.Region); err != nil {
-			return nil, nil, fieldErr(f+".credential", "%v", err)
+			return nil, nil, nil, fieldErr(f+".credential", "%v", err)
 		}
 		desc = "aws:default-chain"
 	}
-	if role := u.Credential.AssumeRole.RoleARN; role != "" {
-		p = upstream.AssumeRole(p, u.Region, role, u.Credential.AssumeRole.STSEndpoint)
+	ar := u.Credential.AssumeRole
+	if ar.RoleARN != "" && ar.ScopeToGrant {
+		m := upstream.NewSTSScoped(p, u.Region, ar.RoleARN, ar.STSEndpoint, ar.MaxDuration, desc)
+		return awsCfg, upstream.MintedSource(m), m, nil
+	}
+	if role := ar.RoleARN; role != "" {
+		p = upstream.AssumeRole(p, u.Region, role, ar.STSEndpoint)
 		desc += " assume " + role
 	}
-	return &upstream.AWS{Service: u.Service, Region: u.Region, Creds: p, AllowDotKeys: u.AllowDotKeys}, upstream.AWSSource(p, desc), nil
+	awsCfg.Creds = p
+	return awsCfg, upstream.AWSSource(p, desc), nil, nil
 }
 
 // Build makes the runtime upstreams, resolving credential sources, and the
@@ -735,10 +775,11 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		bu, _ := url.Parse(u.BaseURL)
 		var src upstream.Source
 		var awsCfg *upstream.AWS
+		var minter upstream.Minter
 		switch {
 		case u.Type == "aws":
 			var err error
-			if awsCfg, src, err = c.buildAWS(context.Background(), f, u, getenv, vault); err != nil {
+			if awsCfg, src, minter, err = c.buildAWS(context.Background(), f, u, getenv, vault); err != nil {
 				return nil, nil, err
 			}
 		case u.Credential.Source == "env":
@@ -767,6 +808,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			AWS:    awsCfg, RotationGrace: u.Scrub.RotationGrace,
 			Placeholder: u.placeholder,
 		}
+		up.Minter = minter
 		up.AllowPathSemicolons = u.AllowPathSemicolons
 		up.Hosts = c.Upstreams[i].proxyHosts
 		tr := upstream.NewTransport()

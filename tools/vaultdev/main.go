@@ -1,7 +1,8 @@
 // Command vaultdev runs an in-memory Vault v1.14.0 dev server on loopback for
-// Airlock's tests: KV v2 at secret/, AppRole at auth/approle/, and a root
-// token with a fixed id so a restarted server (an outage in a test) accepts
-// the same token. It prints "VAULT_ADDR=..." and "VAULT_TOKEN=..." lines and
+// Airlock's tests: KV v2 at secret/, AppRole at auth/approle/, the AWS
+// secrets engine available to mount (tests point it at a loopback IAM/STS),
+// and a root token with a fixed id so a restarted server (an outage in a
+// test) accepts the same token. It prints "VAULT_ADDR=..." and "VAULT_TOKEN=..." lines and
 // serves until killed.
 package main
 
@@ -18,6 +19,7 @@ import (
 
 	kv "github.com/hashicorp/vault-plugin-secrets-kv"
 	"github.com/hashicorp/vault/builtin/credential/approle"
+	awsengine "github.com/hashicorp/vault/builtin/logical/aws"
 	vaulthttp "github.com/hashicorp/vault/http"
 	"github.com/hashicorp/vault/sdk/logical"
 	"github.com/hashicorp/vault/vault"
@@ -36,7 +38,7 @@ func main() {
 
 func run(addr, token string) error {
 	conf := &vault.CoreConfig{
-		LogicalBackends:    map[string]logical.Factory{"kv": kv.Factory},
+		LogicalBackends:    map[string]logical.Factory{"kv": kv.Factory, "aws": awsengine.Factory},
 		CredentialBackends: map[string]logical.Factory{"approle": approle.Factory},
 	}
 	core, _, root := vault.TestCoreUnsealedWithConfig(&testing.RuntimeT{}, conf)

@@ -1,0 +1,312 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// fakeMinter issues tokens living a minute (never past the session),
+// renews by extending them, and records revocations.
+type fakeMinter struct {
+	mu      sync.Mutex
+	n       int
+	revoked map[string]bool
+	fail    error
+}
+
+func (f *fakeMinter) Mint(_ context.Context, sc upstream.Scope) (upstream.Lease, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.fail != nil {
+		return upstream.Lease{}, f.fail
+	}
+	f.n++
+	if len(sc.Rules) == 0 {
+		return upstream.Lease{}, errors.New("empty scope")
+	}
+	return upstream.Lease{Secret: upstream.NewSecret(fmt.Sprintf("minted-secret-%d-%d", f.n, len(sc.Rules))),
+		ID: fmt.Sprintf("lease-%d", f.n), Expires: leaseEnd(sc)}, nil
+}
+
+func (f *fakeMinter) Renew(_ context.Context, sc upstream.Scope, l upstream.Lease) (upstream.Lease, error) {
+	l.Expires = leaseEnd(sc)
+	return l, nil
+}
+
+func (f *fakeMinter) Revoke(_ context.Context, l upstream.Lease) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.revoked[l.ID] = true
+	return nil
+}
+
+func leaseEnd(sc upstream.Scope) time.Time {
+	if e := sc.Now.Add(time.Minute); e.Before(sc.Expires) {
+		return e
+	}
+	return sc.Expires
+}
+
+func (f *fakeMinter) Describe() string { return "fake-minter" }
+
+func httpUpstream(name string) func(*url.URL) *upstream.Upstream {
+	return func(base *url.URL) *upstream.Upstream {
+		return &upstream.Upstream{Name: name, Kind: "http", BaseURL: base, Timeout: 10 * time.Second,
+			Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}, RotationGrace: time.Hour}
+	}
+}
+
+func TestMinterContractFake(t *testing.T) {
+	f := &fakeMinter{revoked: map[string]bool{}}
+	brokertest.MinterContract{
+		Minter: f, Start: t0, Upstream: httpUpstream("api"),
+		Grant:  grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}},
+		Grant2: grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/other"}}},
+		Request: func() *broker.Request {
+			return &broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}
+		},
+		Gone: func(_ context.Context, l upstream.Lease) bool {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			return f.revoked[l.ID]
+		},
+	}.Run(t)
+}
+
+// A credential that cannot be minted fails the call closed: nothing sent,
+// the use given back, the failure audited without the error's secret.
+func TestMintFailureFailsClosed(t *testing.T) {
+	var hits atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	f := &fakeMinter{revoked: map[string]bool{}, fail: errors.New("issuer down")}
+	u := httpUpstream("api")(base)
+	u.Minter, u.Source = f, upstream.MintedSource(f)
+	u.SetTransport(upstream.NewTransport())
+	k := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u))
+	b := k.Broker
+	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+		Grants: []grants.Spec{{Upstream: "api", MaxUses: 1, Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the use is given back: the second call is refused for the credential too, not the grant
+		c := b.NewCall("api", "GET")
+		if err := c.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Gated()
+		_, err := c.Send(context.Background())
+		if !errors.Is(err, broker.ErrNoCredential) || !errors.Is(err, upstream.ErrCredentialUnavailable) {
+			t.Fatalf("a failed mint: %v", err)
+		}
+	}
+	if hits.Load() != 0 {
+		t.Fatal("a call without its credential reached the upstream")
+	}
+	if _, err := u.Credential(context.Background()); !errors.Is(err, upstream.ErrCredentialUnavailable) {
+		t.Fatalf("a minted upstream's credential fetched without a session: %v", err)
+	}
+}
+
+// The STS minter scoped to the grant runs the lifecycle contract on an aws
+// upstream: each session's calls are SigV4-signed with its own STS keys,
+// minted with the session's policy, re-minted when a grant is added.
+func TestMinterContractSTSScoped(t *testing.T) {
+	var mu sync.Mutex
+	var forms []url.Values
+	sts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		mu.Lock()
+		forms = append(forms, r.PostForm)
+		n := len(forms)
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/xml")
+		fmt.Fprintf(w, `<AssumeRoleResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleResult>
+<Credentials><AccessKeyId>ASIASCOPED%d</AccessKeyId><SecretAccessKey>scoped-secret-%d</SecretAccessKey><SessionToken>scoped-token-%d</SessionToken>
+<Expiration>%s</Expiration></Credentials><AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/r/s</Arn><AssumedRoleId>AROA:s</AssumedRoleId></AssumedRoleUser>
+</AssumeRoleResult></AssumeRoleResponse>`, n, n, n, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	}))
+	defer sts.Close()
+	m := upstream.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", sts.URL, 0, "aws:env")
+	get := grants.Rule{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/*"}
+	list := grants.Rule{Action: "s3:ListBucket", Resource: "arn:aws:s3:::reports"}
+	brokertest.MinterContract{
+		Minter: m, Start: t0,
+		Upstream: func(base *url.URL) *upstream.Upstream {
+			return &upstream.Upstream{Name: "s3", Kind: "aws", BaseURL: base, Timeout: 10 * time.Second, RotationGrace: time.Hour,
+				AWS: &upstream.AWS{Service: "s3", Region: "us-east-1"}}
+		},
+		Grant:  grants.Spec{Upstream: "s3", Rules: []grants.Rule{get}},
+		Grant2: grants.Spec{Upstream: "s3", Rules: []grants.Rule{list}},
+		Request: func() *broker.Request {
+			return &broker.Request{Call: grants.Call{Method: "GET", Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/q1.csv", Header: http.Header{}},
+				AWS: &broker.AWSRequest{Path: "/reports/q1.csv"}}
+		},
+	}.Run(t)
+	mu.Lock()
+	defer mu.Unlock()
+	one, _ := upstream.SessionPolicy([]grants.Rule{get})
+	two, _ := upstream.SessionPolicy([]grants.Rule{get, list})
+	if forms[0].Get("Policy") != one || forms[0].Get("DurationSeconds") != "1800" {
+		t.Fatalf("first AssumeRole: policy %s duration %s", forms[0].Get("Policy"), forms[0].Get("DurationSeconds"))
+	}
+	var sawTwo bool
+	for _, f := range forms {
+		sawTwo = sawTwo || f.Get("Policy") == two
+	}
+	if !sawTwo {
+		t.Fatal("the grant added did not widen the session policy")
+	}
+}
+
+// Every mint, renewal and revocation is audited under the session with the
+// lease id only as an HMAC, never a value, and counted in /metrics.
+func TestMintedAuditAndMetrics(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	f := &fakeMinter{revoked: map[string]bool{}}
+	u := httpUpstream("api")(base)
+	u.Minter, u.Source = f, upstream.MintedSource(f)
+	u.SetTransport(upstream.NewTransport())
+	reg := prometheus.NewRegistry()
+	k := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u),
+		brokertest.WithOptions(func(o *broker.Options) { o.Metrics = reg }))
+	b, ctx := k.Broker, context.Background()
+	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+		Grants: []grants.Spec{{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func() {
+		t.Helper()
+		c := b.NewCall("api", "GET")
+		if err := c.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Gated()
+		resp, err := c.Send(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Close()
+	}
+	send()
+	k.Clock.Advance(45 * time.Second) // past 2/3 of the minute's lease
+	send()
+	if _, err := b.KillSession(ctx, operator, v.Session.ID); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"credential.minted": false, "credential.renewed": false, "credential.revoked": false}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var leaked bool
+		for k := range want {
+			want[k] = false
+		}
+		err := b.ScanAudit(ctx, v.Session.ID, 0, func(_ uint64, data []byte) error {
+			s := string(data)
+			leaked = leaked || strings.Contains(s, "lease-1") || strings.Contains(s, "minted-secret")
+			for typ := range want {
+				if strings.Contains(s, `"type":"`+typ+`"`) && strings.Contains(s, b.HMAC("lease-1")) {
+					want[typ] = true
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if leaked {
+			t.Fatal("an audit record carries a lease id or a minted value")
+		}
+		if want["credential.minted"] && want["credential.renewed"] && want["credential.revoked"] {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("audit records: %v", want)
+		}
+		<-time.After(5 * time.Millisecond) // poll (eventually)
+	}
+	got := map[string]float64{}
+	mfs, _ := reg.Gather()
+	for _, mf := range mfs {
+		if mf.GetName() != "airlock_credential_mints_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			key := ""
+			for _, l := range m.GetLabel() {
+				key += l.GetName() + "=" + l.GetValue() + ","
+			}
+			got[key] = m.GetCounter().GetValue()
+		}
+	}
+	for _, k := range []string{"op=mint,result=ok,upstream=api,", "op=renew,result=ok,upstream=api,", "op=revoke,result=ok,upstream=api,"} {
+		if got[k] != 1 {
+			t.Errorf("airlock_credential_mints_total{%s} = %v, want 1 (all: %v)", k, got[k], got)
+		}
+	}
+}
+
+// BenchmarkMintedCredential is what a minted credential costs a call: a
+// hit (the session's lease, current) and a miss (a mint by a Minter that
+// answers at once, the scrubber built: the issuer's own latency comes on top).
+func BenchmarkMintedCredential(b *testing.B) {
+	base, _ := url.Parse("http://127.0.0.1:1")
+	f := &fakeMinter{revoked: map[string]bool{}}
+	u := httpUpstream("api")(base)
+	u.Minter, u.Source = f, upstream.MintedSource(f)
+	k := brokertest.MustOpenBroker(b, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u))
+	ctx := context.Background()
+	v, err := k.Broker.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+		Grants: []grants.Spec{{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("hit", func(b *testing.B) {
+		if err := broker.MintedCredential(ctx, k.Broker, v.Session.ID, "api"); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := broker.MintedCredential(ctx, k.Broker, v.Session.ID, "api"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("miss", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			broker.ForgetMinted(k.Broker, v.Session.ID)
+			if err := broker.MintedCredential(ctx, k.Broker, v.Session.ID, "api"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,123 @@
+package upstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+)
+
+// VaultAWS mints AWS credentials per session from Vault's AWS secrets
+// engine (credential source vault_aws): <mount>/creds/<role> (an IAM user's
+// keys, leased: renewed through sys/leases/renew, revoked through
+// sys/leases/revoke, which deletes the user) or <mount>/sts/<role> (STS
+// credentials, not renewable: minted anew, their ttl the session's
+// remaining life, within the role's maximum).
+type VaultAWS struct {
+	v     *Vault
+	mount string
+	role  string
+	sts   bool
+}
+
+// VaultAWS is the minter of role on the AWS engine mounted at mount;
+// credType is "creds" (IAM user keys) or "sts".
+func (v *Vault) VaultAWS(mount, role, credType string) (*VaultAWS, error) {
+	if mount == "" || role == "" {
+		return nil, errors.New("vault_aws needs mount and role")
+	}
+	switch credType {
+	case "", "creds":
+		return &VaultAWS{v: v, mount: mount, role: role}, nil
+	case "sts":
+		return &VaultAWS{v: v, mount: mount, role: role, sts: true}, nil
+	}
+	return nil, fmt.Errorf("vault_aws type must be creds or sts, not %q", credType)
+}
+
+// Describe implements Minter.
+func (m *VaultAWS) Describe() string {
+	kind := "creds"
+	if m.sts {
+		kind = "sts"
+	}
+	return "vault_aws:" + m.mount + "/" + kind + "/" + m.role
+}
+
+// stsMinTTL is STS's shortest session.
+const stsMinTTL = 15 * time.Minute
+
+// Mint implements Minter.
+func (m *VaultAWS) Mint(ctx context.Context, sc Scope) (Lease, error) {
+	fail := func(why string) (Lease, error) { return Lease{}, fmt.Errorf("%s: %s", m.Describe(), why) }
+	if err := m.v.ensureLogin(ctx); err != nil {
+		return fail(err.Error())
+	}
+	path := m.mount + "/creds/" + m.role
+	var data map[string][]string
+	if m.sts {
+		path = m.mount + "/sts/" + m.role
+		ttl := max(sc.Remaining(), stsMinTTL) // Vault clamps it to the role's maximum
+		data = map[string][]string{"ttl": {fmt.Sprintf("%ds", int64(ttl/time.Second))}}
+	}
+	sec, err := m.v.client.Logical().ReadWithDataWithContext(ctx, path, data)
+	if err != nil {
+		return fail(vaultErrorText(err))
+	}
+	if sec == nil {
+		return fail("no credentials returned")
+	}
+	ak, _ := sec.Data["access_key"].(string)
+	sk, _ := sec.Data["secret_key"].(string)
+	st, _ := sec.Data["security_token"].(string) // sts; nil for an IAM user's keys
+	if ak == "" || sk == "" {
+		return fail("access_key or secret_key missing")
+	}
+	l := Lease{Secret: NewSecret(sk), ID: sec.LeaseID,
+		AWS: aws.Credentials{AccessKeyID: ak, SecretAccessKey: sk, SessionToken: st, Source: m.Describe()}}
+	if sec.LeaseDuration > 0 {
+		l.Expires = sc.Now.Add(time.Duration(sec.LeaseDuration) * time.Second)
+		l.AWS.CanExpire, l.AWS.Expires = true, l.Expires
+	}
+	if st != "" {
+		l.Extra = append(l.Extra, NewSecret(st))
+	}
+	return l, nil
+}
+
+// Renew implements Minter: an IAM user's lease is extended up to the
+// session's end; STS credentials are minted anew (the old lease revoked).
+func (m *VaultAWS) Renew(ctx context.Context, sc Scope, l Lease) (Lease, error) {
+	if m.sts || l.ID == "" {
+		return m.Mint(ctx, sc)
+	}
+	if err := m.v.ensureLogin(ctx); err != nil {
+		return Lease{}, fmt.Errorf("%s: %s", m.Describe(), err.Error())
+	}
+	sec, err := m.v.client.Sys().RenewWithContext(ctx, l.ID, int(max(sc.Remaining(), time.Second)/time.Second))
+	if err != nil {
+		return Lease{}, fmt.Errorf("%s: renew: %s", m.Describe(), vaultErrorText(err))
+	}
+	if sec != nil && sec.LeaseDuration > 0 {
+		l.Expires = sc.Now.Add(time.Duration(sec.LeaseDuration) * time.Second)
+		l.AWS.Expires = l.Expires
+	}
+	return l, nil
+}
+
+// Revoke implements Minter: the lease is revoked in Vault (for an IAM
+// user, Vault deletes its keys and the user).
+func (m *VaultAWS) Revoke(ctx context.Context, l Lease) error {
+	if l.ID == "" {
+		return nil
+	}
+	if err := m.v.ensureLogin(ctx); err != nil {
+		return fmt.Errorf("%s: %s", m.Describe(), err.Error())
+	}
+	if err := m.v.client.Sys().RevokeWithContext(ctx, l.ID); err != nil {
+		return fmt.Errorf("%s: revoke: %s", m.Describe(), vaultErrorText(err))
+	}
+	return nil
+}
