@@ -210,10 +210,22 @@ type Vault struct {
 
 // Inject says how the credential is injected.
 type Inject struct {
+	Header    string      `yaml:"header"`
+	Format    string      `yaml:"format"`
+	Query     string      `yaml:"query"`
+	BasicUser string      `yaml:"basic_user"`
+	HMAC      *InjectHMAC `yaml:"hmac"` // sign each request with the secret as the HMAC key (upstream.HMACSigning)
+}
+
+// InjectHMAC signs requests: the header, sha256|sha512, hex|base64, the
+// header's format ({timestamp}, {signature}) and the canonical string
+// (upstream.HMACSigning names its placeholders).
+type InjectHMAC struct {
 	Header    string `yaml:"header"`
+	Algorithm string `yaml:"algorithm"`
+	Encoding  string `yaml:"encoding"`
 	Format    string `yaml:"format"`
-	Query     string `yaml:"query"`
-	BasicUser string `yaml:"basic_user"`
+	Over      string `yaml:"over"`
 }
 
 // Defaults.
@@ -603,7 +615,7 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	}
 	in := &u.Inject
 	n := 0
-	for _, set := range []bool{in.Header != "", in.Query != "", in.BasicUser != ""} {
+	for _, set := range []bool{in.Header != "", in.Query != "", in.BasicUser != "", in.HMAC != nil} {
 		if set {
 			n++
 		}
@@ -612,7 +624,16 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	case n == 0:
 		in.Header, in.Format = "Authorization", "Bearer {secret}"
 	case n > 1:
-		return fieldErr(f+".inject", "set exactly one of header, query, basic_user")
+		return fieldErr(f+".inject", "set exactly one of header, query, basic_user, hmac")
+	case in.HMAC != nil:
+		if in.Format != "" {
+			return fieldErr(f+".inject.format", "applies to header injection only (hmac has its own format)")
+		}
+		h := upstream.HMACSigning(*in.HMAC)
+		if err := h.Validate(); err != nil {
+			return fieldErr(f+".inject.hmac", "%v", err)
+		}
+		*in.HMAC = InjectHMAC(h)
 	case in.Header != "":
 		if in.Format == "" {
 			in.Format = "{secret}"
@@ -627,6 +648,15 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 		return fieldErr(f+".inject.format", "applies to header injection only")
 	}
 	return nil
+}
+
+// hmacSigning is the runtime form of h (nil: none).
+func hmacSigning(h *InjectHMAC) *upstream.HMACSigning {
+	if h == nil {
+		return nil
+	}
+	s := upstream.HMACSigning(*h)
+	return &s
 }
 
 // DefaultAWSMaxBody bounds request bodies to aws upstreams (object uploads).
@@ -763,7 +793,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		up := &upstream.Upstream{
 			Name: u.Name, Kind: u.Type, BaseURL: bu, Sensitive: *u.Sensitive,
 			Timeout: u.Timeout, MaxBody: u.MaxBody, ForwardHeaders: fwd, Source: src,
-			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser},
+			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser, HMAC: hmacSigning(u.Inject.HMAC)},
 			AWS:    awsCfg, RotationGrace: u.Scrub.RotationGrace,
 			Placeholder: u.placeholder,
 		}
