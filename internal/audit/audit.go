@@ -33,8 +33,14 @@ const (
 	TypeTokenRevoked    = "token.revoked"
 	TypeBrokerStarted   = "broker.started"
 	TypeCredentialFetch = "credential.fetched"
-	TypeUILogin         = "ui.login"
-	TypeUILogout        = "ui.logout"
+	// A credential minted per session (upstream.Minter): the lease id only
+	// as an HMAC, never a value.
+	TypeCredentialMinted  = "credential.minted"
+	TypeCredentialRenewed = "credential.renewed"
+	TypeCredentialRevoked = "credential.revoked"
+	TypeCredentialFailed  = "credential.failed" // a mint, renewal or revocation failed (Reason says which)
+	TypeUILogin           = "ui.login"
+	TypeUILogout          = "ui.logout"
 )
 
 // Actor is who caused an event.

@@ -111,7 +111,8 @@ type Broker struct {
 	auditLog auditLog       // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
-	feed    *follower // other replicas' changes, or nil (the only replica)
+	feed    *follower    // other replicas' changes, or nil (the only replica)
+	mint    *mintService // credentials minted per session (minted.go)
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -242,6 +243,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.appr.notifier,
 	}
 	b.metrics = newMetrics(o.Metrics, b)
+	b.mint = newMintService(b, o.Clock)
+	if o.Metrics != nil {
+		o.Metrics.MustRegister(b.mint.count)
+	}
 	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
 	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
 	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
@@ -253,6 +258,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		b.auditLog.committed(n)
 	})
 	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
+	b.ks.onEngage = func() { b.mint.endAll("kill-switch engaged") }
 	b.ks.load(ctx)
 	if err := b.sess.load(ctx); err != nil {
 		w.Close()
@@ -284,6 +290,7 @@ func (b *Broker) Close() {
 	b.sess.stop()
 	b.appr.close() // no expiry timer is armed after Close
 	b.sess.cancelAll()
+	b.mint.close() // leases are left to their own expiry (never past their session's)
 	b.audit.Close()
 	if _, err := b.Checkpoint(context.Background()); err != nil {
 		b.log.Error("final audit checkpoint failed", "err", err)
@@ -343,6 +350,10 @@ func (b *Broker) Ready(ctx context.Context) map[string]error {
 		}
 	}
 	for name, u := range b.upstreams {
+		if u.Minter != nil {
+			out["credential:"+name] = nil // minted per session: nothing to fetch without one
+			continue
+		}
 		_, err := u.Credential(ctx)
 		out["credential:"+name] = err
 	}

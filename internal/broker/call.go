@@ -463,7 +463,13 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 		stop()
 		return nil, &stepError{step: step, cause: cause}
 	}
-	cred, err := c.u.Credential(ctx)
+	var cred upstream.Credential
+	var err error
+	if c.u.Minter != nil {
+		cred, err = c.b.mint.credential(ctx, c.l, c.u) // this session's, minted (minted.go)
+	} else {
+		cred, err = c.u.Credential(ctx)
+	}
 	if err != nil {
 		c.unreserve()
 		c.b.CredentialFailed(c.u.Name)

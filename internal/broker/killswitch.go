@@ -27,6 +27,9 @@ type killswitch struct {
 	engaged atomic.Bool
 	halt    atomic.Pointer[halt] // cancelled when the kill-switch is engaged
 	mu      sync.Mutex           // serializes engaging and releasing
+	// onEngage runs when the switch is engaged (here or by another
+	// replica): every session's minted credentials are revoked.
+	onEngage func()
 }
 
 // load reads the stored state (a broker restarts engaged if it was).
@@ -87,6 +90,9 @@ func (k *killswitch) set(ctx context.Context, actor audit.Actor, by string, enga
 func (k *killswitch) engage() {
 	k.engaged.Store(true)
 	k.halt.Load().cancel(ErrKillswitch)
+	if k.onEngage != nil {
+		k.onEngage()
+	}
 }
 
 // release starts a new period in which calls may run.

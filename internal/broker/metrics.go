@@ -113,4 +113,9 @@ func (b *Broker) credentialFetched(name string, i upstream.FetchInfo) {
 
 func (b *Broker) sessionEnded(l *Live, at time.Time) {
 	b.metrics.sessionLifetime.Observe(at.Sub(l.Session.CreatedAt).Seconds())
+	why := "session expired"
+	if l.revoked.Load() {
+		why = "session killed"
+	}
+	b.mint.endSession(l.Session.ID, why)
 }

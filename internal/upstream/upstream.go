@@ -58,7 +58,10 @@ type Upstream struct {
 	MaxBody        int64
 	ForwardHeaders map[string]bool // canonical names
 	Source         Source
-	Inject         Injection
+	// Minter, when set, mints the credential per session (mint.go); Source
+	// is then MintedSource(Minter).
+	Minter Minter
+	Inject Injection
 	// Placeholder is the worthless token sandbox clients get in its
 	// variable (proxy door), or nil.
 	Placeholder *Placeholder
@@ -145,6 +148,9 @@ type Credential struct {
 // Credential fetches the credential, failing closed.
 func (u *Upstream) Credential(ctx context.Context) (Credential, error) {
 	var c Credential
+	if u.Minter != nil {
+		return c, fmt.Errorf("%w: %s is minted per session", ErrCredentialUnavailable, u.Minter.Describe())
+	}
 	if u.AWS != nil {
 		ac, err := u.AWS.Creds.Retrieve(ctx)
 		if err != nil || ac.SecretAccessKey == "" {

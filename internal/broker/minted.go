@@ -1,0 +1,313 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/upstream"
+)
+
+// mintService is the lifecycle of credentials minted per session
+// (upstream.Minter, see internal/upstream/mint.go for the contract): one
+// lease per (session, upstream), minted on first use, renewed once 2/3 of
+// its life has passed, minted anew when the session's live grants on the
+// upstream change, and revoked when the session is killed or expires or the
+// kill-switch is engaged. Leases are not revoked at shutdown: they outlive
+// a restart only until their own expiry (never past the session's).
+type mintService struct {
+	b      *Broker
+	timers *expiryTimers // a session's leases are revoked at its expiry (keyed by session id)
+	count  *prometheus.CounterVec
+	wg     sync.WaitGroup // running revocations
+
+	mu      sync.Mutex
+	entries map[string]map[string]*mintEntry // session id → upstream → entry; nil once closed
+}
+
+// mintEntry is one session's lease on one upstream.
+type mintEntry struct {
+	mu      sync.Mutex // one mint, renewal or revocation at a time: calls wait on one (single flight)
+	have    bool
+	gone    bool // revoked and removed: never minted again
+	lease   upstream.Lease
+	minted  time.Time // when the lease was minted or renewed (broker clock)
+	scope   uint64    // fingerprint of the live grants it was minted for
+	cred    upstream.Credential
+	values  []string       // the lease's values that answers must not carry
+	retired []retiredLease // replaced leases, scrubbed within the rotation grace
+}
+
+type retiredLease struct {
+	values []string
+	until  time.Time
+}
+
+// revokeTimeout bounds one revocation (network time, not an expiry).
+const revokeTimeout = 30 * time.Second
+
+func newMintService(b *Broker, clk clock.Clock) *mintService {
+	m := &mintService{b: b, entries: map[string]map[string]*mintEntry{},
+		count: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_credential_mints_total",
+			Help: "Operations on credentials minted per session, by upstream, op (mint, renew, revoke) and result (ok, error).",
+		}, []string{"upstream", "op", "result"})}
+	m.timers = newExpiryTimers(clk, b.now, func(id string) { m.endSession(id, "session expired") })
+	return m
+}
+
+// credential is the session's credential on minted upstream u: the lease
+// minted, renewed or re-minted as needed, with a scrubber of its values and
+// of the leases it replaced within their grace. It fails closed, wrapping
+// upstream.ErrCredentialUnavailable.
+func (m *mintService) credential(ctx context.Context, l *Live, u *upstream.Upstream) (upstream.Credential, error) {
+	now := m.b.now()
+	e := m.entry(l, u.Name)
+	if e == nil {
+		return upstream.Credential{}, fmt.Errorf("%w: %s: the session has ended", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+	}
+	fp := scopeFingerprint(l, u.Name, now)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.gone {
+		return upstream.Credential{}, fmt.Errorf("%w: %s: the session's credentials were revoked", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+	}
+	switch {
+	case !e.have || e.scope != fp:
+		if err := m.mint(ctx, l, u, e, fp, now); err != nil {
+			return upstream.Credential{}, err
+		}
+	case renewalDue(e, now):
+		if err := m.renew(ctx, l, u, e, fp, now); err != nil {
+			return upstream.Credential{}, err
+		}
+	}
+	if len(e.retired) > 0 && !now.Before(e.retired[0].until) {
+		e.retired = slices.DeleteFunc(e.retired, func(r retiredLease) bool { return !now.Before(r.until) })
+		e.rebuildScrub()
+	}
+	if m.b.ks.engaged.Load() || l.revoked.Load() {
+		// A kill came while the lease was minted: it is revoked now (the
+		// call itself is refused by Send's check that follows).
+		m.endSession(l.Session.ID, "session ended during a mint")
+	}
+	return e.cred, nil
+}
+
+// entry is the session's entry on upstream name, created on first use; nil
+// once the session ended or the service closed.
+func (m *mintService) entry(l *Live, name string) *mintEntry {
+	id := l.Session.ID
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.entries == nil || l.revoked.Load() {
+		return nil
+	}
+	byUp := m.entries[id]
+	if byUp == nil {
+		byUp = map[string]*mintEntry{}
+		m.entries[id] = byUp
+		m.timers.schedule(id, l.Session.ExpiresAt)
+	}
+	e := byUp[name]
+	if e == nil {
+		e = &mintEntry{}
+		byUp[name] = e
+	}
+	return e
+}
+
+// scopeFingerprint identifies the session's live grants on the upstream
+// (FNV-1a over their ids): a change means a new scope.
+func scopeFingerprint(l *Live, name string, now time.Time) uint64 {
+	h := uint64(14695981039346656037)
+	for _, g := range l.Grants() {
+		if g.Grant.Upstream != name || g.Revoked() || !now.Before(g.Grant.ExpiresAt) {
+			continue
+		}
+		for i := 0; i < len(g.Grant.ID); i++ {
+			h ^= uint64(g.Grant.ID[i])
+			h *= 1099511628211
+		}
+		h ^= 0xff
+		h *= 1099511628211
+	}
+	return h
+}
+
+// scope is what the session may do on the upstream now.
+func (m *mintService) scope(l *Live, name string, now time.Time) upstream.Scope {
+	sc := upstream.Scope{SessionID: l.Session.ID, Upstream: name, Expires: l.Session.ExpiresAt, Now: now}
+	for _, g := range l.Grants() {
+		if g.Grant.Upstream == name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
+			sc.Rules = append(sc.Rules, g.Grant.Rules...)
+		}
+	}
+	return sc
+}
+
+// renewalDue: 2/3 of the lease's life has passed, or it expired.
+func renewalDue(e *mintEntry, now time.Time) bool {
+	if e.lease.Expires.IsZero() {
+		return false
+	}
+	life := e.lease.Expires.Sub(e.minted)
+	return !now.Before(e.minted.Add(life - life/3))
+}
+
+func (m *mintService) mint(ctx context.Context, l *Live, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+	lease, err := u.Minter.Mint(ctx, m.scope(l, u.Name, now))
+	if err == nil && lease.Secret.IsZero() {
+		m.revokeLease(l.Session.ID, u, lease, "empty credential")
+		err = fmt.Errorf("minted an empty credential")
+	}
+	if err != nil {
+		m.failed(l.Session.ID, u, "mint", err)
+		return fmt.Errorf("%w: %s: mint failed", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+	}
+	if e.have {
+		// The scope changed: the lease of the old scope is replaced and revoked.
+		old := e.lease
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "scope changed") }()
+	}
+	m.install(u, e, lease, fp, now)
+	m.count.WithLabelValues(u.Name, "mint", "ok").Inc()
+	m.audit(audit.TypeCredentialMinted, l.Session.ID, u, lease, "")
+	return nil
+}
+
+func (m *mintService) renew(ctx context.Context, l *Live, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+	lease, err := u.Minter.Renew(ctx, m.scope(l, u.Name, now), e.lease)
+	if err == nil && lease.Secret.IsZero() {
+		err = fmt.Errorf("renewed to an empty credential")
+	}
+	if err != nil {
+		m.failed(l.Session.ID, u, "renew", err)
+		if now.Before(e.lease.Expires) {
+			return nil // still valid: used until its expiry, renewal retried on the next call
+		}
+		return fmt.Errorf("%w: %s: renewal failed", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+	}
+	if lease.ID != e.lease.ID {
+		old := e.lease // minted anew: the one replaced is revoked
+		m.wg.Add(1)
+		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "replaced at renewal") }()
+	}
+	m.install(u, e, lease, fp, now)
+	m.count.WithLabelValues(u.Name, "renew", "ok").Inc()
+	m.audit(audit.TypeCredentialRenewed, l.Session.ID, u, lease, "")
+	return nil
+}
+
+// install makes lease the entry's, retiring the values of the one it
+// replaces for the upstream's rotation grace.
+func (m *mintService) install(u *upstream.Upstream, e *mintEntry, lease upstream.Lease, fp uint64, now time.Time) {
+	values := u.LeaseValues(lease)
+	if e.have && !slices.Equal(values, e.values) && u.RotationGrace > 0 {
+		if len(e.retired) >= maxRetiredLeases {
+			e.retired = e.retired[1:]
+		}
+		e.retired = append(e.retired, retiredLease{values: e.values, until: now.Add(u.RotationGrace)})
+	}
+	e.have, e.lease, e.minted, e.scope, e.values = true, lease, now, fp, values
+	e.cred = u.LeaseCredential(lease)
+	e.rebuildScrub()
+}
+
+// maxRetiredLeases bounds the replaced leases scrubbed per entry.
+const maxRetiredLeases = 16
+
+func (e *mintEntry) rebuildScrub() {
+	all := slices.Clone(e.values)
+	for _, r := range e.retired {
+		all = append(all, r.values...)
+	}
+	e.cred.Scrub = upstream.NewScrubber(all...)
+}
+
+// endSession revokes every lease of a session (killed, expired, or the
+// kill-switch): asynchronously, each once; no lease is minted for it again
+// unless the session still stands (the kill-switch released).
+func (m *mintService) endSession(id, why string) {
+	m.timers.stop(id)
+	m.mu.Lock()
+	byUp := m.entries[id]
+	delete(m.entries, id)
+	m.mu.Unlock()
+	for name, e := range byUp {
+		u := m.b.upstreams[name]
+		m.wg.Add(1)
+		go func() {
+			defer m.wg.Done()
+			e.mu.Lock() // after any mint in flight
+			defer e.mu.Unlock()
+			e.gone = true
+			if e.have {
+				m.revokeLease(id, u, e.lease, why)
+				e.have = false
+			}
+		}()
+	}
+}
+
+// endAll revokes every session's leases (the kill-switch).
+func (m *mintService) endAll(why string) {
+	m.mu.Lock()
+	ids := make([]string, 0, len(m.entries))
+	for id := range m.entries {
+		ids = append(ids, id)
+	}
+	m.mu.Unlock()
+	for _, id := range ids {
+		m.endSession(id, why)
+	}
+}
+
+func (m *mintService) revokeLease(sessionID string, u *upstream.Upstream, l upstream.Lease, why string) {
+	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
+	defer cancel()
+	if err := u.Minter.Revoke(ctx, l); err != nil {
+		m.failed(sessionID, u, "revoke", err)
+		return
+	}
+	m.count.WithLabelValues(u.Name, "revoke", "ok").Inc()
+	m.audit(audit.TypeCredentialRevoked, sessionID, u, l, why)
+}
+
+func (m *mintService) failed(sessionID string, u *upstream.Upstream, op string, err error) {
+	m.count.WithLabelValues(u.Name, op, "error").Inc()
+	m.b.audit.AppendAsync(audit.Event{Type: audit.TypeCredentialFailed, Actor: audit.Actor{Kind: "system"},
+		SessionID: sessionID, Upstream: u.Name, Reason: clip(op+": "+u.Minter.Describe()+": "+err.Error(), 500)})
+}
+
+// audit records a lease: its source, id (HMAC'd) and expiry, never a value.
+func (m *mintService) audit(typ, sessionID string, u *upstream.Upstream, l upstream.Lease, why string) {
+	reason := u.Minter.Describe()
+	if l.ID != "" {
+		reason += " lease " + m.b.HMAC(l.ID)
+	}
+	if !l.Expires.IsZero() {
+		reason += " until " + l.Expires.UTC().Format(time.RFC3339)
+	}
+	if why != "" {
+		reason += ": " + why
+	}
+	m.b.audit.AppendAsync(audit.Event{Type: typ, Actor: audit.Actor{Kind: "system"}, SessionID: sessionID, Upstream: u.Name, Reason: reason})
+}
+
+// close stops the expiry timers and waits for running revocations; the
+// leases held are left to their own expiry.
+func (m *mintService) close() {
+	m.timers.close()
+	m.mu.Lock()
+	m.entries = nil
+	m.mu.Unlock()
+	m.wg.Wait()
+}
