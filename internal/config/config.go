@@ -188,6 +188,13 @@ type Credential struct {
 		RoleARN     string `yaml:"role_arn"`
 		STSEndpoint string `yaml:"sts_endpoint"` // optional, e.g. a VPC endpoint
 	} `yaml:"assume_role"`
+	// github_app: installation tokens minted per session (upstream.GitHubApp)
+	AppID          string            `yaml:"app_id"`
+	InstallationID string            `yaml:"installation_id"`
+	PrivateKeyFile string            `yaml:"private_key_file"` // the app's PEM key (PKCS#1 or PKCS#8)
+	APIURL         string            `yaml:"api_url"`          // default https://api.github.com
+	Repositories   []string          `yaml:"repositories"`     // bound every token (names, without the owner)
+	Permissions    map[string]string `yaml:"permissions"`      // bound every token ({contents: read, ...})
 }
 
 // Vault says how to reach and log in to Vault.
@@ -606,6 +613,10 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 		if u.Credential.Version < 0 || u.Credential.Refresh < 0 {
 			return fieldErr(f+".credential", "version and refresh must not be negative")
 		}
+	case "github_app":
+		if err := u.Credential.validateGitHubApp(f + ".credential"); err != nil {
+			return err
+		}
 	case "vault_aws", "aws":
 		return fieldErr(f+".credential.source", "%s credentials are for aws upstreams", u.Credential.Source)
 	case "":
@@ -765,6 +776,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		bu, _ := url.Parse(u.BaseURL)
 		var src upstream.Source
 		var awsCfg *upstream.AWS
+		var minter upstream.Minter
 		switch {
 		case u.Type == "aws":
 			var err error
@@ -779,6 +791,12 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			src = s
 		case u.Credential.Source == "file":
 			src = upstream.NewFileSource(u.Credential.Path)
+		case u.Credential.Source == "github_app":
+			g, err := u.Credential.buildGitHubApp(f + ".credential")
+			if err != nil {
+				return nil, nil, err
+			}
+			minter, src = g, upstream.MintedSource(g)
 		case u.Credential.Source == "vault":
 			s, err := vault.KV(u.Credential.Path, u.Credential.Field, u.Credential.Version, u.Credential.Refresh)
 			if err != nil {
@@ -798,6 +816,7 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			Placeholder: u.placeholder,
 		}
 		up.AllowPathSemicolons = u.AllowPathSemicolons
+		up.Minter = minter
 		up.Hosts = c.Upstreams[i].proxyHosts
 		tr := upstream.NewTransport()
 		if u.CACert != "" {
