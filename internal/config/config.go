@@ -195,6 +195,12 @@ type Credential struct {
 	APIURL         string            `yaml:"api_url"`          // default https://api.github.com
 	Repositories   []string          `yaml:"repositories"`     // bound every token (names, without the owner)
 	Permissions    map[string]string `yaml:"permissions"`      // bound every token ({contents: read, ...})
+	// oauth2: an access token minted per session (upstream.OAuth2ClientCredentials)
+	TokenURL     string      `yaml:"token_url"`
+	ClientID     string      `yaml:"client_id"`
+	ClientSecret *Credential `yaml:"client_secret"` // any of env, file, vault
+	Scopes       []string    `yaml:"scopes"`
+	GrantType    string      `yaml:"grant_type"` // client_credentials (default); refresh_token is not built yet
 }
 
 // Vault says how to reach and log in to Vault.
@@ -617,6 +623,10 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 		if err := u.Credential.validateGitHubApp(f + ".credential"); err != nil {
 			return err
 		}
+	case "oauth2":
+		if err := u.Credential.validateOAuth2(f + ".credential"); err != nil {
+			return err
+		}
 	case "vault_aws", "aws":
 		return fieldErr(f+".credential.source", "%s credentials are for aws upstreams", u.Credential.Source)
 	case "":
@@ -797,6 +807,12 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 				return nil, nil, err
 			}
 			minter, src = g, upstream.MintedSource(g)
+		case u.Credential.Source == "oauth2":
+			o, err := u.Credential.buildOAuth2(f+".credential", getenv, vault)
+			if err != nil {
+				return nil, nil, err
+			}
+			minter, src = o, upstream.MintedSource(o)
 		case u.Credential.Source == "vault":
 			s, err := vault.KV(u.Credential.Path, u.Credential.Field, u.Credential.Version, u.Credential.Refresh)
 			if err != nil {
