@@ -196,6 +196,19 @@ type Credential struct {
 	Mount string `yaml:"mount"` // the engine's mount (default aws)
 	Role  string `yaml:"role"`  // the engine's role
 	Type  string `yaml:"type"`  // creds (IAM user keys, leased) or sts (default creds)
+	// github_app: installation tokens minted per session (upstream.GitHubApp)
+	AppID          string            `yaml:"app_id"`
+	InstallationID string            `yaml:"installation_id"`
+	PrivateKeyFile string            `yaml:"private_key_file"` // the app's PEM key (PKCS#1 or PKCS#8)
+	APIURL         string            `yaml:"api_url"`          // default https://api.github.com
+	Repositories   []string          `yaml:"repositories"`     // bound every token (names, without the owner)
+	Permissions    map[string]string `yaml:"permissions"`      // bound every token ({contents: read, ...})
+	// oauth2: an access token minted per session (upstream.OAuth2ClientCredentials)
+	TokenURL     string      `yaml:"token_url"`
+	ClientID     string      `yaml:"client_id"`
+	ClientSecret *Credential `yaml:"client_secret"` // any of env, file, vault
+	Scopes       []string    `yaml:"scopes"`
+	GrantType    string      `yaml:"grant_type"` // client_credentials (default); refresh_token is not built yet
 }
 
 // Vault says how to reach and log in to Vault.
@@ -218,10 +231,22 @@ type Vault struct {
 
 // Inject says how the credential is injected.
 type Inject struct {
+	Header    string      `yaml:"header"`
+	Format    string      `yaml:"format"`
+	Query     string      `yaml:"query"`
+	BasicUser string      `yaml:"basic_user"`
+	HMAC      *InjectHMAC `yaml:"hmac"` // sign each request with the secret as the HMAC key (upstream.HMACSigning)
+}
+
+// InjectHMAC signs requests: the header, sha256|sha512, hex|base64, the
+// header's format ({timestamp}, {signature}) and the canonical string
+// (upstream.HMACSigning names its placeholders).
+type InjectHMAC struct {
 	Header    string `yaml:"header"`
+	Algorithm string `yaml:"algorithm"`
+	Encoding  string `yaml:"encoding"`
 	Format    string `yaml:"format"`
-	Query     string `yaml:"query"`
-	BasicUser string `yaml:"basic_user"`
+	Over      string `yaml:"over"`
 }
 
 // Defaults.
@@ -602,6 +627,14 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 		if u.Credential.Version < 0 || u.Credential.Refresh < 0 {
 			return fieldErr(f+".credential", "version and refresh must not be negative")
 		}
+	case "github_app":
+		if err := u.Credential.validateGitHubApp(f + ".credential"); err != nil {
+			return err
+		}
+	case "oauth2":
+		if err := u.Credential.validateOAuth2(f + ".credential"); err != nil {
+			return err
+		}
 	case "vault_aws", "aws":
 		return fieldErr(f+".credential.source", "%s credentials are for aws upstreams", u.Credential.Source)
 	case "":
@@ -611,7 +644,7 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	}
 	in := &u.Inject
 	n := 0
-	for _, set := range []bool{in.Header != "", in.Query != "", in.BasicUser != ""} {
+	for _, set := range []bool{in.Header != "", in.Query != "", in.BasicUser != "", in.HMAC != nil} {
 		if set {
 			n++
 		}
@@ -620,7 +653,16 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	case n == 0:
 		in.Header, in.Format = "Authorization", "Bearer {secret}"
 	case n > 1:
-		return fieldErr(f+".inject", "set exactly one of header, query, basic_user")
+		return fieldErr(f+".inject", "set exactly one of header, query, basic_user, hmac")
+	case in.HMAC != nil:
+		if in.Format != "" {
+			return fieldErr(f+".inject.format", "applies to header injection only (hmac has its own format)")
+		}
+		h := upstream.HMACSigning(*in.HMAC)
+		if err := h.Validate(); err != nil {
+			return fieldErr(f+".inject.hmac", "%v", err)
+		}
+		*in.HMAC = InjectHMAC(h)
 	case in.Header != "":
 		if in.Format == "" {
 			in.Format = "{secret}"
@@ -635,6 +677,15 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 		return fieldErr(f+".inject.format", "applies to header injection only")
 	}
 	return nil
+}
+
+// hmacSigning is the runtime form of h (nil: none).
+func hmacSigning(h *InjectHMAC) *upstream.HMACSigning {
+	if h == nil {
+		return nil
+	}
+	s := upstream.HMACSigning(*h)
+	return &s
 }
 
 // DefaultAWSMaxBody bounds request bodies to aws upstreams (object uploads).
@@ -790,6 +841,18 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 			src = s
 		case u.Credential.Source == "file":
 			src = upstream.NewFileSource(u.Credential.Path)
+		case u.Credential.Source == "github_app":
+			g, err := u.Credential.buildGitHubApp(f + ".credential")
+			if err != nil {
+				return nil, nil, err
+			}
+			minter, src = g, upstream.MintedSource(g)
+		case u.Credential.Source == "oauth2":
+			o, err := u.Credential.buildOAuth2(f+".credential", getenv, vault)
+			if err != nil {
+				return nil, nil, err
+			}
+			minter, src = o, upstream.MintedSource(o)
 		case u.Credential.Source == "vault":
 			s, err := vault.KV(u.Credential.Path, u.Credential.Field, u.Credential.Version, u.Credential.Refresh)
 			if err != nil {
@@ -804,12 +867,13 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		up := &upstream.Upstream{
 			Name: u.Name, Kind: u.Type, BaseURL: bu, Sensitive: *u.Sensitive,
 			Timeout: u.Timeout, MaxBody: u.MaxBody, ForwardHeaders: fwd, Source: src,
-			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser},
+			Inject: upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser, HMAC: hmacSigning(u.Inject.HMAC)},
 			AWS:    awsCfg, RotationGrace: u.Scrub.RotationGrace,
 			Placeholder: u.placeholder,
 		}
 		up.Minter = minter
 		up.AllowPathSemicolons = u.AllowPathSemicolons
+		up.Minter = minter
 		up.Hosts = c.Upstreams[i].proxyHosts
 		tr := upstream.NewTransport()
 		if u.CACert != "" {

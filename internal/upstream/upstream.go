@@ -34,13 +34,15 @@ var (
 )
 
 // Injection says where the credential goes: a header with a format
-// ("Bearer {secret}"), a query parameter, or HTTP basic auth (the secret is
-// the password).
+// ("Bearer {secret}"), a query parameter, HTTP basic auth (the secret is
+// the password), or a request signature keyed by the secret (HMAC; the
+// secret itself is not sent).
 type Injection struct {
 	Header    string
 	Format    string
 	Query     string
 	BasicUser string
+	HMAC      *HMACSigning
 }
 
 // DefaultForwardHeaders pass from the sandbox to every upstream.
@@ -289,6 +291,12 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 		if err := u.signAWS(ctx, req, out.Body, cred.AWS); err != nil {
 			return nil, fmt.Errorf("%w: signing failed", ErrUpstream)
 		}
+	case u.Inject.HMAC != nil:
+		req.Header.Set(u.Inject.HMAC.Header, u.Inject.HMAC.Sign(sec, SignedRequest{
+			// What goes on the wire: the request line's path and query.
+			Method: req.Method, Host: req.URL.Host, Path: req.URL.EscapedPath(), Query: req.URL.RawQuery,
+			Body: out.Body, Time: nowUTC(),
+		}))
 	case u.Inject.BasicUser != "":
 		req.SetBasicAuth(u.Inject.BasicUser, sec.Reveal())
 	case u.Inject.Header != "":
