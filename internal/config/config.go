@@ -638,9 +638,9 @@ func (u *Upstream) validate(f string, seen map[string]bool) error {
 	case "vault_aws", "aws":
 		return fieldErr(f+".credential.source", "%s credentials are for aws upstreams", u.Credential.Source)
 	case "":
-		return fieldErr(f+".credential.source", "is required (env, file or vault)")
+		return fieldErr(f+".credential.source", "is required (env, file, vault, github_app or oauth2)")
 	default:
-		return fieldErr(f+".credential.source", "must be env, file or vault")
+		return fieldErr(f+".credential.source", "must be env, file, vault, github_app or oauth2")
 	}
 	in := &u.Inject
 	n := 0
