@@ -49,7 +49,8 @@ type Writer struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	onCommit func(records int, d time.Duration)
+	onCommit    func(records int, d time.Duration)
+	onSequenced func(d time.Duration) // per record on a shared chain: submission to commit
 
 	headMu sync.Mutex
 	seq    uint64
@@ -63,6 +64,7 @@ type pending struct {
 	refused bool       // the Sequencer refused it (ErrKilled): it is not in the chain
 	done    chan error // nil for records nobody waits for
 	written time.Time  // when its batch was written (commit latency metric)
+	queued  time.Time  // when it was submitted (sequencing lag metric; set only when observed)
 }
 
 // Turns handed to a waiting caller through its done channel.
@@ -122,6 +124,9 @@ func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate,
 	ev.Time = ev.Time.UTC() // stored times are UTC: a record re-encodes as it was hashed
 	p := pendingPool.Get().(*pending)
 	p.ev, p.side, p.guard = ev, side, guard
+	if w.onSequenced != nil {
+		p.queued = time.Now()
+	}
 	w.mu.Lock()
 	if err := w.refusing(); err != nil {
 		w.mu.Unlock()
@@ -146,7 +151,7 @@ func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate,
 		err = <-p.done
 	}
 	out := p.ev
-	p.ev, p.side, p.written, p.guard, p.refused = Event{}, nil, time.Time{}, false, false
+	p.ev, p.side, p.written, p.queued, p.guard, p.refused = Event{}, nil, time.Time{}, time.Time{}, false, false
 	pendingPool.Put(p)
 	if errors.Is(err, ErrKilled) {
 		return out, err
@@ -183,7 +188,11 @@ func (w *Writer) AppendAsync(ev Event) {
 		w.log.Error("audit record lost", "type", ev.Type, "err", err)
 		return
 	}
-	w.queue = append(w.queue, &pending{ev: ev})
+	p := &pending{ev: ev}
+	if w.onSequenced != nil {
+		p.queued = time.Now()
+	}
+	w.queue = append(w.queue, p)
 }
 
 // asyncFlush bounds how long a record nobody waits for stays in memory
@@ -296,6 +305,14 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 		return false
 	}
 	w.setHead(seq, head)
+	if w.onSequenced != nil {
+		now := time.Now()
+		for _, p := range batch {
+			if !p.refused && !p.queued.IsZero() {
+				w.onSequenced(now.Sub(p.queued))
+			}
+		}
+	}
 	for _, p := range batch {
 		if p.refused { // answered now: it is in no batch to sync
 			p.done <- ErrKilled
@@ -495,6 +512,18 @@ func (w *Writer) fail(batch []*pending, err error) {
 // OnCommit registers a function told the size and duration of every commit
 // (metrics). Set it before the first Append.
 func (w *Writer) OnCommit(fn func(records int, d time.Duration)) { w.onCommit = fn }
+
+// OnSequenced registers a function told, for every record committed on a
+// shared chain (the sink is a Sequencer: brokers on one database), its
+// sequencing lag: the time from its submission (Append, AppendAsync) to the
+// commit of the transaction that took the chain's head lock and appended
+// it (the wait for the head behind other brokers' batches included). It is
+// never called over a sink of one writer. Set it before the first Append.
+func (w *Writer) OnSequenced(fn func(d time.Duration)) {
+	if w.sequencer != nil {
+		w.onSequenced = fn
+	}
+}
 
 func (w *Writer) seqHead() (uint64, string) {
 	w.headMu.Lock()
