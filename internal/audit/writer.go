@@ -237,7 +237,7 @@ func (w *Writer) write(own *pending) {
 		mine := own == nil || containsPending(batch, own)
 		w.mu.Unlock()
 
-		needSync := w.commit(batch)
+		needSync, killed := w.commit(batch)
 
 		w.mu.Lock()
 		if needSync {
@@ -247,6 +247,12 @@ func (w *Writer) write(own *pending) {
 					w.unsynced = append(w.unsynced, p)
 				}
 			}
+		}
+		// Refused records are answered last: an answered record's pending
+		// goes back to the pool at once (and may be reused), so nothing of
+		// the batch may be read after it.
+		for _, p := range killed {
+			p.done <- ErrKilled
 		}
 		if !mine {
 			w.mu.Unlock()
@@ -272,17 +278,19 @@ func (w *Writer) write(own *pending) {
 
 // commit seals batch onto the chain and writes it. It answers the batch's
 // callers unless the write needs a sync (then the sync turn does), and
-// reports whether it does.
-func (w *Writer) commit(batch []*pending) (needSync bool) {
+// reports whether it does. Records the Sequencer refused are not answered:
+// they are returned as killed, for the caller to answer with ErrKilled once
+// it no longer reads the batch.
+func (w *Writer) commit(batch []*pending) (needSync bool, killed []*pending) {
 	if len(batch) == 0 {
-		return false
+		return false, nil
 	}
 	w.mu.Lock()
 	broken := w.broken
 	w.mu.Unlock()
 	if broken {
 		w.fail(batch, errSyncFailed)
-		return false
+		return false, nil
 	}
 	start := time.Now()
 	var (
@@ -302,7 +310,7 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 	if err != nil {
 		w.log.Error("audit write failed", "records", len(batch), "err", err)
 		w.fail(batch, err)
-		return false
+		return false, nil
 	}
 	w.setHead(seq, head)
 	if w.onSequenced != nil {
@@ -314,15 +322,15 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 		}
 	}
 	for _, p := range batch {
-		if p.refused { // answered now: it is in no batch to sync
-			p.done <- ErrKilled
+		if p.refused { // in no batch to sync; answered by the caller, last
+			killed = append(killed, p)
 		}
 	}
 	if needSync {
 		for _, p := range batch {
 			p.written = start
 		}
-		return true
+		return true, killed
 	}
 	if w.onCommit != nil {
 		w.onCommit(len(batch), time.Since(start))
@@ -332,7 +340,7 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 			p.done <- nil
 		}
 	}
-	return false
+	return false, killed
 }
 
 // seal seals batch onto the chain after seq and head into w.entries, and
