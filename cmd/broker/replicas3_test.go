@@ -365,6 +365,19 @@ func TestThreeReplicas(t *testing.T) {
 		if n := len(up.requests()); n != allowed {
 			t.Errorf("the upstream saw %d requests, the chain holds %d call.allowed records", n, allowed)
 		}
+		// The sequencing lag each replica saw (a figure, not a bound).
+		for _, r := range rs {
+			p := r.on(t)
+			m := map[string]float64{}
+			for _, line := range strings.Split(string(p.do("GET", p.control+"/metrics", "", nil).body), "\n") {
+				if k, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(k, "airlock_audit_append_seconds_") {
+					m[k], _ = strconv.ParseFloat(v, 64)
+				}
+			}
+			if n := m["airlock_audit_append_seconds_count"]; n > 0 {
+				t.Logf("replica %s: %v records, mean sequencing lag %.2f ms", r.name, n, 1000*m["airlock_audit_append_seconds_sum"]/n)
+			}
+		}
 	})
 }
 

@@ -188,11 +188,7 @@ func (w *Writer) AppendAsync(ev Event) {
 		w.log.Error("audit record lost", "type", ev.Type, "err", err)
 		return
 	}
-	p := &pending{ev: ev}
-	if w.onSequenced != nil {
-		p.queued = time.Now()
-	}
-	w.queue = append(w.queue, p)
+	w.queue = append(w.queue, &pending{ev: ev})
 }
 
 // asyncFlush bounds how long a record nobody waits for stays in memory
@@ -316,7 +312,7 @@ func (w *Writer) commit(batch []*pending) (needSync bool, killed []*pending) {
 	if w.onSequenced != nil {
 		now := time.Now()
 		for _, p := range batch {
-			if !p.refused && !p.queued.IsZero() {
+			if p.done != nil && !p.refused && !p.queued.IsZero() {
 				w.onSequenced(now.Sub(p.queued))
 			}
 		}
@@ -521,12 +517,14 @@ func (w *Writer) fail(batch []*pending, err error) {
 // (metrics). Set it before the first Append.
 func (w *Writer) OnCommit(fn func(records int, d time.Duration)) { w.onCommit = fn }
 
-// OnSequenced registers a function told, for every record committed on a
-// shared chain (the sink is a Sequencer: brokers on one database), its
-// sequencing lag: the time from its submission (Append, AppendAsync) to the
-// commit of the transaction that took the chain's head lock and appended
-// it (the wait for the head behind other brokers' batches included). It is
-// never called over a sink of one writer. Set it before the first Append.
+// OnSequenced registers a function told, for every record a caller waits
+// for (Append, AppendGuarded) committed on a shared chain (the sink is a
+// Sequencer: brokers on one database), its sequencing lag: the time from
+// its submission to the commit of the transaction that took the chain's
+// head lock and appended it (the wait for the head behind other brokers'
+// batches included). Records of AppendAsync, batched on purpose, are not
+// observed. It is never called over a sink of one writer. Set it before
+// the first Append.
 func (w *Writer) OnSequenced(fn func(d time.Duration)) {
 	if w.sequencer != nil {
 		w.onSequenced = fn

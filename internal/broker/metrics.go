@@ -39,7 +39,7 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 		}),
 		auditAppend: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "airlock_audit_append_seconds",
-			Help:    "Sequencing lag on the cluster's one audit chain: from a record's submission to the commit that appended it under the chain's head lock (waiting behind other replicas' batches included).",
+			Help:    "Sequencing lag on the cluster's one audit chain: from a waited-for record's submission to the commit that appended it under the chain's head lock (waiting behind other replicas' batches included).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
