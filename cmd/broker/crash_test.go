@@ -31,13 +31,19 @@ type proc struct {
 
 func startProc(t *testing.T, cfg string, env []string) *proc {
 	t.Helper()
+	return startProcLogs(t, cfg, env, io.Discard)
+}
+
+// startProcLogs is startProc with the process's stderr (its logs) to logs.
+func startProcLogs(t *testing.T, cfg string, env []string, logs io.Writer) *proc {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(os.Environ(), "AIRLOCK_TEST_SERVE="+cfg), env...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd.Stderr = io.Discard
+	cmd.Stderr = logs
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,8 @@ type Writer struct {
 	stop     chan struct{}
 	done     chan struct{}
 
-	onCommit func(records int, d time.Duration)
+	onCommit    func(records int, d time.Duration)
+	onSequenced func(d time.Duration) // per record on a shared chain: submission to commit
 
 	headMu sync.Mutex
 	seq    uint64
@@ -63,6 +64,7 @@ type pending struct {
 	refused bool       // the Sequencer refused it (ErrKilled): it is not in the chain
 	done    chan error // nil for records nobody waits for
 	written time.Time  // when its batch was written (commit latency metric)
+	queued  time.Time  // when it was submitted (sequencing lag metric; set only when observed)
 }
 
 // Turns handed to a waiting caller through its done channel.
@@ -122,6 +124,9 @@ func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate,
 	ev.Time = ev.Time.UTC() // stored times are UTC: a record re-encodes as it was hashed
 	p := pendingPool.Get().(*pending)
 	p.ev, p.side, p.guard = ev, side, guard
+	if w.onSequenced != nil {
+		p.queued = time.Now()
+	}
 	w.mu.Lock()
 	if err := w.refusing(); err != nil {
 		w.mu.Unlock()
@@ -146,7 +151,7 @@ func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate,
 		err = <-p.done
 	}
 	out := p.ev
-	p.ev, p.side, p.written, p.guard, p.refused = Event{}, nil, time.Time{}, false, false
+	p.ev, p.side, p.written, p.queued, p.guard, p.refused = Event{}, nil, time.Time{}, time.Time{}, false, false
 	pendingPool.Put(p)
 	if errors.Is(err, ErrKilled) {
 		return out, err
@@ -228,7 +233,7 @@ func (w *Writer) write(own *pending) {
 		mine := own == nil || containsPending(batch, own)
 		w.mu.Unlock()
 
-		needSync := w.commit(batch)
+		needSync, killed := w.commit(batch)
 
 		w.mu.Lock()
 		if needSync {
@@ -238,6 +243,12 @@ func (w *Writer) write(own *pending) {
 					w.unsynced = append(w.unsynced, p)
 				}
 			}
+		}
+		// Refused records are answered last: an answered record's pending
+		// goes back to the pool at once (and may be reused), so nothing of
+		// the batch may be read after it.
+		for _, p := range killed {
+			p.done <- ErrKilled
 		}
 		if !mine {
 			w.mu.Unlock()
@@ -263,17 +274,19 @@ func (w *Writer) write(own *pending) {
 
 // commit seals batch onto the chain and writes it. It answers the batch's
 // callers unless the write needs a sync (then the sync turn does), and
-// reports whether it does.
-func (w *Writer) commit(batch []*pending) (needSync bool) {
+// reports whether it does. Records the Sequencer refused are not answered:
+// they are returned as killed, for the caller to answer with ErrKilled once
+// it no longer reads the batch.
+func (w *Writer) commit(batch []*pending) (needSync bool, killed []*pending) {
 	if len(batch) == 0 {
-		return false
+		return false, nil
 	}
 	w.mu.Lock()
 	broken := w.broken
 	w.mu.Unlock()
 	if broken {
 		w.fail(batch, errSyncFailed)
-		return false
+		return false, nil
 	}
 	start := time.Now()
 	var (
@@ -293,19 +306,27 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 	if err != nil {
 		w.log.Error("audit write failed", "records", len(batch), "err", err)
 		w.fail(batch, err)
-		return false
+		return false, nil
 	}
 	w.setHead(seq, head)
+	if w.onSequenced != nil {
+		now := time.Now()
+		for _, p := range batch {
+			if p.done != nil && !p.refused && !p.queued.IsZero() {
+				w.onSequenced(now.Sub(p.queued))
+			}
+		}
+	}
 	for _, p := range batch {
-		if p.refused { // answered now: it is in no batch to sync
-			p.done <- ErrKilled
+		if p.refused { // in no batch to sync; answered by the caller, last
+			killed = append(killed, p)
 		}
 	}
 	if needSync {
 		for _, p := range batch {
 			p.written = start
 		}
-		return true
+		return true, killed
 	}
 	if w.onCommit != nil {
 		w.onCommit(len(batch), time.Since(start))
@@ -315,7 +336,7 @@ func (w *Writer) commit(batch []*pending) (needSync bool) {
 			p.done <- nil
 		}
 	}
-	return false
+	return false, killed
 }
 
 // seal seals batch onto the chain after seq and head into w.entries, and
@@ -495,6 +516,20 @@ func (w *Writer) fail(batch []*pending, err error) {
 // OnCommit registers a function told the size and duration of every commit
 // (metrics). Set it before the first Append.
 func (w *Writer) OnCommit(fn func(records int, d time.Duration)) { w.onCommit = fn }
+
+// OnSequenced registers a function told, for every record a caller waits
+// for (Append, AppendGuarded) committed on a shared chain (the sink is a
+// Sequencer: brokers on one database), its sequencing lag: the time from
+// its submission to the commit of the transaction that took the chain's
+// head lock and appended it (the wait for the head behind other brokers'
+// batches included). Records of AppendAsync, batched on purpose, are not
+// observed. It is never called over a sink of one writer. Set it before
+// the first Append.
+func (w *Writer) OnSequenced(fn func(d time.Duration)) {
+	if w.sequencer != nil {
+		w.onSequenced = fn
+	}
+}
 
 func (w *Writer) seqHead() (uint64, string) {
 	w.headMu.Lock()

@@ -258,6 +258,9 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		b.metrics.auditRecords.Add(float64(n))
 		b.auditLog.committed(n)
 	})
+	if b.feed != nil {
+		w.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
+	}
 	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
 	b.ks.onEngage = func() { b.mint.endAll("kill-switch engaged") }
 	b.ks.load(ctx)

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -495,7 +496,7 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 			if cut := c.cut(bound); cut != nil {
 				return fail(ErrNotSent, cut)
 			}
-			return fail(ErrNotSent, session.ErrRevoked)
+			return fail(ErrNotSent, c.killedBy(parent))
 		}
 		return fail(ErrNotRecorded, err)
 	}
@@ -534,6 +535,31 @@ func (c *Call) cut(bound context.Context) error {
 		return session.ErrRevoked
 	}
 	return Interrupted(bound)
+}
+
+// killedBy says which kill the store's guard refused the call's allowed
+// record for (audit.ErrKilled: a kill committed on another replica that
+// this one has not applied yet), read from the store, so the call is
+// answered as one broker would: the kill-switch (killswitch_engaged), the
+// session (session_revoked) or its grant (the grant is skipped as revoked:
+// no_matching_grant). Unreadable or none of them: session_revoked. Only
+// refused calls pay these reads.
+func (c *Call) killedBy(parent context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 2*time.Second)
+	defer cancel()
+	if data, err := c.b.ks.store.Meta(ctx, metaKillswitch); err == nil {
+		var st KillswitchState
+		if json.Unmarshal(data, &st) != nil || st.Engaged {
+			return ErrKillswitch
+		}
+	}
+	if s, err := c.b.sess.store.Session(ctx, c.l.Session.ID); err == nil && !s.RevokedAt.IsZero() {
+		return session.ErrRevoked
+	}
+	if r, err := c.b.sess.store.Grant(ctx, c.grant.Grant.ID); err == nil && !r.Grant.RevokedAt.IsZero() {
+		return grants.ErrNoMatchingGrant
+	}
+	return session.ErrRevoked
 }
 
 // unreserve gives back what the call reserved on its grant, when it is not sent.

@@ -17,6 +17,7 @@ type metrics struct {
 	credFailures    *prometheus.CounterVec
 	auditCommit     prometheus.Histogram
 	auditRecords    prometheus.Counter
+	auditAppend     prometheus.Histogram // shared chain only (PostgreSQL)
 }
 
 func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
@@ -35,6 +36,11 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 		}),
 		auditRecords: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "airlock_audit_records_total", Help: "Audit records committed.",
+		}),
+		auditAppend: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "airlock_audit_append_seconds",
+			Help:    "Sequencing lag on the cluster's one audit chain: from a waited-for record's submission to the commit that appended it under the chain's head lock (waiting behind other replicas' batches included).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
 	if reg == nil {
@@ -55,7 +61,8 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 	if b.feed != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_change_feed_lag_seconds",
 			Help: "Seconds since the change feed (LISTEN/NOTIFY and its catch-up read) last confirmed this replica knows every other replica's kills; past 2 sandbox calls are refused."},
-			func() float64 { return b.FeedLag().Seconds() }))
+			func() float64 { return b.FeedLag().Seconds() }),
+			m.auditAppend)
 	}
 	return m
 }

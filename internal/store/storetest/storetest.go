@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) Ports) {
 	t.Run("Actions", func(t *testing.T) { testActions(t, open) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, open) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, open) })
+	t.Run("Races", func(t *testing.T) { testRaces(t, open) })
 	t.Run("Health", func(t *testing.T) {
 		if err := open(t).Health.Ready(context.Background()); err != nil {
 			t.Fatalf("Ready on an open store = %v", err)
