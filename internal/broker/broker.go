@@ -263,7 +263,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
 	b.ks.onEngage = func() { b.mint.endAll("kill-switch engaged") }
-	b.ks.load(ctx)
+	if err := b.ks.load(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
 	if err := b.sess.load(ctx); err != nil {
 		w.Close()
 		return nil, err

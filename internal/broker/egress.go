@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"time"
 
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -64,10 +65,10 @@ func (c *Call) Egress(host string, port int, tunnel bool) (Destination, error) {
 	d.Upstream = u.Name
 	c.name, c.rec.Upstream = u.Name, u.Name
 	now := c.b.now()
-	for _, g := range c.l.Grants() {
-		if g.Grant.Upstream == u.Name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
-			return d, nil
-		}
+	// A grant another broker added is read through, as a refused call's is
+	// (decideFresh): a grant made on one replica opens the door on all.
+	if c.l.liveGrantOn(u.Name, now) || c.b.resync(c.l) && c.l.liveGrantOn(u.Name, now) {
+		return d, nil
 	}
 	return d, fmt.Errorf("%w: the session holds no live grant on upstream %q (%s)", ErrEgressDenied, u.Name, d)
 }
@@ -83,4 +84,15 @@ func (b *Broker) hostUpstream(name string, port, defaultPort int) *upstream.Upst
 		}
 	}
 	return nil
+}
+
+// liveGrantOn reports whether the session holds a live grant (not revoked,
+// not expired) on upstream name.
+func (l *Live) liveGrantOn(name string, now time.Time) bool {
+	for _, g := range l.Grants() {
+		if g.Grant.Upstream == name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
+			return true
+		}
+	}
+	return false
 }

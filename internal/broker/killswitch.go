@@ -32,15 +32,26 @@ type killswitch struct {
 	onEngage func()
 }
 
-// load reads the stored state (a broker restarts engaged if it was).
-func (k *killswitch) load(ctx context.Context) {
-	if data, err := k.store.Meta(ctx, metaKillswitch); err == nil {
+// load reads the stored state (a broker restarts engaged if it was). It
+// fails closed: a state that cannot be read is an error (the broker does
+// not start released while the switch may be engaged: the change feed
+// would not tell it later), one that cannot be parsed reads as engaged
+// (as apply does).
+func (k *killswitch) load(ctx context.Context) error {
+	data, err := k.store.Meta(ctx, metaKillswitch)
+	switch {
+	case errors.Is(err, ErrMetaNotFound):
+	case err != nil:
+		return fmt.Errorf("read the kill-switch: %w", err)
+	default:
 		var st KillswitchState
-		if json.Unmarshal(data, &st) == nil {
-			k.engaged.Store(st.Engaged)
+		if json.Unmarshal(data, &st) != nil {
+			st.Engaged = true // unreadable: closed
 		}
+		k.engaged.Store(st.Engaged)
 	}
 	k.halt.Store(newHalt(k.engaged.Load()))
+	return nil
 }
 
 // state returns the global state.

@@ -200,22 +200,32 @@ func (b *Broker) decideFresh(l *Live, upstreamName string, call *grants.Call) (*
 	if err == nil || b.feed == nil {
 		return d, err
 	}
-	// A bounded rate of reads per session (resyncRate, in bursts of
-	// resyncBurst): a sandbox spamming refused calls costs the database
-	// little; a grant another broker added is seen by the first refused
-	// call after it, unless the session has just spent its burst.
+	if !b.resync(l) {
+		return nil, err
+	}
+	return grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
+}
+
+// resync reads the session's grants through (a grant another broker added
+// or revoked) and reports whether any changed. Only when other brokers
+// share the store, and at a bounded rate of reads per session (resyncRate,
+// in bursts of resyncBurst): a sandbox spamming refused calls costs the
+// database little; a grant another broker added is seen by the first
+// refused call after it, unless the session has just spent its burst.
+func (b *Broker) resync(l *Live) bool {
+	if b.feed == nil {
+		return false
+	}
 	lim := l.resync.Load()
 	if lim == nil {
 		l.resync.CompareAndSwap(nil, rate.NewLimiter(resyncRate, resyncBurst))
 		lim = l.resync.Load()
 	}
 	if !lim.Allow() {
-		return nil, err
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
-	if changed, rerr := b.sess.syncGrants(ctx, l); rerr != nil || !changed {
-		return nil, err
-	}
-	return grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
+	changed, err := b.sess.syncGrants(ctx, l)
+	return err == nil && changed
 }
