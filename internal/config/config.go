@@ -215,6 +215,9 @@ type Credential struct {
 	// ScopesFor narrows the scopes a session's token asks to those its
 	// rules need: {"GET /repos/**": [repo:read]} (upstream.OAuth2Scopes).
 	ScopesFor map[string][]string `yaml:"scopes_for"`
+	// RevocationURL (optional) is the RFC 7009 endpoint where a session's
+	// access token is revoked when the session ends.
+	RevocationURL string `yaml:"revocation_url"`
 }
 
 // Vault says how to reach and log in to Vault.

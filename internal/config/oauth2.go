@@ -19,6 +19,12 @@ func (c *Credential) validateOAuth2(f string) error {
 	if c.ClientID == "" {
 		return fieldErr(f+".client_id", "is required")
 	}
+	if c.RevocationURL != "" {
+		ru, err := url.Parse(c.RevocationURL)
+		if err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" || ru.Fragment != "" || ru.User != nil {
+			return fieldErr(f+".revocation_url", "must be an absolute http(s) URL without fragment or user info")
+		}
+	}
 	switch c.GrantType {
 	case "":
 		c.GrantType = "client_credentials"
@@ -143,6 +149,10 @@ func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *up
 		scopesFor = append(scopesFor, sr)
 	}
 	tu, _ := url.Parse(c.TokenURL)
+	var ru *url.URL
+	if c.RevocationURL != "" {
+		ru, _ = url.Parse(c.RevocationURL)
+	}
 	if c.GrantType == "refresh_token" {
 		rt, err := c.RefreshToken.valueSource(f+".refresh_token", getenv, vault)
 		if err != nil {
@@ -150,11 +160,11 @@ func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *up
 		}
 		return &upstream.OAuth2Refresh{
 			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Initial: rt,
-			Scopes: c.Scopes, ScopesFor: scopesFor, Client: tokenClient(tlsConf),
+			Scopes: c.Scopes, ScopesFor: scopesFor, RevocationURL: ru, Client: tokenClient(tlsConf),
 		}, nil
 	}
 	return &upstream.OAuth2ClientCredentials{
 		TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Scopes: c.Scopes, ScopesFor: scopesFor,
-		Client: tokenClient(tlsConf),
+		RevocationURL: ru, Client: tokenClient(tlsConf),
 	}, nil
 }

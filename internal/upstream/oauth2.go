@@ -18,15 +18,17 @@ import (
 // the client_credentials grant (RFC 6749 §4.4): the client authenticates
 // with HTTP basic (client_secret_basic, §2.3.1), the scopes are those the
 // session's rules need (OAuth2Scopes). Renew asks for a new token; Revoke
-// forgets it (the token ends with its expires_in; a server-side revocation
-// endpoint is not called).
+// revokes it at RevocationURL (RFC 7009) when set, else forgets it (it
+// lapses with its expires_in).
 type OAuth2ClientCredentials struct {
 	TokenURL     *url.URL
 	ClientID     string
 	ClientSecret Source
 	Scopes       []string
 	ScopesFor    []ScopeRule // narrows Scopes to the session's rules (none: Scopes)
-	Client       *http.Client
+	// RevocationURL is the server's RFC 7009 endpoint, or nil.
+	RevocationURL *url.URL
+	Client        *http.Client
 }
 
 // Describe implements Minter.
@@ -60,8 +62,50 @@ func (o *OAuth2ClientCredentials) Renew(ctx context.Context, sc Scope, _ Lease) 
 	return o.Mint(ctx, sc)
 }
 
-// Revoke implements Minter: nothing to call; the token lapses at its expiry.
-func (o *OAuth2ClientCredentials) Revoke(context.Context, Lease) error { return nil }
+// Revoke implements Minter (oauth2Revoke).
+func (o *OAuth2ClientCredentials) Revoke(ctx context.Context, l Lease) error {
+	return oauth2Revoke(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
+}
+
+// oauth2Revoke revokes a lease's access token at the RFC 7009 endpoint
+// (nil: nothing to call, the token lapses at its expiry), authenticating
+// the client as the token request does. The server answers 200 for a token
+// it no longer knows too (§2.2).
+func oauth2Revoke(ctx context.Context, client *http.Client, revURL *url.URL, clientID string, clientSecret Source, l Lease) error {
+	if revURL == nil || l.Secret.IsZero() {
+		return nil
+	}
+	form := url.Values{"token": {l.Secret.Reveal()}, "token_type_hint": {"access_token"}}
+	var secret Secret
+	if clientSecret != nil {
+		s, err := clientSecret.Fetch(ctx)
+		if err != nil || s.IsZero() {
+			return errors.New("the client secret is unavailable")
+		}
+		secret = s
+	}
+	if secret.IsZero() {
+		form.Set("client_id", clientID)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, revURL.String(), strings.NewReader(form.Encode()))
+	if err != nil {
+		return errors.New("cannot build the revocation")
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if !secret.IsZero() {
+		req.SetBasicAuth(url.QueryEscape(clientID), url.QueryEscape(secret.Reveal()))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return errors.New("the revocation failed")
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the revocation endpoint answered %d", resp.StatusCode)
+	}
+	return nil
+}
 
 // oauth2Answer is a token endpoint's successful answer (RFC 6749 §5.1).
 type oauth2Answer struct {

@@ -46,7 +46,10 @@ type OAuth2Refresh struct {
 	Initial      Source // the refresh token the operator configured
 	Scopes       []string
 	ScopesFor    []ScopeRule
-	Client       *http.Client
+	// RevocationURL is the server's RFC 7009 endpoint, or nil; only a
+	// session's access token is revoked there, never the shared chain.
+	RevocationURL *url.URL
+	Client        *http.Client
 
 	mu      sync.Mutex // one refresh at a time: the chain is single-use
 	state   MintState
@@ -141,6 +144,9 @@ func (o *OAuth2Refresh) Renew(ctx context.Context, sc Scope, _ Lease) (Lease, er
 	return o.Mint(ctx, sc)
 }
 
-// Revoke implements Minter: nothing to call; the access token lapses at
-// its expiry (the refresh token is the upstream's, not the session's).
-func (o *OAuth2Refresh) Revoke(context.Context, Lease) error { return nil }
+// Revoke implements Minter: the access token at RevocationURL when set
+// (else it lapses at its expiry); the refresh token is the upstream's, not
+// the session's, and is kept.
+func (o *OAuth2Refresh) Revoke(ctx context.Context, l Lease) error {
+	return oauth2Revoke(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
+}
