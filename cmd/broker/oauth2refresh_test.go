@@ -125,7 +125,8 @@ func writeServerCA(t *testing.T, s *httptest.Server) string {
 // data dir goes on with the rotated token (the configured one is dead),
 // which is stored only sealed; no access or refresh token reaches the
 // sandbox, the audit log or the logs; a revoked refresh token fails the
-// call closed (503 credential_unavailable, nothing sent).
+// call closed (503 credential_unavailable, nothing sent), until the
+// operator configures a new one.
 func TestOAuth2RefreshTokenRotation(t *testing.T) {
 	const initial = "rt-CANARY-initial-0123456789"
 	as := newFakeRefreshServer(t, canary, initial, 2*time.Second)
@@ -211,14 +212,31 @@ func TestOAuth2RefreshTokenRotation(t *testing.T) {
 		t.Fatal("a call was sent without a credential")
 	}
 
+	audit = append(audit, b2.auditExport()...)
+	b2.stop()
+
+	// The operator configures a new refresh token: a restart starts a new
+	// chain from it (the stored chain started from the old one).
+	const reissued = "rt-CANARY-reissued-9876543210"
+	as.mu.Lock()
+	as.current = reissued
+	as.rts = append(as.rts, reissued)
+	as.mu.Unlock()
+	opts.env = map[string]string{"OAUTH_RT": reissued}
+	b3 := startBroker(t, opts)
+	s4 := b3.session(trustedSession(grant))
+	if r := call(b3, s4.Token); r.status != 200 {
+		t.Fatalf("with a newly configured refresh token: %d %s", r.status, r.body)
+	}
+
 	all := as.secrets()
 	for i, a := range answers {
 		assertNoCanary(t, fmt.Sprintf("answer %d", i), a)
 		assertNoneOf(t, fmt.Sprintf("answer %d", i), a, all)
 	}
-	audit = append(audit, b2.auditExport()...)
+	audit = append(audit, b3.auditExport()...)
 	assertNoCanary(t, "audit export", audit)
 	assertNoneOf(t, "audit export", audit, all)
-	b2.stop()
-	assertNoneOf(t, "broker logs", b2.logs.Bytes(), all)
+	b3.stop()
+	assertNoneOf(t, "broker logs", append(b2.logs.Bytes(), b3.logs.Bytes()...), all)
 }

@@ -203,7 +203,7 @@ type Credential struct {
 	APIURL         string            `yaml:"api_url"`          // default https://api.github.com
 	Repositories   []string          `yaml:"repositories"`     // bound every token (names, without the owner)
 	Permissions    map[string]string `yaml:"permissions"`      // bound every token ({contents: read, ...})
-	// oauth2: an access token minted per session (upstream.OAuth2ClientCredentials)
+	// oauth2: an access token minted per session (upstream.OAuth2ClientCredentials, OAuth2Refresh)
 	TokenURL     string      `yaml:"token_url"`
 	ClientID     string      `yaml:"client_id"`
 	ClientSecret *Credential `yaml:"client_secret"` // any of env, file, vault

@@ -27,7 +27,9 @@ const oauthHead = "admin_token: ${ADMIN}\nupstreams:\n  - name: billing\n    bas
 
 func TestOAuth2ConfigErrors(t *testing.T) {
 	admin := env(map[string]string{"ADMIN": "0123456789abcdef0"})
-	cred := func(s string) string { return oauthHead + "    credential:\n      source: oauth2\n      token_url: https://auth.example/token\n      client_id: c\n" + s }
+	cred := func(s string) string {
+		return oauthHead + "    credential:\n      source: oauth2\n      token_url: https://auth.example/token\n      client_id: c\n" + s
+	}
 	for _, tc := range []struct{ name, yaml, field string }{
 		{"fail-grant type", cred("      client_secret: {source: env, name: S}\n      grant_type: password\n"), "upstreams[0].credential.grant_type"},
 		{"fail-refresh_token without its token", cred("      grant_type: refresh_token\n"), "upstreams[0].credential.refresh_token"},

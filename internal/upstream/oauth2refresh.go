@@ -2,6 +2,8 @@ package upstream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/url"
@@ -34,8 +36,9 @@ type StatefulMinter interface {
 // server rotated away. When the server rotates it (answers a new
 // refresh_token), the new one is saved (MintState, sealed by the broker)
 // before the access token is used: the next refresh, and a broker restart,
-// use it. The initial refresh token (Initial) is used only until a rotated
-// one is stored. An invalid_grant (revoked, expired, reused) first reloads
+// use it. The configured refresh token (Initial) is used only until a
+// rotated one is stored, and again once the operator configures another
+// one (the stored chain names the configured token it started from). An invalid_grant (revoked, expired, reused) first reloads
 // the stored token (another replica may have rotated it) and retries once;
 // otherwise it fails closed. Every refresh token the lease's refresh used
 // or got, and the client secret, are scrubbed with the access token.
@@ -54,6 +57,7 @@ type OAuth2Refresh struct {
 	mu      sync.Mutex // one refresh at a time: the chain is single-use
 	state   MintState
 	current Secret // the chain's latest refresh token, once known
+	origin  string // SHA-256 of the configured token the chain started from
 }
 
 // BindState implements StatefulMinter.
@@ -65,28 +69,33 @@ func (o *OAuth2Refresh) Describe() string {
 }
 
 // refreshToken is the chain's latest refresh token: in memory, else the
-// stored one, else the configured one. reload skips memory.
-func (o *OAuth2Refresh) refreshToken(ctx context.Context, reload bool) (Secret, error) {
-	if !o.current.IsZero() && !reload {
-		return o.current, nil
+// stored one, else the configured one. A chain started from another
+// configured token than today's is not used: an operator who configures a
+// new refresh token (after a revocation) starts a new chain. reload skips
+// memory. origin identifies the configured token the chain started from.
+func (o *OAuth2Refresh) refreshToken(ctx context.Context, reload bool) (rt Secret, origin string, err error) {
+	initial, err := o.Initial.Fetch(ctx)
+	if err != nil || initial.IsZero() {
+		return Secret{}, "", errors.New("the refresh token is unavailable")
+	}
+	sum := sha256.Sum256([]byte(initial.Reveal()))
+	origin = hex.EncodeToString(sum[:])
+	if !reload && !o.current.IsZero() && o.origin == origin {
+		return o.current, origin, nil
 	}
 	if o.state != nil {
 		v, err := o.state.Load(ctx)
 		if err != nil {
-			return Secret{}, errors.New("the stored refresh token is unreadable")
+			return Secret{}, "", errors.New("the stored refresh token is unreadable")
 		}
-		if len(v) > 0 {
-			return NewSecret(string(v)), nil
+		if from, tok, ok := strings.Cut(string(v), "\n"); ok && from == origin && tok != "" {
+			return NewSecret(tok), origin, nil
 		}
 	}
-	if reload {
-		return o.current, nil
+	if reload && o.origin == origin && !o.current.IsZero() {
+		return o.current, origin, nil
 	}
-	rt, err := o.Initial.Fetch(ctx)
-	if err != nil || rt.IsZero() {
-		return Secret{}, errors.New("the refresh token is unavailable")
-	}
-	return rt, nil
+	return initial, origin, nil
 }
 
 // Mint implements Minter.
@@ -103,13 +112,13 @@ func (o *OAuth2Refresh) Mint(ctx context.Context, sc Scope) (Lease, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	rt, err := o.refreshToken(ctx, false)
+	rt, origin, err := o.refreshToken(ctx, false)
 	if err != nil {
 		return Lease{}, err
 	}
 	out, err := o.refresh(ctx, secret, rt, scopes)
 	if errors.Is(err, errInvalidGrant) {
-		if again, rerr := o.refreshToken(ctx, true); rerr == nil && !again.IsZero() && again.Reveal() != rt.Reveal() {
+		if again, _, rerr := o.refreshToken(ctx, true); rerr == nil && !again.IsZero() && again.Reveal() != rt.Reveal() {
 			rt = again
 			out, err = o.refresh(ctx, secret, rt, scopes)
 		}
@@ -117,13 +126,13 @@ func (o *OAuth2Refresh) Mint(ctx context.Context, sc Scope) (Lease, error) {
 	if err != nil {
 		return Lease{}, err
 	}
-	o.current = rt
+	o.current, o.origin = rt, origin
 	var rotated Secret
 	if out.RefreshToken != "" && out.RefreshToken != rt.Reveal() {
 		rotated = NewSecret(out.RefreshToken)
 		o.current = rotated // in memory first: the old one is dead either way
 		if o.state != nil {
-			if err := o.state.Save(ctx, []byte(out.RefreshToken)); err != nil {
+			if err := o.state.Save(ctx, []byte(origin+"\n"+out.RefreshToken)); err != nil {
 				return Lease{}, errors.New("the rotated refresh token could not be stored")
 			}
 		}
