@@ -220,6 +220,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		w.Close()
 		return nil, err
 	}
+	if err := bindMintStates(o.Upstreams, o.Meta, derive("minted-state-seal")); err != nil {
+		w.Close()
+		return nil, err
+	}
 	b.proxyOn = o.ProxyCA
 	b.sess = newSessionService(o.Sessions, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {

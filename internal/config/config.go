@@ -203,12 +203,21 @@ type Credential struct {
 	APIURL         string            `yaml:"api_url"`          // default https://api.github.com
 	Repositories   []string          `yaml:"repositories"`     // bound every token (names, without the owner)
 	Permissions    map[string]string `yaml:"permissions"`      // bound every token ({contents: read, ...})
-	// oauth2: an access token minted per session (upstream.OAuth2ClientCredentials)
+	// oauth2: an access token minted per session (upstream.OAuth2ClientCredentials, OAuth2Refresh)
 	TokenURL     string      `yaml:"token_url"`
 	ClientID     string      `yaml:"client_id"`
 	ClientSecret *Credential `yaml:"client_secret"` // any of env, file, vault
 	Scopes       []string    `yaml:"scopes"`
-	GrantType    string      `yaml:"grant_type"` // client_credentials (default); refresh_token is not built yet
+	GrantType    string      `yaml:"grant_type"` // client_credentials (default) or refresh_token
+	// RefreshToken (grant_type refresh_token) is the initial refresh
+	// token, from env, file or vault; rotated ones are stored sealed.
+	RefreshToken *Credential `yaml:"refresh_token"`
+	// ScopesFor narrows the scopes a session's token asks to those its
+	// rules need: {"GET /repos/**": [repo:read]} (upstream.OAuth2Scopes).
+	ScopesFor map[string][]string `yaml:"scopes_for"`
+	// RevocationURL (optional) is the RFC 7009 endpoint where a session's
+	// access token is revoked when the session ends.
+	RevocationURL string `yaml:"revocation_url"`
 }
 
 // Vault says how to reach and log in to Vault.
@@ -827,6 +836,14 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		var src upstream.Source
 		var awsCfg *upstream.AWS
 		var minter upstream.Minter
+		var tlsConf *tls.Config // the upstream's ca_cert, trusted alone (its issuer's too)
+		if u.CACert != "" {
+			pool, err := caPool(u.CACert)
+			if err != nil {
+				return nil, nil, fieldErr(f+".ca_cert", "%v", err)
+			}
+			tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
 		switch {
 		case u.Type == "aws":
 			var err error
@@ -842,13 +859,13 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		case u.Credential.Source == "file":
 			src = upstream.NewFileSource(u.Credential.Path)
 		case u.Credential.Source == "github_app":
-			g, err := u.Credential.buildGitHubApp(f + ".credential")
+			g, err := u.Credential.buildGitHubApp(f+".credential", tlsConf)
 			if err != nil {
 				return nil, nil, err
 			}
 			minter, src = g, upstream.MintedSource(g)
 		case u.Credential.Source == "oauth2":
-			o, err := u.Credential.buildOAuth2(f+".credential", getenv, vault)
+			o, err := u.Credential.buildOAuth2(f+".credential", getenv, vault, tlsConf)
 			if err != nil {
 				return nil, nil, err
 			}
@@ -876,12 +893,8 @@ func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string
 		up.Minter = minter
 		up.Hosts = c.Upstreams[i].proxyHosts
 		tr := upstream.NewTransport()
-		if u.CACert != "" {
-			pool, err := caPool(u.CACert)
-			if err != nil {
-				return nil, nil, fieldErr(f+".ca_cert", "%v", err)
-			}
-			tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		if tlsConf != nil {
+			tr.TLSClientConfig = tlsConf
 		}
 		up.SetTransport(tr)
 		out[u.Name] = up

@@ -1,12 +1,11 @@
 package config
 
 import (
+	"crypto/tls"
 	"fmt"
-	"net/http"
 	"net/url"
 	"os"
 	"regexp"
-	"time"
 
 	"github.com/golang-jwt/jwt/v5"
 
@@ -53,7 +52,7 @@ func (c *Credential) validateGitHubApp(f string) error {
 	return nil
 }
 
-func (c *Credential) buildGitHubApp(f string) (*upstream.GitHubApp, error) {
+func (c *Credential) buildGitHubApp(f string, tlsConf *tls.Config) (*upstream.GitHubApp, error) {
 	pem, err := os.ReadFile(c.PrivateKeyFile)
 	if err != nil {
 		return nil, fieldErr(f+".private_key_file", "cannot read the key file")
@@ -66,11 +65,6 @@ func (c *Credential) buildGitHubApp(f string) (*upstream.GitHubApp, error) {
 	return &upstream.GitHubApp{
 		AppID: c.AppID, InstallationID: c.InstallationID, Key: key, APIURL: au,
 		Repositories: c.Repositories, Permissions: c.Permissions,
-		Client: &http.Client{
-			Transport: upstream.NewTransport(),
-			Timeout:   30 * time.Second,
-			// A token request or revocation is never redirected elsewhere.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		Client: tokenClient(tlsConf),
 	}, nil
 }

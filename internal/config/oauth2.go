@@ -1,8 +1,10 @@
 package config
 
 import (
+	"crypto/tls"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -17,70 +19,152 @@ func (c *Credential) validateOAuth2(f string) error {
 	if c.ClientID == "" {
 		return fieldErr(f+".client_id", "is required")
 	}
+	if c.RevocationURL != "" {
+		ru, err := url.Parse(c.RevocationURL)
+		if err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" || ru.Fragment != "" || ru.User != nil {
+			return fieldErr(f+".revocation_url", "must be an absolute http(s) URL without fragment or user info")
+		}
+	}
 	switch c.GrantType {
 	case "":
 		c.GrantType = "client_credentials"
-	case "client_credentials":
-	case "refresh_token":
-		return fieldErr(f+".grant_type", "refresh_token is not supported yet")
+	case "client_credentials", "refresh_token":
 	default:
-		return fieldErr(f+".grant_type", "must be client_credentials")
+		return fieldErr(f+".grant_type", "must be client_credentials or refresh_token")
 	}
 	for _, s := range c.Scopes {
 		if s == "" || strings.ContainsAny(s, " \"\\") {
 			return fieldErr(f+".scopes", "%q is not a valid scope", s)
 		}
 	}
-	cs := c.ClientSecret
-	if cs == nil {
+	for k, scopes := range c.ScopesFor {
+		if _, err := upstream.ParseScopeRule(k, scopes); err != nil {
+			return fieldErr(f+".scopes_for", "%q %v", k, err)
+		}
+		for _, s := range scopes {
+			if s == "" || strings.ContainsAny(s, " \"\\") {
+				return fieldErr(f+".scopes_for", "%q: %q is not a valid scope", k, s)
+			}
+			if len(c.Scopes) > 0 && !slices.Contains(c.Scopes, s) {
+				return fieldErr(f+".scopes_for", "%q: %q is not one of scopes", k, s)
+			}
+		}
+	}
+	if c.GrantType == "refresh_token" {
+		if c.RefreshToken == nil {
+			return fieldErr(f+".refresh_token", "is required for grant_type refresh_token ({source: env|file|vault, ...})")
+		}
+		if err := c.RefreshToken.validateValueSource(f + ".refresh_token"); err != nil {
+			return err
+		}
+		if c.ClientSecret == nil {
+			return nil // a public client
+		}
+	} else if c.RefreshToken != nil {
+		return fieldErr(f+".refresh_token", "is only for grant_type refresh_token")
+	}
+	if c.ClientSecret == nil {
 		return fieldErr(f+".client_secret", "is required ({source: env|file|vault, ...})")
 	}
-	switch cs.Source {
+	return c.ClientSecret.validateValueSource(f + ".client_secret")
+}
+
+// validateValueSource checks a single-value source: env, file or vault.
+func (c *Credential) validateValueSource(f string) error {
+	switch c.Source {
 	case "env":
-		if cs.Name == "" {
-			return fieldErr(f+".client_secret.name", "is required for source env")
+		if c.Name == "" {
+			return fieldErr(f+".name", "is required for source env")
 		}
 	case "file":
-		if cs.Path == "" {
-			return fieldErr(f+".client_secret.path", "is required for source file")
+		if c.Path == "" {
+			return fieldErr(f+".path", "is required for source file")
 		}
 	case "vault":
-		if cs.Path == "" || cs.Field == "" {
-			return fieldErr(f+".client_secret", "vault needs path and field")
+		if c.Path == "" || c.Field == "" {
+			return fieldErr(f, "vault needs path and field")
 		}
 	default:
-		return fieldErr(f+".client_secret.source", "must be env, file or vault")
+		return fieldErr(f+".source", "must be env, file or vault")
 	}
 	return nil
 }
 
-func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *upstream.Vault) (*upstream.OAuth2ClientCredentials, error) {
-	var src upstream.Source
-	cs := c.ClientSecret
-	switch cs.Source {
+// valueSource builds a validated single-value source.
+func (c *Credential) valueSource(f string, getenv func(string) string, vault *upstream.Vault) (upstream.Source, error) {
+	switch c.Source {
 	case "env":
-		s, err := upstream.NewEnvSource(cs.Name, getenv)
+		s, err := upstream.NewEnvSource(c.Name, getenv)
 		if err != nil {
-			return nil, fieldErr(f+".client_secret.name", "%v", err)
+			return nil, fieldErr(f+".name", "%v", err)
 		}
-		src = s
+		return s, nil
 	case "file":
-		src = upstream.NewFileSource(cs.Path)
-	case "vault":
-		s, err := vault.KV(cs.Path, cs.Field, cs.Version, cs.Refresh)
+		return upstream.NewFileSource(c.Path), nil
+	default: // vault
+		s, err := vault.KV(c.Path, c.Field, c.Version, c.Refresh)
 		if err != nil {
-			return nil, fieldErr(f+".client_secret.path", "%v", err)
+			return nil, fieldErr(f+".path", "%v", err)
 		}
-		src = s
+		return s, nil
+	}
+}
+
+// tokenClient is the HTTP client of a minter's issuer (token_url, a GitHub
+// api_url): trusting the upstream's ca_cert alone when set, never
+// following a redirect (a client secret, an app JWT or a refresh token is
+// never re-sent to another address).
+func tokenClient(tlsConf *tls.Config) *http.Client {
+	tr := upstream.NewTransport()
+	if tlsConf != nil {
+		tr.TLSClientConfig = tlsConf.Clone()
+	}
+	return &http.Client{
+		Transport:     tr,
+		Timeout:       30 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *upstream.Vault, tlsConf *tls.Config) (upstream.Minter, error) {
+	var secret upstream.Source
+	if c.ClientSecret != nil {
+		s, err := c.ClientSecret.valueSource(f+".client_secret", getenv, vault)
+		if err != nil {
+			return nil, err
+		}
+		secret = s
+	}
+	var scopesFor []upstream.ScopeRule
+	keys := make([]string, 0, len(c.ScopesFor))
+	for k := range c.ScopesFor {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		sr, err := upstream.ParseScopeRule(k, c.ScopesFor[k])
+		if err != nil {
+			return nil, fieldErr(f+".scopes_for", "%q %v", k, err)
+		}
+		scopesFor = append(scopesFor, sr)
 	}
 	tu, _ := url.Parse(c.TokenURL)
+	var ru *url.URL
+	if c.RevocationURL != "" {
+		ru, _ = url.Parse(c.RevocationURL)
+	}
+	if c.GrantType == "refresh_token" {
+		rt, err := c.RefreshToken.valueSource(f+".refresh_token", getenv, vault)
+		if err != nil {
+			return nil, err
+		}
+		return &upstream.OAuth2Refresh{
+			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Initial: rt,
+			Scopes: c.Scopes, ScopesFor: scopesFor, RevocationURL: ru, Client: tokenClient(tlsConf),
+		}, nil
+	}
 	return &upstream.OAuth2ClientCredentials{
-		TokenURL: tu, ClientID: c.ClientID, ClientSecret: src, Scopes: c.Scopes,
-		Client: &http.Client{
-			Transport: upstream.NewTransport(),
-			Timeout:   30 * time.Second,
-			// The client secret is never re-sent to another address.
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		},
+		TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Scopes: c.Scopes, ScopesFor: scopesFor,
+		RevocationURL: ru, Client: tokenClient(tlsConf),
 	}, nil
 }

@@ -16,16 +16,19 @@ import (
 
 // OAuth2ClientCredentials mints an OAuth2 access token per session with
 // the client_credentials grant (RFC 6749 §4.4): the client authenticates
-// with HTTP basic (client_secret_basic, §2.3.1), the scopes are the
-// configured ones. Renew asks for a new token; Revoke forgets it (the
-// token ends with its expires_in; a server-side revocation endpoint is not
-// called).
+// with HTTP basic (client_secret_basic, §2.3.1), the scopes are those the
+// session's rules need (OAuth2Scopes). Renew asks for a new token; Revoke
+// revokes it at RevocationURL (RFC 7009) when set, else forgets it (it
+// lapses with its expires_in).
 type OAuth2ClientCredentials struct {
 	TokenURL     *url.URL
 	ClientID     string
 	ClientSecret Source
 	Scopes       []string
-	Client       *http.Client
+	ScopesFor    []ScopeRule // narrows Scopes to the session's rules (none: Scopes)
+	// RevocationURL is the server's RFC 7009 endpoint, or nil.
+	RevocationURL *url.URL
+	Client        *http.Client
 }
 
 // Describe implements Minter.
@@ -35,57 +38,23 @@ func (o *OAuth2ClientCredentials) Describe() string {
 
 // Mint implements Minter.
 func (o *OAuth2ClientCredentials) Mint(ctx context.Context, sc Scope) (Lease, error) {
+	scopes, err := OAuth2Scopes(sc.Rules, o.Scopes, o.ScopesFor)
+	if err != nil {
+		return Lease{}, err
+	}
 	secret, err := o.ClientSecret.Fetch(ctx)
 	if err != nil || secret.IsZero() {
 		return Lease{}, errors.New("the client secret is unavailable")
 	}
 	form := url.Values{"grant_type": {"client_credentials"}}
-	if len(o.Scopes) > 0 {
-		form.Set("scope", strings.Join(o.Scopes, " "))
+	if len(scopes) > 0 {
+		form.Set("scope", strings.Join(scopes, " "))
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, o.TokenURL.String(), strings.NewReader(form.Encode()))
+	out, err := oauth2Token(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
 	if err != nil {
-		return Lease{}, errors.New("cannot build the token request")
+		return Lease{}, err
 	}
-	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Accept", "application/json")
-	req.SetBasicAuth(url.QueryEscape(o.ClientID), url.QueryEscape(secret.Reveal()))
-	resp, err := o.Client.Do(req)
-	if err != nil {
-		return Lease{}, errors.New("the token request failed")
-	}
-	defer resp.Body.Close()
-	var out struct {
-		AccessToken string `json:"access_token"`
-		TokenType   string `json:"token_type"`
-		ExpiresIn   int64  `json:"expires_in"`
-		Error       string `json:"error"`
-	}
-	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
-	if err := dec.Decode(&out); err != nil && resp.StatusCode == http.StatusOK {
-		return Lease{}, errors.New("the token answer is malformed")
-	}
-	if resp.StatusCode != http.StatusOK || out.AccessToken == "" {
-		code := out.Error
-		if len(code) > 40 || strings.ContainsFunc(code, func(r rune) bool { return r < '!' || r > '~' }) {
-			code = "?"
-		}
-		return Lease{}, fmt.Errorf("the token endpoint answered %d %s", resp.StatusCode, code)
-	}
-	if out.TokenType != "" && !strings.EqualFold(out.TokenType, "bearer") {
-		return Lease{}, errors.New("the token endpoint issued a token that is not a bearer token")
-	}
-	l := Lease{Secret: NewSecret(out.AccessToken), Extra: []Secret{secret}}
-	if out.ExpiresIn > 0 {
-		l.Expires = sc.Now.Add(time.Duration(out.ExpiresIn) * time.Second)
-	}
-	if !sc.Expires.IsZero() && (l.Expires.IsZero() || sc.Expires.Before(l.Expires)) {
-		l.Expires = sc.Expires
-	}
-	var id [8]byte
-	_, _ = rand.Read(id[:])
-	l.ID = "oauth2-" + hex.EncodeToString(id[:])
-	return l, nil
+	return out.lease(sc, "oauth2-", secret), nil
 }
 
 // Renew implements Minter: a new token.
@@ -93,5 +62,124 @@ func (o *OAuth2ClientCredentials) Renew(ctx context.Context, sc Scope, _ Lease) 
 	return o.Mint(ctx, sc)
 }
 
-// Revoke implements Minter: nothing to call; the token lapses at its expiry.
-func (o *OAuth2ClientCredentials) Revoke(context.Context, Lease) error { return nil }
+// Revoke implements Minter (oauth2Revoke).
+func (o *OAuth2ClientCredentials) Revoke(ctx context.Context, l Lease) error {
+	return oauth2Revoke(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
+}
+
+// oauth2Revoke revokes a lease's access token at the RFC 7009 endpoint
+// (nil: nothing to call, the token lapses at its expiry), authenticating
+// the client as the token request does. The server answers 200 for a token
+// it no longer knows too (§2.2).
+func oauth2Revoke(ctx context.Context, client *http.Client, revURL *url.URL, clientID string, clientSecret Source, l Lease) error {
+	if revURL == nil || l.Secret.IsZero() {
+		return nil
+	}
+	form := url.Values{"token": {l.Secret.Reveal()}, "token_type_hint": {"access_token"}}
+	var secret Secret
+	if clientSecret != nil {
+		s, err := clientSecret.Fetch(ctx)
+		if err != nil || s.IsZero() {
+			return errors.New("the client secret is unavailable")
+		}
+		secret = s
+	}
+	if secret.IsZero() {
+		form.Set("client_id", clientID)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, revURL.String(), strings.NewReader(form.Encode()))
+	if err != nil {
+		return errors.New("cannot build the revocation")
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if !secret.IsZero() {
+		req.SetBasicAuth(url.QueryEscape(clientID), url.QueryEscape(secret.Reveal()))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return errors.New("the revocation failed")
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the revocation endpoint answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// oauth2Answer is a token endpoint's successful answer (RFC 6749 §5.1).
+type oauth2Answer struct {
+	AccessToken  string `json:"access_token"`
+	TokenType    string `json:"token_type"`
+	ExpiresIn    int64  `json:"expires_in"`
+	RefreshToken string `json:"refresh_token"`
+	Error        string `json:"error"`
+}
+
+// errInvalidGrant: the token endpoint refused the grant (RFC 6749 §5.2
+// invalid_grant: a refresh token revoked, expired or already used).
+var errInvalidGrant = errors.New("the token endpoint answered invalid_grant")
+
+// oauth2Token posts form to the token endpoint, authenticating the client
+// with HTTP basic when secret is set (client_secret_basic, id and secret
+// form-encoded, §2.3.1) or naming it in the form otherwise (a public
+// client, §3.2.1). No secret is ever put in the error.
+func oauth2Token(ctx context.Context, client *http.Client, tokenURL *url.URL, clientID string, secret Secret, form url.Values) (oauth2Answer, error) {
+	if secret.IsZero() {
+		form.Set("client_id", clientID)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tokenURL.String(), strings.NewReader(form.Encode()))
+	if err != nil {
+		return oauth2Answer{}, errors.New("cannot build the token request")
+	}
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Accept", "application/json")
+	if !secret.IsZero() {
+		req.SetBasicAuth(url.QueryEscape(clientID), url.QueryEscape(secret.Reveal()))
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return oauth2Answer{}, errors.New("the token request failed")
+	}
+	defer resp.Body.Close()
+	var out oauth2Answer
+	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
+	if err := dec.Decode(&out); err != nil && resp.StatusCode == http.StatusOK {
+		return oauth2Answer{}, errors.New("the token answer is malformed")
+	}
+	if resp.StatusCode != http.StatusOK || out.AccessToken == "" {
+		if out.Error == "invalid_grant" {
+			return oauth2Answer{}, fmt.Errorf("%w (%d)", errInvalidGrant, resp.StatusCode)
+		}
+		code := out.Error
+		if len(code) > 40 || strings.ContainsFunc(code, func(r rune) bool { return r < '!' || r > '~' }) {
+			code = "?"
+		}
+		return oauth2Answer{}, fmt.Errorf("the token endpoint answered %d %s", resp.StatusCode, code)
+	}
+	if out.TokenType != "" && !strings.EqualFold(out.TokenType, "bearer") {
+		return oauth2Answer{}, errors.New("the token endpoint issued a token that is not a bearer token")
+	}
+	return out, nil
+}
+
+// lease is the answer's access token as a session's lease, expiring with
+// expires_in and never past the session; extra are scrubbed with it.
+func (a oauth2Answer) lease(sc Scope, idPrefix string, extra ...Secret) Lease {
+	l := Lease{Secret: NewSecret(a.AccessToken)}
+	for _, x := range extra {
+		if !x.IsZero() {
+			l.Extra = append(l.Extra, x)
+		}
+	}
+	if a.ExpiresIn > 0 {
+		l.Expires = sc.Now.Add(time.Duration(a.ExpiresIn) * time.Second)
+	}
+	if !sc.Expires.IsZero() && (l.Expires.IsZero() || sc.Expires.Before(l.Expires)) {
+		l.Expires = sc.Expires
+	}
+	var id [8]byte
+	_, _ = rand.Read(id[:])
+	l.ID = idPrefix + hex.EncodeToString(id[:])
+	return l
+}

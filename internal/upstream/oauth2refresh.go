@@ -1,0 +1,161 @@
+package upstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+)
+
+// MintState is a small durable value a Minter keeps across sessions and
+// broker restarts (OAuth2Refresh: the current refresh token). The broker
+// seals it at rest (AES-256-GCM under a key derived from the installation
+// secret, bound to the upstream) and stores it through its MetaStore.
+type MintState interface {
+	// Load returns the value last saved, or nil when none was.
+	Load(ctx context.Context) ([]byte, error)
+	// Save replaces the value; it is durable when it returns.
+	Save(ctx context.Context, value []byte) error
+}
+
+// StatefulMinter is a Minter that keeps durable state: the broker binds
+// it once, at start, before any mint. Unbound, the state lives in memory.
+type StatefulMinter interface {
+	Minter
+	BindState(MintState)
+}
+
+// OAuth2Refresh mints an OAuth2 access token per session with the
+// refresh_token grant (RFC 6749 §6). The refresh token is per upstream:
+// one chain shared by every session (and every replica on one store),
+// used under a lock, so two sessions never present a refresh token the
+// server rotated away. When the server rotates it (answers a new
+// refresh_token), the new one is saved (MintState, sealed by the broker)
+// before the access token is used: the next refresh, and a broker restart,
+// use it. The configured refresh token (Initial) is used only until a
+// rotated one is stored, and again once the operator configures another
+// one (the stored chain names the configured token it started from). An invalid_grant (revoked, expired, reused) first reloads
+// the stored token (another replica may have rotated it) and retries once;
+// otherwise it fails closed. Every refresh token the lease's refresh used
+// or got, and the client secret, are scrubbed with the access token.
+type OAuth2Refresh struct {
+	TokenURL     *url.URL
+	ClientID     string
+	ClientSecret Source // nil: a public client (client_id in the form)
+	Initial      Source // the refresh token the operator configured
+	Scopes       []string
+	ScopesFor    []ScopeRule
+	// RevocationURL is the server's RFC 7009 endpoint, or nil; only a
+	// session's access token is revoked there, never the shared chain.
+	RevocationURL *url.URL
+	Client        *http.Client
+
+	mu      sync.Mutex // one refresh at a time: the chain is single-use
+	state   MintState
+	current Secret // the chain's latest refresh token, once known
+	origin  string // SHA-256 of the configured token the chain started from
+}
+
+// BindState implements StatefulMinter.
+func (o *OAuth2Refresh) BindState(s MintState) { o.state = s }
+
+// Describe implements Minter.
+func (o *OAuth2Refresh) Describe() string {
+	return "oauth2:refresh_token:" + o.TokenURL.Host + "/" + o.ClientID
+}
+
+// refreshToken is the chain's latest refresh token: in memory, else the
+// stored one, else the configured one. A chain started from another
+// configured token than today's is not used: an operator who configures a
+// new refresh token (after a revocation) starts a new chain. reload skips
+// memory. origin identifies the configured token the chain started from.
+func (o *OAuth2Refresh) refreshToken(ctx context.Context, reload bool) (rt Secret, origin string, err error) {
+	initial, err := o.Initial.Fetch(ctx)
+	if err != nil || initial.IsZero() {
+		return Secret{}, "", errors.New("the refresh token is unavailable")
+	}
+	sum := sha256.Sum256([]byte(initial.Reveal()))
+	origin = hex.EncodeToString(sum[:])
+	if !reload && !o.current.IsZero() && o.origin == origin {
+		return o.current, origin, nil
+	}
+	if o.state != nil {
+		v, err := o.state.Load(ctx)
+		if err != nil {
+			return Secret{}, "", errors.New("the stored refresh token is unreadable")
+		}
+		if from, tok, ok := strings.Cut(string(v), "\n"); ok && from == origin && tok != "" {
+			return NewSecret(tok), origin, nil
+		}
+	}
+	if reload && o.origin == origin && !o.current.IsZero() {
+		return o.current, origin, nil
+	}
+	return initial, origin, nil
+}
+
+// Mint implements Minter.
+func (o *OAuth2Refresh) Mint(ctx context.Context, sc Scope) (Lease, error) {
+	scopes, err := OAuth2Scopes(sc.Rules, o.Scopes, o.ScopesFor)
+	if err != nil {
+		return Lease{}, err
+	}
+	var secret Secret
+	if o.ClientSecret != nil {
+		if secret, err = o.ClientSecret.Fetch(ctx); err != nil || secret.IsZero() {
+			return Lease{}, errors.New("the client secret is unavailable")
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	rt, origin, err := o.refreshToken(ctx, false)
+	if err != nil {
+		return Lease{}, err
+	}
+	out, err := o.refresh(ctx, secret, rt, scopes)
+	if errors.Is(err, errInvalidGrant) {
+		if again, _, rerr := o.refreshToken(ctx, true); rerr == nil && !again.IsZero() && again.Reveal() != rt.Reveal() {
+			rt = again
+			out, err = o.refresh(ctx, secret, rt, scopes)
+		}
+	}
+	if err != nil {
+		return Lease{}, err
+	}
+	o.current, o.origin = rt, origin
+	var rotated Secret
+	if out.RefreshToken != "" && out.RefreshToken != rt.Reveal() {
+		rotated = NewSecret(out.RefreshToken)
+		o.current = rotated // in memory first: the old one is dead either way
+		if o.state != nil {
+			if err := o.state.Save(ctx, []byte(origin+"\n"+out.RefreshToken)); err != nil {
+				return Lease{}, errors.New("the rotated refresh token could not be stored")
+			}
+		}
+	}
+	return out.lease(sc, "oauth2rt-", rt, rotated, secret), nil
+}
+
+func (o *OAuth2Refresh) refresh(ctx context.Context, secret, rt Secret, scopes []string) (oauth2Answer, error) {
+	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt.Reveal()}}
+	if len(scopes) > 0 {
+		form.Set("scope", strings.Join(scopes, " "))
+	}
+	return oauth2Token(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
+}
+
+// Renew implements Minter: a new access token from the chain.
+func (o *OAuth2Refresh) Renew(ctx context.Context, sc Scope, _ Lease) (Lease, error) {
+	return o.Mint(ctx, sc)
+}
+
+// Revoke implements Minter: the access token at RevocationURL when set
+// (else it lapses at its expiry); the refresh token is the upstream's, not
+// the session's, and is kept.
+func (o *OAuth2Refresh) Revoke(ctx context.Context, l Lease) error {
+	return oauth2Revoke(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
+}
