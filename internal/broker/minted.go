@@ -42,6 +42,7 @@ type mintEntry struct {
 	cred    upstream.Credential
 	values  []string       // the lease's values that answers must not carry
 	retired []retiredLease // replaced leases, scrubbed within the rotation grace
+	retryAt time.Time      // a failed renewal of a still-valid lease is retried from then
 }
 
 type retiredLease struct {
@@ -152,9 +153,13 @@ func (m *mintService) scope(l *Live, name string, now time.Time) upstream.Scope 
 	return sc
 }
 
-// renewalDue: 2/3 of the lease's life has passed, or it expired.
+// renewalDue: 2/3 of the lease's life has passed, or it expired; after a
+// failed renewal of a lease still valid, not before its retry time.
 func renewalDue(e *mintEntry, now time.Time) bool {
 	if e.lease.Expires.IsZero() {
+		return false
+	}
+	if now.Before(e.retryAt) && now.Before(e.lease.Expires) {
 		return false
 	}
 	life := e.lease.Expires.Sub(e.minted)
@@ -191,7 +196,11 @@ func (m *mintService) renew(ctx context.Context, l *Live, u *upstream.Upstream, 
 	if err != nil {
 		m.failed(l.Session.ID, u, "renew", err)
 		if now.Before(e.lease.Expires) {
-			return nil // still valid: used until its expiry, renewal retried on the next call
+			// Still valid: used until its expiry; the renewal is retried after a
+			// pause (an issuer outage costs one failure record per pause per
+			// session, not one per call).
+			e.retryAt = now.Add(min(renewRetry, e.lease.Expires.Sub(now)/2))
+			return nil
 		}
 		return fmt.Errorf("%w: %s: renewal failed", upstream.ErrCredentialUnavailable, u.Minter.Describe())
 	}
@@ -220,6 +229,9 @@ func (m *mintService) install(u *upstream.Upstream, e *mintEntry, lease upstream
 	e.cred = u.LeaseCredential(lease)
 	e.rebuildScrub()
 }
+
+// renewRetry is the pause after a failed renewal of a still-valid lease.
+const renewRetry = 30 * time.Second
 
 // maxRetiredLeases bounds the replaced leases scrubbed per entry.
 const maxRetiredLeases = 16

@@ -310,3 +310,65 @@ func BenchmarkMintedCredential(b *testing.B) {
 		}
 	})
 }
+
+// failingRenewMinter mints leases of a minute and fails every renewal.
+type failingRenewMinter struct {
+	fakeMinter
+	renews atomic.Int64
+}
+
+func (f *failingRenewMinter) Renew(context.Context, upstream.Scope, upstream.Lease) (upstream.Lease, error) {
+	f.renews.Add(1)
+	return upstream.Lease{}, errors.New("issuer down")
+}
+
+// A renewal that fails while the lease is still valid keeps the lease in
+// use and is retried after a pause, not on every call: an issuer outage
+// costs one attempt (and one credential.failed record) per pause per
+// session, not one per call.
+func TestMintRenewalFailureBacksOff(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	base, _ := url.Parse(srv.URL)
+	f := &failingRenewMinter{fakeMinter: fakeMinter{revoked: map[string]bool{}}}
+	u := httpUpstream("api")(base)
+	u.Minter, u.Source = f, upstream.MintedSource(f)
+	u.SetTransport(upstream.NewTransport())
+	k := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u))
+	b := k.Broker
+	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+		Grants: []grants.Spec{{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := func() {
+		t.Helper()
+		c := b.NewCall("api", "GET")
+		if err := c.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
+			t.Fatal(err)
+		}
+		c.Gated()
+		resp, err := c.Send(context.Background())
+		if err != nil {
+			t.Fatalf("a call on a still-valid lease: %v", err)
+		}
+		resp.Close()
+		c.Complete(200, 0, "")
+	}
+	call()                            // mints a lease of a minute
+	k.Clock.Advance(45 * time.Second) // past 2/3 of its life
+	for range 5 {
+		call()
+	}
+	if n := f.renews.Load(); n != 1 {
+		t.Fatalf("%d renewal attempts during 5 calls, want 1 (then a pause)", n)
+	}
+	k.Clock.Advance(8 * time.Second) // the pause (half the 15 s left) has passed
+	call()
+	if n := f.renews.Load(); n != 2 {
+		t.Fatalf("%d renewal attempts after the pause, want 2", n)
+	}
+}
