@@ -178,22 +178,7 @@ func TestReplicasApprovalDecidedElsewhere(t *testing.T) {
 		res <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42}`, "Prefer", "wait=30")
 	}()
 	id := a.pendingAction(t, alice)
-	var wg sync.WaitGroup
-	statuses := make([]int, 2)
-	for i, rv := range []struct {
-		p   *brokerProc
-		tok string
-	}{{a, alice}, {b, bob}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			statuses[i] = rv.p.do("POST", rv.p.control+"/v1/approvals/"+id+"/approve", rv.tok, map[string]any{}).status
-		}()
-	}
-	wg.Wait()
-	if !(statuses[0] == 200 && statuses[1] == 409 || statuses[0] == 409 && statuses[1] == 200) {
-		t.Fatalf("approvals on A and B at once = %v, want one 200 and one 409", statuses)
-	}
+	approveAtOnce(t, id, reviewerOn{a, alice}, reviewerOn{b, bob})
 	select {
 	case r := <-res:
 		if r.status != 200 || !strings.Contains(string(r.body), "acme") {
@@ -354,5 +339,30 @@ func TestReplicasExpiryRecordedOnce(t *testing.T) {
 	}
 	if len(up.requests()) != 0 {
 		t.Error("an expired action reached the upstream")
+	}
+}
+
+// reviewerOn is a reviewer's token on one replica.
+type reviewerOn struct {
+	p   *brokerProc
+	tok string
+}
+
+// approveAtOnce has two reviewers, each on their replica, approve action
+// id at the same moment: exactly one wins (200), the other gets 409.
+func approveAtOnce(t *testing.T, id string, r1, r2 reviewerOn) {
+	t.Helper()
+	var wg sync.WaitGroup
+	statuses := make([]int, 2)
+	for i, rv := range []reviewerOn{r1, r2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = rv.p.do("POST", rv.p.control+"/v1/approvals/"+id+"/approve", rv.tok, map[string]any{}).status
+		}()
+	}
+	wg.Wait()
+	if !(statuses[0] == 200 && statuses[1] == 409 || statuses[0] == 409 && statuses[1] == 200) {
+		t.Fatalf("two approvals at once on two replicas = %v, want one 200 and one 409", statuses)
 	}
 }
