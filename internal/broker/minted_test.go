@@ -200,22 +200,7 @@ func TestMintedAuditAndMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	send := func() {
-		t.Helper()
-		c := b.NewCall("api", "GET")
-		if err := c.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
-			t.Fatal(err)
-		}
-		c.Gated()
-		resp, err := c.Send(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Close()
-	}
+	send := func() { t.Helper(); sendItems(t, b, v.Token) }
 	send()
 	k.Clock.Advance(45 * time.Second) // past 2/3 of the minute's lease
 	send()
@@ -341,23 +326,7 @@ func TestMintRenewalFailureBacksOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := func() {
-		t.Helper()
-		c := b.NewCall("api", "GET")
-		if err := c.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
-			t.Fatal(err)
-		}
-		c.Gated()
-		resp, err := c.Send(context.Background())
-		if err != nil {
-			t.Fatalf("a call on a still-valid lease: %v", err)
-		}
-		resp.Close()
-		c.Complete(200, 0, "")
-	}
+	call := func() { t.Helper(); sendItems(t, b, v.Token) }
 	call()                            // mints a lease of a minute
 	k.Clock.Advance(45 * time.Second) // past 2/3 of its life
 	for range 5 {
@@ -371,4 +340,24 @@ func TestMintRenewalFailureBacksOff(t *testing.T) {
 	if n := f.renews.Load(); n != 2 {
 		t.Fatalf("%d renewal attempts after the pause, want 2", n)
 	}
+}
+
+// sendItems sends GET /items on the "api" upstream for the session of
+// token through the pipeline, and requires it sent.
+func sendItems(t *testing.T, b *broker.Broker, token string) {
+	t.Helper()
+	c := b.NewCall("api", "GET")
+	if err := c.Admit(broker.BearerCaller(token, netip.MustParseAddr("127.0.0.1"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Authorize(&broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}); err != nil {
+		t.Fatal(err)
+	}
+	c.Gated()
+	resp, err := c.Send(context.Background())
+	if err != nil {
+		t.Fatalf("a call on the minted upstream: %v", err)
+	}
+	resp.Close()
+	c.Complete(200, 0, "")
 }
