@@ -194,3 +194,68 @@ func (f *fakeIAM) hasKey(id string) bool {
 	_, ok := f.keys[id]
 	return ok
 }
+
+// A vault_aws minter logged in by AppRole whose Vault token is revoked (or
+// expired) logs in again on the 403 and mints, renews and revokes as
+// before, like the KV source: a lost login does not fail every session's
+// credential until some other read happens to log in.
+func TestVaultAWSLogsInAgainAfterA403(t *testing.T) {
+	fake := newFakeIAM(t)
+	v, _ := vaultAWS(t, fake, "creds")
+	root := v.Client()
+	write := func(path string, data map[string]any) *vaultapi.Secret {
+		t.Helper()
+		s, err := root.Logical().Write(path, data)
+		if err != nil {
+			t.Fatalf("vault write %s: %v", path, err)
+		}
+		return s
+	}
+	if err := root.Sys().EnableAuthWithOptions("approle", &vaultapi.EnableAuthOptions{Type: "approle"}); err != nil && !strings.Contains(err.Error(), "already in use") {
+		t.Fatal(err)
+	}
+	if err := root.Sys().PutPolicy("minter", `path "aws/creds/reports" { capabilities = ["read"] }
+path "sys/leases/renew" { capabilities = ["update"] }
+path "sys/leases/revoke" { capabilities = ["update"] }`); err != nil {
+		t.Fatal(err)
+	}
+	write("auth/approle/role/broker", map[string]any{"token_policies": "minter", "token_ttl": "1h"})
+	roleID, err := root.Logical().Read("auth/approle/role/broker/role-id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secretID := write("auth/approle/role/broker/secret-id", nil)
+	vc, err := upstream.NewVault(upstream.VaultConfig{Address: v.Addr, Auth: upstream.VaultAuth{Method: "approle",
+		RoleID: roleID.Data["role_id"].(string), SecretID: secretID.Data["secret_id"].(string)}}, brokertest.Discard())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(vc.Close)
+	m, err := vc.VaultAWS("aws", "reports", "creds")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	sc := upstream.Scope{SessionID: "ses_1", Upstream: "s3", Now: time.Now(), Expires: time.Now().Add(time.Hour),
+		Rules: []grants.Rule{{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/*"}}}
+	first, err := m.Mint(ctx, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every token AppRole issued is revoked: the broker's login is gone.
+	if _, err := root.Logical().Write("sys/leases/revoke-prefix/auth/approle/login", nil); err != nil {
+		t.Fatal(err)
+	}
+	second, err := m.Mint(ctx, sc)
+	if err != nil {
+		t.Fatalf("mint after the login was revoked: %v", err)
+	}
+	if _, err := m.Renew(ctx, sc, second); err != nil {
+		t.Fatalf("renew after a new login: %v", err)
+	}
+	for _, l := range []upstream.Lease{first, second} {
+		if err := m.Revoke(ctx, l); err != nil {
+			t.Fatalf("revoke: %v", err)
+		}
+	}
+}

@@ -203,6 +203,41 @@ func (v *Vault) renew(secret *vaultapi.Secret) {
 
 // vaultErrorText keeps the status and Vault's error strings, which name
 // paths and reasons, never secret values.
+// withLogin runs op logged in to Vault. A 403 (the login expired or was
+// revoked) logs in once more and runs op again. A failed login is a
+// *vaultLoginError.
+func (v *Vault) withLogin(ctx context.Context, op func() error) error {
+	if err := v.ensureLogin(ctx); err != nil {
+		return &vaultLoginError{err}
+	}
+	err := op()
+	var re *vaultapi.ResponseError
+	if errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
+		v.invalidate()
+		if lerr := v.ensureLogin(ctx); lerr != nil {
+			return &vaultLoginError{lerr}
+		}
+		err = op()
+	}
+	return err
+}
+
+// vaultLoginError is a failed login to Vault (its text is the login's).
+type vaultLoginError struct{ err error }
+
+func (e *vaultLoginError) Error() string { return e.err.Error() }
+func (e *vaultLoginError) Unwrap() error { return e.err }
+
+// vaultFailure is what an operator is told of a failed Vault operation: a
+// failed login's own text, else vaultErrorText.
+func vaultFailure(err error) string {
+	var le *vaultLoginError
+	if errors.As(err, &le) {
+		return le.Error()
+	}
+	return vaultErrorText(err)
+}
+
 func vaultErrorText(err error) string {
 	var re *vaultapi.ResponseError
 	if errors.As(err, &re) {
@@ -278,36 +313,21 @@ func (s *VaultKV) read(ctx context.Context) (Secret, error) {
 	fail := func(why string) (Secret, error) {
 		return Secret{}, fmt.Errorf("%w: %s: %s", ErrCredentialUnavailable, s.Describe(), why)
 	}
-	if err := s.v.ensureLogin(ctx); err != nil {
-		return fail(err.Error())
-	}
 	kv := s.v.client.KVv2(s.mount)
-	var (
-		sec *vaultapi.KVSecret
-		err error
-	)
-	for attempt := 0; attempt < 2; attempt++ {
+	var sec *vaultapi.KVSecret
+	err := s.v.withLogin(ctx, func() (err error) {
 		if s.version > 0 {
 			sec, err = kv.GetVersion(ctx, s.key, s.version)
 		} else {
 			sec, err = kv.Get(ctx, s.key)
 		}
-		var re *vaultapi.ResponseError
-		if attempt == 0 && errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
-			// The login may have expired or been revoked: log in once more.
-			s.v.invalidate()
-			if lerr := s.v.ensureLogin(ctx); lerr != nil {
-				return fail(lerr.Error())
-			}
-			continue
-		}
-		break
-	}
+		return err
+	})
 	if err != nil {
 		if errors.Is(err, vaultapi.ErrSecretNotFound) {
 			return fail("secret not found")
 		}
-		return fail(vaultErrorText(err))
+		return fail(vaultFailure(err))
 	}
 	raw, ok := sec.Data[s.field]
 	str, isString := raw.(string)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	vaultapi "github.com/hashicorp/vault/api"
 )
 
 // VaultAWS mints AWS credentials per session from Vault's AWS secrets
@@ -52,9 +53,6 @@ const stsMinTTL = 15 * time.Minute
 // Mint implements Minter.
 func (m *VaultAWS) Mint(ctx context.Context, sc Scope) (Lease, error) {
 	fail := func(why string) (Lease, error) { return Lease{}, fmt.Errorf("%s: %s", m.Describe(), why) }
-	if err := m.v.ensureLogin(ctx); err != nil {
-		return fail(err.Error())
-	}
 	path := m.mount + "/creds/" + m.role
 	var data map[string][]string
 	if m.sts {
@@ -62,9 +60,13 @@ func (m *VaultAWS) Mint(ctx context.Context, sc Scope) (Lease, error) {
 		ttl := max(sc.Remaining(), stsMinTTL) // Vault clamps it to the role's maximum
 		data = map[string][]string{"ttl": {fmt.Sprintf("%ds", int64(ttl/time.Second))}}
 	}
-	sec, err := m.v.client.Logical().ReadWithDataWithContext(ctx, path, data)
+	var sec *vaultapi.Secret
+	err := m.v.withLogin(ctx, func() (err error) {
+		sec, err = m.v.client.Logical().ReadWithDataWithContext(ctx, path, data)
+		return err
+	})
 	if err != nil {
-		return fail(vaultErrorText(err))
+		return fail(vaultFailure(err))
 	}
 	if sec == nil {
 		return fail("no credentials returned")
@@ -93,12 +95,13 @@ func (m *VaultAWS) Renew(ctx context.Context, sc Scope, l Lease) (Lease, error) 
 	if m.sts || l.ID == "" {
 		return m.Mint(ctx, sc)
 	}
-	if err := m.v.ensureLogin(ctx); err != nil {
-		return Lease{}, fmt.Errorf("%s: %s", m.Describe(), err.Error())
-	}
-	sec, err := m.v.client.Sys().RenewWithContext(ctx, l.ID, int(max(sc.Remaining(), time.Second)/time.Second))
+	var sec *vaultapi.Secret
+	err := m.v.withLogin(ctx, func() (err error) {
+		sec, err = m.v.client.Sys().RenewWithContext(ctx, l.ID, int(max(sc.Remaining(), time.Second)/time.Second))
+		return err
+	})
 	if err != nil {
-		return Lease{}, fmt.Errorf("%s: renew: %s", m.Describe(), vaultErrorText(err))
+		return Lease{}, fmt.Errorf("%s: renew: %s", m.Describe(), vaultFailure(err))
 	}
 	if sec != nil && sec.LeaseDuration > 0 {
 		l.Expires = sc.Now.Add(time.Duration(sec.LeaseDuration) * time.Second)
@@ -113,11 +116,9 @@ func (m *VaultAWS) Revoke(ctx context.Context, l Lease) error {
 	if l.ID == "" {
 		return nil
 	}
-	if err := m.v.ensureLogin(ctx); err != nil {
-		return fmt.Errorf("%s: %s", m.Describe(), err.Error())
-	}
-	if err := m.v.client.Sys().RevokeWithContext(ctx, l.ID); err != nil {
-		return fmt.Errorf("%s: revoke: %s", m.Describe(), vaultErrorText(err))
+	err := m.v.withLogin(ctx, func() error { return m.v.client.Sys().RevokeWithContext(ctx, l.ID) })
+	if err != nil {
+		return fmt.Errorf("%s: revoke: %s", m.Describe(), vaultFailure(err))
 	}
 	return nil
 }
