@@ -11,6 +11,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/airlock-broker/airlock/internal/grants"
 )
@@ -69,7 +71,7 @@ func (m *STSScoped) Mint(ctx context.Context, sc Scope) (Lease, error) {
 		Policy: aws.String(policy), DurationSeconds: aws.Int32(int32(dur / time.Second)),
 	})
 	if err != nil {
-		return Lease{}, fmt.Errorf("%s: AssumeRole failed", m.desc)
+		return Lease{}, fmt.Errorf("%s: AssumeRole failed: %s", m.desc, awsErrorCode(err))
 	}
 	c := out.Credentials
 	if c == nil || aws.ToString(c.AccessKeyId) == "" || aws.ToString(c.SecretAccessKey) == "" {
@@ -161,4 +163,20 @@ func SessionPolicy(rules []grants.Rule) (string, error) {
 		return "", fmt.Errorf("the session policy is %d characters, past STS's %d", len(b), maxSessionPolicy)
 	}
 	return string(b), nil
+}
+
+// awsErrorCode names an AWS API error for operators by its code and HTTP
+// status (AccessDenied, PackedPolicyTooLarge, ValidationError...), never
+// its message, which may quote the request; "unreachable" when AWS gave
+// no answer.
+func awsErrorCode(err error) string {
+	var apiErr smithy.APIError
+	if !errors.As(err, &apiErr) {
+		return "unreachable"
+	}
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		return fmt.Sprintf("%s (status %d)", apiErr.ErrorCode(), re.HTTPStatusCode())
+	}
+	return apiErr.ErrorCode()
 }

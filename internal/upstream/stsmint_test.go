@@ -150,3 +150,23 @@ func TestSTSScopedAsksForTheGrantsPolicy(t *testing.T) {
 		t.Fatal("STS was asked for a credential without an AWS rule")
 	}
 }
+
+// A refused AssumeRole fails the mint naming AWS's error code and status
+// for the operator, never the error's message (which may quote the
+// request, e.g. the policy).
+func TestSTSScopedFailureNamesTheCode(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/xml")
+		w.WriteHeader(http.StatusForbidden)
+		fmt.Fprint(w, `<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error><Type>Sender</Type><Code>AccessDenied</Code>
+<Message>User arn:aws:iam::123456789012:user/base is not authorized SECRET-IN-MESSAGE</Message></Error><RequestId>1</RequestId></ErrorResponse>`)
+	}))
+	t.Cleanup(srv.Close)
+	m := upstream.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", srv.URL, 0, "aws:env")
+	now := time.Now()
+	_, err := m.Mint(context.Background(), upstream.Scope{SessionID: "ses_1", Now: now, Expires: now.Add(time.Hour),
+		Rules: []grants.Rule{{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/*"}}})
+	if err == nil || !strings.Contains(err.Error(), "AccessDenied (status 403)") || strings.Contains(err.Error(), "SECRET-IN-MESSAGE") {
+		t.Fatalf("a refused AssumeRole: %v", err)
+	}
+}
