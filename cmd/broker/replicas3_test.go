@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/pgtest"
-	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
 
 // Three broker PROCESSES on one PostgreSQL (issue 13's test list): each
@@ -236,11 +235,7 @@ func TestThreeReplicas(t *testing.T) {
 				conn := pgConn(t, dsn)
 				// Every replica's listener is up (a replica connects it
 				// after it starts serving), then all are terminated.
-				eventually(t, 10*time.Second, func() bool {
-					var n int
-					err := conn.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", pgstore.ListenerApplicationName).Scan(&n)
-					return err == nil && n == 3
-				})
+				awaitListeners(t, conn, 3)
 				if n := cutListeners(t, conn); n != 3 {
 					t.Fatalf("cut %d listener connections, want one per replica (3)", n)
 				}

@@ -36,6 +36,17 @@ func pgConn(t *testing.T, dsn string) *pgx.Conn {
 
 // cutListeners terminates every replica's LISTEN connection (the change
 // feed's dedicated connection) and returns how many it cut.
+// awaitListeners waits until n replicas' change-feed listeners are
+// connected (a replica connects its listener after it starts serving).
+func awaitListeners(t *testing.T, c *pgx.Conn, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		var got int
+		err := c.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", pgstore.ListenerApplicationName).Scan(&got)
+		return err == nil && got == n
+	})
+}
+
 func cutListeners(t *testing.T, c *pgx.Conn) int {
 	t.Helper()
 	var n int
@@ -114,6 +125,8 @@ func TestReplicaListenerCutFailsClosed(t *testing.T) {
 	s := a.session(trustedSession(grant))
 	b := pgBroker(t, up, dsn, "")
 	ctx := context.Background()
+	watch := pgConn(t, dsn)
+	awaitListeners(t, watch, 2)
 
 	blocker := pgConn(t, dsn)
 	tx, err := blocker.Begin(ctx)
@@ -123,7 +136,7 @@ func TestReplicaListenerCutFailsClosed(t *testing.T) {
 	if _, err := tx.Exec(ctx, "LOCK TABLE changes IN ACCESS EXCLUSIVE MODE"); err != nil {
 		t.Fatal(err)
 	}
-	if n := cutListeners(t, pgConn(t, dsn)); n < 2 {
+	if n := cutListeners(t, watch); n < 2 {
 		t.Fatalf("cut %d listener connections, want one per replica (2)", n)
 	}
 	eventually(t, 15*time.Second, func() bool {
@@ -144,7 +157,8 @@ func TestReplicaListenerCutFailsClosed(t *testing.T) {
 	})
 
 	// A kill while B's listener is down: B learns it by catching up.
-	if n := cutListeners(t, pgConn(t, dsn)); n < 1 {
+	awaitListeners(t, watch, 2)
+	if n := cutListeners(t, watch); n < 1 {
 		t.Fatal("no listener connection to cut")
 	}
 	if r := a.do("DELETE", a.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
