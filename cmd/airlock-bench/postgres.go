@@ -1,193 +1,61 @@
-// A PostgreSQL of the bench's own for --store postgres: Debian's binaries,
-// initdb into a temporary directory, a unix socket only, run as the
-// postgres user when the bench runs as root (internal/pgtest does the same
-// for tests, but only through testing.TB). Durability settings are
-// PostgreSQL's defaults (fsync on): the figures are those of a real setup.
+// A PostgreSQL of the bench's own for --store postgres (internal/pgserver,
+// as the tests' internal/pgtest). Durability settings are PostgreSQL's
+// defaults (fsync on): the figures are those of a real setup.
 
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
-	"os/user"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
+	"sync/atomic"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/airlock-broker/airlock/internal/pgserver"
 )
 
 // pgServer is the running PostgreSQL.
 type pgServer struct {
-	bin, dir string
-	version  string
-	cred     *syscall.Credential
-	cmd      *exec.Cmd
-	done     chan struct{}
-}
-
-// pgBin is the newest /usr/lib/postgresql/<version>/bin with initdb and
-// postgres, or "".
-func pgBin() string {
-	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	best, bestV := "", 0
-	for _, d := range dirs {
-		v, err := strconv.Atoi(filepath.Base(filepath.Dir(d)))
-		if err != nil || v <= bestV {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(d, "postgres")); err != nil {
-			continue
-		}
-		if _, err := os.Stat(filepath.Join(d, "initdb")); err != nil {
-			continue
-		}
-		best, bestV = d, v
-	}
-	return best
+	*pgserver.Server
+	version string
 }
 
 // postgresMissing says why no PostgreSQL can run here, or nil.
-func postgresMissing() error {
-	if pgBin() == "" {
-		return errors.New("no PostgreSQL server binaries in /usr/lib/postgresql/*/bin (Debian's postgresql package; scripts/deps.sh installs it)")
-	}
-	if os.Geteuid() == 0 {
-		if _, err := user.Lookup("postgres"); err != nil {
-			return fmt.Errorf("running as root and no postgres user to run PostgreSQL as: %w", err)
-		}
-	}
-	return nil
-}
+func postgresMissing() error { return pgserver.Missing() }
 
 // startPostgres initdb's and starts a server, ready to accept connections.
+// Its log goes to stderr until it is ready (where a failure to start shows
+// why), then only its warnings and errors.
 func startPostgres(stderr io.Writer) (*pgServer, error) {
-	if err := postgresMissing(); err != nil {
-		return nil, err
-	}
-	dir, err := os.MkdirTemp("", "airlock-bench-pg-")
+	var ready atomic.Bool
+	s, err := pgserver.Start(pgserver.Options{MaxConnections: 200, Log: func(line string) {
+		if !ready.Load() || strings.Contains(line, "WARNING") || strings.Contains(line, "ERROR") || strings.Contains(line, "FATAL") || strings.Contains(line, "PANIC") {
+			fmt.Fprintln(stderr, "postgres:", line)
+		}
+		if strings.Contains(line, "ready to accept connections") {
+			ready.Store(true)
+		}
+	}})
 	if err != nil {
 		return nil, err
 	}
-	s := &pgServer{bin: pgBin(), dir: dir, done: make(chan struct{})}
-	s.version = filepath.Base(filepath.Dir(s.bin))
-	if err := s.setup(stderr); err != nil {
-		_ = os.RemoveAll(dir)
-		return nil, err
-	}
-	return s, nil
-}
-
-func (s *pgServer) setup(stderr io.Writer) error {
-	sock := filepath.Join(s.dir, "sock")
-	if err := os.Mkdir(sock, 0o700); err != nil {
-		return err
-	}
-	if os.Geteuid() == 0 { // PostgreSQL refuses to run as root
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return err
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		for _, p := range []string{s.dir, sock} {
-			if err := os.Chown(p, uid, gid); err != nil {
-				return err
-			}
-		}
-	}
-	data := filepath.Join(s.dir, "data")
-	if out, err := s.command("initdb", "-D", data, "-U", "postgres", "--auth=trust", "--no-locale", "--encoding=UTF8", "--no-sync").CombinedOutput(); err != nil {
-		return fmt.Errorf("initdb: %v\n%s", err, out)
-	}
-	s.cmd = s.command("postgres", "-D", data,
-		"-c", "listen_addresses=", // the unix socket only
-		"-c", "unix_socket_directories="+sock,
-		"-c", "max_connections=200", // every replica's pool and listener
-		"-c", "shared_buffers=64MB",
-		"-c", "log_min_messages=warning",
-	)
-	out, err := s.cmd.StderrPipe()
-	if err != nil {
-		return err
-	}
-	if err := s.cmd.Start(); err != nil {
-		return fmt.Errorf("start postgres: %w", err)
-	}
-	// Its log goes to the bench's stderr until it is ready (where a
-	// failure to start shows why), then only its warnings and errors.
-	ready := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		signalled := false
-		for sc.Scan() {
-			if line := sc.Text(); !signalled || strings.Contains(line, "WARNING") || strings.Contains(line, "ERROR") || strings.Contains(line, "FATAL") || strings.Contains(line, "PANIC") {
-				fmt.Fprintln(stderr, "postgres:", line)
-			}
-			if !signalled && strings.Contains(sc.Text(), "ready to accept connections") {
-				signalled = true
-				close(ready)
-			}
-		}
-		_, _ = io.Copy(io.Discard, out)
-	}()
-	go func() { _ = s.cmd.Wait(); close(s.done) }()
-	select {
-	case <-ready:
-		return nil
-	case <-s.done:
-		return errors.New("postgres exited before it was ready")
-	case <-time.After(60 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-		return errors.New("postgres not ready in 60s")
-	}
-}
-
-func (s *pgServer) command(name string, args ...string) *exec.Cmd {
-	cmd := exec.Command(filepath.Join(s.bin, name), args...)
-	cmd.Dir = s.dir
-	cmd.Env = []string{"LC_ALL=C", "TZ=UTC", "PATH=" + s.bin + ":/usr/bin:/bin"}
-	if s.cred != nil {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: s.cred}
-	}
-	return cmd
-}
-
-// dsn of database db, as the superuser over the unix socket.
-func (s *pgServer) dsn(db string) string {
-	return fmt.Sprintf("host=%s port=5432 user=postgres dbname=%s sslmode=disable", filepath.Join(s.dir, "sock"), db)
+	return &pgServer{Server: s, version: s.Version()}, nil
 }
 
 // createDatabase creates an empty database and returns its DSN.
 func (s *pgServer) createDatabase(ctx context.Context, name string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, s.dsn("postgres"))
-	if err != nil {
-		return "", err
-	}
-	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return "", err
-	}
-	return s.dsn(name), nil
+	return s.CreateDatabase(ctx, name)
 }
 
 // cpu is the CPU the server has used: the postmaster's and its live
 // children's (backends, WAL writer, checkpointer...), each with the
 // children it reaped, so an ended backend still counts.
 func (s *pgServer) cpu() time.Duration {
-	pm := s.cmd.Process.Pid
+	pm := s.PID()
 	total := procCPU(pm, true)
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
@@ -246,13 +114,4 @@ func statFields(pid int) []string {
 }
 
 // Close stops the server (fast shutdown) and deletes its files.
-func (s *pgServer) Close() {
-	_ = s.cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-	_ = os.RemoveAll(s.dir)
-}
+func (s *pgServer) Close() { _ = s.Stop() }
