@@ -464,6 +464,20 @@ func TestWebSocketRefused(t *testing.T) {
 	plainRule := e.session(trustedSession(wsxGrant(false)))
 	wsRule := e.session(trustedSession(wsxGrant(true)))
 	host := strings.TrimPrefix(e.b.sandbox, "http://")
+	// rawUpgrade sends a GET of the websocket rule's path through the REST
+	// door with these upgrade headers, as written, and reads the answer.
+	rawUpgrade := func(headers string) *wsxClient {
+		conn := e.restDial(t)
+		c := &wsxClient{t: t, conn: conn, got: &bytes.Buffer{}}
+		_, _ = io.WriteString(conn, "GET /v1/proxy/wsx/chat/lobby HTTP/1.1\r\nHost: "+host+"\r\nAuthorization: Bearer "+wsRule.Token+"\r\n"+headers+"\r\n")
+		c.br = bufio.NewReader(wsxTee{conn, c.got})
+		resp, err := http.ReadResponse(c.br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.resp = resp
+		return c
+	}
 	for _, tc := range []struct {
 		name string
 		open func() *wsxClient
@@ -472,17 +486,7 @@ func TestWebSocketRefused(t *testing.T) {
 		{"proxy door, rule without websocket", func() *wsxClient { return e.proxyWS(t, plainRule, "/chat/lobby") }},
 		{"rest door, path no rule allows", func() *wsxClient { return e.restWS(t, wsRule.Token, "/admin/lobby") }},
 		{"rest door, h2c", func() *wsxClient {
-			conn := e.restDial(t)
-			c := &wsxClient{t: t, conn: conn, got: &bytes.Buffer{}}
-			_, _ = io.WriteString(conn, "GET /v1/proxy/wsx/chat/lobby HTTP/1.1\r\nHost: "+host+"\r\nAuthorization: Bearer "+wsRule.Token+
-				"\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n\r\n")
-			c.br = bufio.NewReader(wsxTee{conn, c.got})
-			resp, err := http.ReadResponse(c.br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.resp = resp
-			return c
+			return rawUpgrade("Connection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAoAAAAAIAAAAA\r\n")
 		}},
 		{"proxy door, h2c", func() *wsxClient {
 			tc, err := e.tunnel(wsxHost, wsxHost, wsRule.Token, wsRule.caFile)
@@ -496,17 +500,7 @@ func TestWebSocketRefused(t *testing.T) {
 			return &wsxClient{t: t, resp: rs[0], got: &bytes.Buffer{}}
 		}},
 		{"rest door, websocket without a key", func() *wsxClient {
-			conn := e.restDial(t)
-			c := &wsxClient{t: t, conn: conn, got: &bytes.Buffer{}}
-			_, _ = io.WriteString(conn, "GET /v1/proxy/wsx/chat/lobby HTTP/1.1\r\nHost: "+host+"\r\nAuthorization: Bearer "+wsRule.Token+
-				"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n\r\n")
-			c.br = bufio.NewReader(wsxTee{conn, c.got})
-			resp, err := http.ReadResponse(c.br, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			c.resp = resp
-			return c
+			return rawUpgrade("Connection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\n")
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
