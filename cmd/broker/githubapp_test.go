@@ -20,6 +20,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 )
 
 // fakeGitHub is a loopback GitHub API: it verifies the app JWT with the
@@ -264,4 +265,92 @@ func TestGitHubAppUnavailable(t *testing.T) {
 	if gh.badJWT != 1 || len(gh.issued) != 0 || gh.calls != 0 {
 		t.Fatalf("bad JWTs %d, tokens %d, calls sent %d", gh.badJWT, len(gh.issued), gh.calls)
 	}
+}
+
+// TestGitHubAppNarrowedRevokesBroader (class 4 of issue 19): the
+// installation token minted for a session's grant set is revoked at GitHub
+// the moment that set changes, without the session calling again: a grant
+// revoked (the token covered its repository), a grant added, a grant
+// expired. The next call gets a token for what the session holds then.
+func TestGitHubAppNarrowedRevokesBroader(t *testing.T) {
+	key, keyFile := writeAppKey(t)
+	gh := newFakeGitHub(t, &key.PublicKey, "1234")
+	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: `  - name: github
+    base_url: ` + gh.URL + `
+    credential:
+      source: github_app
+      app_id: "1234"
+      installation_id: "42"
+      private_key_file: ` + keyFile + `
+      api_url: ` + gh.URL + `
+      repositories: [widgets, gadgets, gizmos]
+      permissions: {contents: write, issues: write, metadata: read}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+`})
+	repoGrant := func(repo string) map[string]any {
+		return map[string]any{"upstream": "github", "rules": []any{map[string]any{"method": "GET", "path": "/repos/{owner}/{repo}/issues", "constraints": map[string]any{
+			"path.owner": map[string]any{"pin": "acme"}, "path.repo": map[string]any{"pin": repo}}}}}
+	}
+	s := b.session(trustedSession(repoGrant("widgets"), repoGrant("gadgets")))
+	call := func(repo string) {
+		t.Helper()
+		if r := b.do("GET", b.sandbox+"/v1/proxy/github/repos/acme/"+repo+"/issues", s.Token, nil); r.status != 200 {
+			t.Fatalf("call %s: %d %s", repo, r.status, r.body)
+		}
+	}
+	tokenFor := func(repos ...string) string {
+		t.Helper()
+		gh.mu.Lock()
+		defer gh.mu.Unlock()
+		for tok, is := range gh.issued {
+			if cmp.Equal(is.repos, repos, cmpopts.SortSlices(func(a, b string) bool { return a < b })) && !is.revoked {
+				return tok
+			}
+		}
+		t.Fatalf("no live token for %v", repos)
+		return ""
+	}
+	revocations := 0
+	revokedNow := func(what, tok string) {
+		t.Helper()
+		eventually(t, 10*time.Second, func() bool {
+			gh.mu.Lock()
+			defer gh.mu.Unlock()
+			return gh.issued[tok].revoked
+		})
+		eventually(t, 10*time.Second, func() bool { // recorded, saying why
+			n := 0
+			for _, r := range parseAudit(t, b.auditExport()) {
+				if r.Type == "credential.revoked" && strings.Contains(r.Reason, "grants changed") {
+					n++
+				}
+			}
+			return n == revocations+1
+		})
+		revocations++
+	}
+
+	call("widgets")
+	broad := tokenFor("widgets", "gadgets")
+	// Revoke the gadgets grant: the token covering gadgets dies at once.
+	if r := b.do("DELETE", b.control+"/v1/grants/"+s.Grants[1].ID, adminToken, nil); r.status != 200 {
+		t.Fatalf("revoke grant: %d %s", r.status, r.body)
+	}
+	revokedNow("grant revoked", broad)
+	call("widgets")
+	narrow := tokenFor("widgets")
+
+	// Add a grant that expires soon: the narrow token is replaced at once,
+	// and the token minted for both dies when the added grant expires.
+	add := repoGrant("gizmos")
+	add["ttl"] = "3s"
+	if r := b.do("POST", b.control+"/v1/sessions/"+s.ID+"/grants", adminToken, add); r.status != 201 {
+		t.Fatalf("add grant: %d %s", r.status, r.body)
+	}
+	revokedNow("grant added", narrow)
+	call("gizmos")
+	both := tokenFor("gizmos", "widgets")
+	revokedNow("grant expired", both)
+	call("widgets")
+	tokenFor("widgets")
 }

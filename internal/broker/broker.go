@@ -113,6 +113,10 @@ type Broker struct {
 	metrics *metrics
 	feed    *follower    // other replicas' changes, or nil (the only replica)
 	mint    *mintService // credentials minted per session (minted.go)
+	// secrets is every secret the broker holds (each upstream's credential,
+	// each session's minted values, rotated-out ones within their grace):
+	// every answer is scrubbed of all of them (DESIGN §4).
+	secrets *upstream.Secrets
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -151,6 +155,17 @@ const (
 	metaKillswitch = "killswitch"
 )
 
+// sharedSecrets is the set of secrets of upstreams already serving another
+// broker in this process (tests run several), or a new one.
+func sharedSecrets(ups map[string]*upstream.Upstream) *upstream.Secrets {
+	for _, u := range ups {
+		if u != nil && u.Secrets != nil {
+			return u.Secrets
+		}
+	}
+	return upstream.NewSecrets()
+}
+
 // New loads state from the store and starts the audit writer.
 func New(ctx context.Context, o Options) (*Broker, error) {
 	if o.Clock != nil {
@@ -174,10 +189,15 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if o.ReplicaID == "" {
 		o.ReplicaID = newID("rep_", o.Now())
 	}
+	secrets := sharedSecrets(o.Upstreams)
 	for _, u := range o.Upstreams {
-		if u != nil && u.Clock == nil {
+		if u == nil {
+			continue
+		}
+		if u.Clock == nil {
 			u.Clock = o.Now // the rotation grace of its scrubber
 		}
+		u.Secrets = secrets
 	}
 	secret, err := o.Meta.Meta(ctx, metaSecret)
 	if errors.Is(err, ErrMetaNotFound) {
@@ -248,6 +268,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.appr.notifier,
 	}
 	b.metrics = newMetrics(o.Metrics, b)
+	b.secrets = secrets
 	b.mint = newMintService(b, o.Clock)
 	if o.Metrics != nil {
 		o.Metrics.MustRegister(b.mint.count)

@@ -142,6 +142,7 @@ func (b *Broker) applyChange(ctx context.Context, c Change) error {
 	case ChangeGrantRevoked:
 		if gl, ok := b.sess.grant(c.Key); ok {
 			gl.Revoke()
+			b.mint.rescope(gl.Grant.SessionID, gl.Grant.Upstream)
 		}
 		b.appr.notifier.Notify("")
 	case ChangeKillswitch:

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +24,9 @@ import (
 // a restart only until their own expiry (never past the session's).
 type mintService struct {
 	b      *Broker
+	clk    clock.Clock
 	timers *expiryTimers // a session's leases are revoked at its expiry (keyed by session id)
+	scopes *expiryTimers // a lease is revoked when a grant of its scope expires (keyed by entry owner)
 	count  *prometheus.CounterVec
 	wg     sync.WaitGroup // running revocations
 
@@ -33,6 +36,7 @@ type mintService struct {
 
 // mintEntry is one session's lease on one upstream.
 type mintEntry struct {
+	owner   string     // its values' owner in the broker's Secrets
 	mu      sync.Mutex // one mint, renewal or revocation at a time: calls wait on one (single flight)
 	have    bool
 	gone    bool // revoked and removed: never minted again
@@ -54,12 +58,13 @@ type retiredLease struct {
 const revokeTimeout = 30 * time.Second
 
 func newMintService(b *Broker, clk clock.Clock) *mintService {
-	m := &mintService{b: b, entries: map[string]map[string]*mintEntry{},
+	m := &mintService{b: b, clk: clk, entries: map[string]map[string]*mintEntry{},
 		count: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_credential_mints_total",
 			Help: "Operations on credentials minted per session, by upstream, op (mint, renew, revoke) and result (ok, error).",
 		}, []string{"upstream", "op", "result"})}
 	m.timers = newExpiryTimers(clk, b.now, func(id string) { m.endSession(id, "session expired") })
+	m.scopes = newExpiryTimers(clk, b.now, m.scopeExpired)
 	return m
 }
 
@@ -91,7 +96,7 @@ func (m *mintService) credential(ctx context.Context, l *Live, u *upstream.Upstr
 	}
 	if len(e.retired) > 0 && !now.Before(e.retired[0].until) {
 		e.retired = slices.DeleteFunc(e.retired, func(r retiredLease) bool { return !now.Before(r.until) })
-		e.rebuildScrub()
+		m.rebuildScrub(e)
 	}
 	if m.b.ks.engaged.Load() || l.revoked.Load() {
 		// A kill came while the lease was minted: it is revoked now (the
@@ -118,7 +123,7 @@ func (m *mintService) entry(l *Live, name string) *mintEntry {
 	}
 	e := byUp[name]
 	if e == nil {
-		e = &mintEntry{}
+		e = &mintEntry{owner: leaseOwner(id, name)}
 		byUp[name] = e
 	}
 	return e
@@ -182,7 +187,7 @@ func (m *mintService) mint(ctx context.Context, l *Live, u *upstream.Upstream, e
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "scope changed") }()
 	}
-	m.install(u, e, lease, fp, now)
+	m.install(l, u, e, lease, fp, now)
 	m.count.WithLabelValues(u.Name, "mint", "ok").Inc()
 	m.audit(audit.TypeCredentialMinted, l.Session.ID, u, lease, "")
 	return nil
@@ -209,25 +214,108 @@ func (m *mintService) renew(ctx context.Context, l *Live, u *upstream.Upstream, 
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "replaced at renewal") }()
 	}
-	m.install(u, e, lease, fp, now)
+	m.install(l, u, e, lease, fp, now)
 	m.count.WithLabelValues(u.Name, "renew", "ok").Inc()
 	m.audit(audit.TypeCredentialRenewed, l.Session.ID, u, lease, "")
 	return nil
 }
 
 // install makes lease the entry's, retiring the values of the one it
-// replaces for the upstream's rotation grace.
-func (m *mintService) install(u *upstream.Upstream, e *mintEntry, lease upstream.Lease, fp uint64, now time.Time) {
+// replaces (see retire).
+func (m *mintService) install(l *Live, u *upstream.Upstream, e *mintEntry, lease upstream.Lease, fp uint64, now time.Time) {
 	values := u.LeaseValues(lease)
-	if e.have && !slices.Equal(values, e.values) && u.RotationGrace > 0 {
-		if len(e.retired) >= maxRetiredLeases {
-			e.retired = e.retired[1:]
-		}
-		e.retired = append(e.retired, retiredLease{values: e.values, until: now.Add(u.RotationGrace)})
+	if e.have && !slices.Equal(values, e.values) {
+		retire(u, e, now)
 	}
 	e.have, e.lease, e.minted, e.scope, e.values = true, lease, now, fp, values
 	e.cred = u.LeaseCredential(lease)
-	e.rebuildScrub()
+	m.rebuildScrub(e)
+	// The scope narrows when a grant in it expires: the lease is revoked then.
+	m.scopes.stop(e.owner)
+	if at, ok := scopeEnds(l, u.Name, now); ok {
+		m.scopes.schedule(e.owner, at)
+	}
+}
+
+// retire keeps the values of the entry's current lease scrubbed after it is
+// replaced or revoked: for the upstream's rotation grace, and no longer than
+// the lease could still work (its expiry).
+func retire(u *upstream.Upstream, e *mintEntry, now time.Time) {
+	if u.RotationGrace <= 0 {
+		return
+	}
+	until := now.Add(u.RotationGrace)
+	if !e.lease.Expires.IsZero() && e.lease.Expires.Before(until) {
+		until = e.lease.Expires
+	}
+	if !now.Before(until) {
+		return
+	}
+	if len(e.retired) >= maxRetiredLeases {
+		e.retired = e.retired[1:]
+	}
+	e.retired = append(e.retired, retiredLease{values: e.values, until: until})
+}
+
+// leaseOwner names a session's lease on an upstream in the broker's Secrets.
+func leaseOwner(sessionID, upstreamName string) string {
+	return "lease/" + sessionID + "/" + upstreamName
+}
+
+// scopeEnds is when the first live grant of the session on the upstream
+// expires before the session does.
+func scopeEnds(l *Live, name string, now time.Time) (time.Time, bool) {
+	var first time.Time
+	for _, g := range l.Grants() {
+		exp := g.Grant.ExpiresAt
+		if g.Grant.Upstream != name || g.Revoked() || !now.Before(exp) || !exp.Before(l.Session.ExpiresAt) {
+			continue
+		}
+		if first.IsZero() || exp.Before(first) {
+			first = exp
+		}
+	}
+	return first, !first.IsZero()
+}
+
+// rescope revokes at once, at the issuer, the session's lease on the
+// upstream when the session's live grants there changed (a grant revoked,
+// added or expired): the lease was minted for a scope the session no
+// longer has, and a broader credential must not outlive the grant that
+// justified it. The next call mints one for the scope the session has.
+func (m *mintService) rescope(sessionID, name string) {
+	m.mu.Lock()
+	e := m.entries[sessionID][name]
+	m.mu.Unlock()
+	l, ok := m.b.live(sessionID)
+	if e == nil || !ok {
+		return
+	}
+	u := m.b.upstreams[name]
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		now := m.b.now()
+		if !e.have || e.gone || e.scope == scopeFingerprint(l, name, now) {
+			return
+		}
+		m.scopes.stop(e.owner)
+		retire(u, e, now)
+		e.have = false
+		m.rebuildScrub(e)
+		m.revokeLease(sessionID, u, e.lease, "the session's grants changed")
+	}()
+}
+
+// scopeExpired is the timer of a lease whose scope had a grant expire.
+func (m *mintService) scopeExpired(owner string) {
+	rest, ok := strings.CutPrefix(owner, "lease/")
+	id, name, ok2 := strings.Cut(rest, "/")
+	if ok && ok2 {
+		m.rescope(id, name)
+	}
 }
 
 // renewRetry is the pause after a failed renewal of a still-valid lease.
@@ -236,12 +324,39 @@ const renewRetry = 30 * time.Second
 // maxRetiredLeases bounds the replaced leases scrubbed per entry.
 const maxRetiredLeases = 16
 
-func (e *mintEntry) rebuildScrub() {
-	all := slices.Clone(e.values)
+// rebuildScrub puts the entry's values (current, if it has a lease, and
+// retired) in the broker's Secrets: every answer is scrubbed of them.
+func (m *mintService) rebuildScrub(e *mintEntry) {
+	var all []string
+	if e.have {
+		all = slices.Clone(e.values)
+	}
 	for _, r := range e.retired {
 		all = append(all, r.values...)
 	}
-	e.cred.Scrub = upstream.NewScrubber(all...)
+	if len(all) == 0 {
+		m.b.secrets.Remove(e.owner)
+	} else {
+		m.b.secrets.Set(e.owner, all...)
+	}
+	e.cred.Scrub = m.b.secrets.Scrubber()
+}
+
+// forget removes an ended entry's values from the broker's Secrets once
+// the last of them could no longer work (see retire).
+func (m *mintService) forget(e *mintEntry, now time.Time) {
+	var last time.Time
+	for _, r := range e.retired {
+		if r.until.After(last) {
+			last = r.until
+		}
+	}
+	if !now.Before(last) {
+		m.b.secrets.Remove(e.owner)
+		return
+	}
+	owner := e.owner
+	m.clk.AfterFunc(last.Sub(now), func() { m.b.secrets.Remove(owner) })
 }
 
 // endSession revokes every lease of a session (killed, expired, or the
@@ -261,10 +376,13 @@ func (m *mintService) endSession(id, why string) {
 			e.mu.Lock() // after any mint in flight
 			defer e.mu.Unlock()
 			e.gone = true
+			m.scopes.stop(e.owner)
 			if e.have {
+				retire(u, e, m.b.now())
 				m.revokeLease(id, u, e.lease, why)
 				e.have = false
 			}
+			m.forget(e, m.b.now())
 		}()
 	}
 }
@@ -318,6 +436,7 @@ func (m *mintService) audit(typ, sessionID string, u *upstream.Upstream, l upstr
 // leases held are left to their own expiry.
 func (m *mintService) close() {
 	m.timers.close()
+	m.scopes.close()
 	m.mu.Lock()
 	m.entries = nil
 	m.mu.Unlock()

@@ -407,6 +407,7 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 		return GrantView{}, err
 	}
 	b.sess.addGrantOnce(l, gl)
+	b.mint.rescope(g.SessionID, g.Upstream)
 	return b.grantView(gl, false), nil
 }
 
@@ -453,6 +454,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: b.actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
 		return GrantView{}, err
 	}
+	b.mint.rescope(rec.SessionID, rec.Upstream)
 	v := b.grantView(gl, false)
 	v.Grant.RevokedAt = rec.RevokedAt
 	return v, nil

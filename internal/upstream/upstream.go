@@ -71,6 +71,12 @@ type Upstream struct {
 	RotationGrace time.Duration
 	// Clock is the clock of the rotation grace (nil: time.Now).
 	Clock func() time.Time
+	// Secrets, when set, is the broker's set of every secret it holds: the
+	// credential's values (and those rotated out within the grace) are
+	// kept there under "upstream/"+Name, and the scrubber of a credential is
+	// the set's, so that an answer of this upstream is scrubbed of every
+	// other secret too. Nil: the scrubber knows only this upstream's values.
+	Secrets *Secrets
 
 	// AllowPathSemicolons lets path segments carry ";" (grants.PathOptions).
 	AllowPathSemicolons bool
@@ -216,7 +222,12 @@ func (u *Upstream) scrubberFor(cred Credential) *Scrubber {
 			next.expires = r.until
 		}
 	}
-	next.scrubber = NewScrubber(all...)
+	if u.Secrets != nil {
+		u.Secrets.Set("upstream/"+u.Name, all...)
+		next.scrubber = u.Secrets.Scrubber()
+	} else {
+		next.scrubber = NewScrubber(all...)
+	}
 	u.scrub.Store(next)
 	return next.scrubber
 }
