@@ -11,6 +11,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
@@ -30,6 +31,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/johannesboyne/gofakes3"
+	"github.com/johannesboyne/gofakes3/backend/s3mem"
 )
 
 const hubHost = "hub.test"
@@ -236,6 +243,12 @@ func TestHeldSecretsScrubbedFromEveryAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	hub := newHubUpstream(t, ca)
+	s3backend := s3mem.New()
+	if err := s3backend.CreateBucket("reports"); err != nil {
+		t.Fatal(err)
+	}
+	s3srv := httptest.NewServer(gofakes3.New(s3backend).Server())
+	t.Cleanup(s3srv.Close)
 	issuer := newFakeAuthServer(t, canary, time.Hour)
 	secretX, secretY := randomSecret("hubx_"), randomSecret("huby_")
 	yaml := fmt.Sprintf(`  - name: hubx
@@ -257,10 +270,16 @@ func TestHeldSecretsScrubbedFromEveryAnswer(t *testing.T) {
       token_url: %[4]s/oauth/token
       client_id: airlock-client
       client_secret: {source: env, name: CANARY_TOKEN}
+  - name: s3
+    type: aws
+    service: s3
+    region: us-east-1
+    endpoint: %[5]s
+    credential: {source: env, access_key_name: REAL_AWS_KEY_ID, secret_key_name: REAL_AWS_SECRET}
 proxy_listen: 127.0.0.1:0
-`, hub.URL, caFile, hubHost, issuer.URL)
+`, hub.URL, caFile, hubHost, issuer.URL, s3srv.URL)
 	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: yaml,
-		env: map[string]string{"HUBX_SECRET": secretX, "HUBY_SECRET": secretY}})
+		env: map[string]string{"HUBX_SECRET": secretX, "HUBY_SECRET": secretY, "REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
 	e := &proxyEnv{t: t, b: b, proxy: proxyDoorAddr(t, b), dir: dir}
 
 	// A thousand sessions each mint their own token and send it to the hub.
@@ -313,7 +332,7 @@ proxy_listen: 127.0.0.1:0
 		}
 	}
 	hub.setSample(sample)
-	if len(hub.dump()) < 64<<10 {
+	if len(hub.dump()) < 32<<10 {
 		t.Fatalf("the hub's dump is only %d bytes", len(hub.dump()))
 	}
 
@@ -375,6 +394,36 @@ proxy_listen: 127.0.0.1:0
 				t.Fatalf("the second half of a split held secret reached the sandbox: %q", s)
 			}
 		}
+	})
+	t.Run("aws door", func(t *testing.T) {
+		// The object store hands back what another upstream's answers carried.
+		dump := hub.dump()
+		if _, err := s3backend.PutObject("reports", "t-42/dump.txt", map[string]string{}, strings.NewReader(dump), int64(len(dump)), nil); err != nil {
+			t.Fatal(err)
+		}
+		r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
+			"grants": []any{map[string]any{"upstream": "s3", "rules": []any{map[string]any{"action": "s3:GetObject", "resource": "arn:aws:s3:::reports/t-42/*"}}}}})
+		var sess struct {
+			AWSCredentials struct {
+				AccessKeyID     string `json:"access_key_id"`
+				SecretAccessKey string `json:"secret_access_key"`
+			} `json:"aws_credentials"`
+		}
+		if err := json.Unmarshal(r.body, &sess); err != nil || r.status != 201 {
+			t.Fatalf("aws session: %d %s", r.status, r.body)
+		}
+		c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.sandbox + "/v1/aws/s3"), UsePathStyle: true,
+			Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(sess.AWSCredentials.AccessKeyID, sess.AWSCredentials.SecretAccessKey, ""))})
+		obj, err := c.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/dump.txt")})
+		if err != nil {
+			t.Fatalf("GetObject: %v", err)
+		}
+		body, err := io.ReadAll(obj.Body)
+		obj.Body.Close()
+		if err != nil || !bytes.Contains(body, []byte("raw: [REDACTED]")) {
+			t.Fatalf("%v %.300s", err, body)
+		}
+		assertHeldScrubbed(t, "AWS door answer", body, others, sample)
 	})
 	t.Run("approved action", func(t *testing.T) {
 		tok := func(role, name string) string {
