@@ -1,7 +1,9 @@
 package main
 
 import (
+	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -46,5 +48,39 @@ func TestReadmeConfigExamples(t *testing.T) {
 	}
 	if _, err := config.Parse(example, env); err != nil {
 		t.Errorf("deploy/airlock.example.yaml: %v", err)
+	}
+}
+
+// TestSecurityDocNamesRealTests: every test, benchmark or fuzz target
+// docs/security.md names as a guarantee's proof is defined in the
+// repository's tests.
+func TestSecurityDocNamesRealTests(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/security.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defined := map[string]bool{}
+	def := regexp.MustCompile(`(?m)^func ((?:Test|Benchmark|Fuzz)[A-Za-z0-9_]+)\(`)
+	err = filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(path, "_test.go") {
+			return err
+		}
+		src, err := os.ReadFile(path)
+		for _, m := range def.FindAllSubmatch(src, -1) {
+			defined[string(m[1])] = true
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := regexp.MustCompile("`((?:Test|Benchmark|Fuzz)[A-Z][A-Za-z0-9_]*)`").FindAllSubmatch(doc, -1)
+	if len(named) < 50 {
+		t.Fatalf("docs/security.md names only %d tests", len(named))
+	}
+	for _, m := range named {
+		if !defined[string(m[1])] {
+			t.Errorf("docs/security.md names %s, which no test file defines", m[1])
+		}
 	}
 }
