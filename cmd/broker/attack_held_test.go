@@ -7,7 +7,8 @@ package main
 // B's answer, upstream x's static credential in the answer of upstream y
 // that fronts the same API. Over a thousand minted tokens are held while
 // the attacker asks, through the REST door, the proxy door, a WebSocket
-// relay and an approved action's result.
+// relay, the AWS door and an approved action's result; and the credential
+// of an upstream never called yet, which the API behind it hands out.
 
 import (
 	"bytes"
@@ -250,11 +251,16 @@ func TestHeldSecretsScrubbedFromEveryAnswer(t *testing.T) {
 	s3srv := httptest.NewServer(gofakes3.New(s3backend).Server())
 	t.Cleanup(s3srv.Close)
 	issuer := newFakeAuthServer(t, canary, time.Hour)
-	secretX, secretY := randomSecret("hubx_"), randomSecret("huby_")
+	secretX, secretY, secretZ := randomSecret("hubx_"), randomSecret("huby_"), randomSecret("hubz_")
 	yaml := fmt.Sprintf(`  - name: hubx
     base_url: %[1]s/x
     ca_cert: %[2]s
     credential: {source: env, name: HUBX_SECRET}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+  - name: hubz
+    base_url: %[1]s/z
+    ca_cert: %[2]s
+    credential: {source: env, name: HUBZ_SECRET}
     inject: {header: Authorization, format: "Bearer {secret}"}
   - name: huby
     base_url: %[1]s
@@ -279,7 +285,7 @@ func TestHeldSecretsScrubbedFromEveryAnswer(t *testing.T) {
 proxy_listen: 127.0.0.1:0
 `, hub.URL, caFile, hubHost, issuer.URL, s3srv.URL)
 	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: yaml,
-		env: map[string]string{"HUBX_SECRET": secretX, "HUBY_SECRET": secretY, "REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+		env: map[string]string{"HUBX_SECRET": secretX, "HUBY_SECRET": secretY, "HUBZ_SECRET": secretZ, "REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
 	e := &proxyEnv{t: t, b: b, proxy: proxyDoorAddr(t, b), dir: dir}
 
 	// A thousand sessions each mint their own token and send it to the hub.
@@ -320,14 +326,19 @@ proxy_listen: 127.0.0.1:0
 	if r := b.do("GET", b.sandbox+"/v1/proxy/hubx/ping", attacker.Token, nil); r.status != 200 {
 		t.Fatalf("call x: %d %s", r.status, r.body)
 	}
+	// z is never called through this broker, but the API behind it knows
+	// its own key and hands it out too.
+	hub.mu.Lock()
+	hub.seen[secretZ] = true
+	hub.mu.Unlock()
 	held := hub.received()
-	if len(held) < minted+1 {
-		t.Fatalf("the hub holds %d credentials, want at least %d", len(held), minted+1)
+	if len(held) < minted+2 {
+		t.Fatalf("the hub holds %d credentials, want at least %d", len(held), minted+2)
 	}
 	others := slicesWithout(held, secretY) // y's own credential was always scrubbed
-	sample := []string{secretX}
+	sample := []string{secretX, secretZ}
 	for i := 0; i < len(others) && len(sample) < 12; i += len(others) / 10 {
-		if others[i] != secretX {
+		if others[i] != secretX && others[i] != secretZ {
 			sample = append(sample, others[i])
 		}
 	}

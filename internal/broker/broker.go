@@ -117,6 +117,10 @@ type Broker struct {
 	// each session's minted values, rotated-out ones within their grace):
 	// every answer is scrubbed of all of them (DESIGN §4).
 	secrets *upstream.Secrets
+	holding struct { // the fetches of holdCredentials
+		wg     sync.WaitGroup
+		cancel context.CancelFunc
+	}
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -312,11 +316,38 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		b.startFollowing()
 		b.appr.startSweep()
 	}
+	b.holdCredentials()
 	return b, nil
+}
+
+// holdCredentialsTimeout bounds the fetch of the static credentials at start.
+const holdCredentialsTimeout = 15 * time.Second
+
+// holdCredentials fetches every static credential once, in the background,
+// as the broker starts: each is then in the set of held secrets (see
+// secrets) before any call, so an upstream that echoes the credential of
+// another upstream this broker has not called yet (both front one API) is
+// scrubbed of it too. A source that fails is fetched again at its first
+// call, as always; Close waits for the fetches.
+func (b *Broker) holdCredentials() {
+	ctx, cancel := context.WithTimeout(context.Background(), holdCredentialsTimeout)
+	b.holding.cancel = cancel
+	for _, u := range b.upstreams {
+		if u.Minter != nil || u.Source == nil && u.AWS == nil {
+			continue
+		}
+		b.holding.wg.Add(1)
+		go func() {
+			defer b.holding.wg.Done()
+			_, _ = u.Credential(ctx)
+		}()
+	}
 }
 
 // Close stops background work, flushes the audit log and signs its head.
 func (b *Broker) Close() {
+	b.holding.cancel()
+	b.holding.wg.Wait()
 	b.auditLog.stopCheckpointer()
 	b.stopFollowing()
 	b.sess.stop()

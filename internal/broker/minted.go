@@ -103,7 +103,9 @@ func (m *mintService) credential(ctx context.Context, l *Live, u *upstream.Upstr
 		// call itself is refused by Send's check that follows).
 		m.endSession(l.Session.ID, "session ended during a mint")
 	}
-	return e.cred, nil
+	cred := e.cred
+	cred.Scrub = m.b.secrets.Scrubber() // every held secret, as the set is now
+	return cred, nil
 }
 
 // entry is the session's entry on upstream name, created on first use; nil
