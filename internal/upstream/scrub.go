@@ -7,8 +7,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf16"
 	"unicode/utf8"
+	"unsafe"
 )
 
 // Redacted replaces every occurrence of a secret in a response.
@@ -32,92 +34,39 @@ const minEncodedNeedle = 8
 //     it (\xHH, \UXXXXXXXX, quoted-printable =HH, references with leading
 //     zeros such as &#039;, a doubled quote as CSV, YAML and SQL write it,
 //     and a single quote escaped as Python's repr or a shell writes it), a
-//     non-ASCII one as \xHH or =HH per byte or \UXXXXXXXX;
+//     non-ASCII one as \xHH or =HH per byte or \UXXXXXXXX; with a
+//     quoted-printable soft line break ("=\r\n" or "=\n") between any two
+//     characters;
 //   - base64, standard and URL alphabets, at each of the three byte
 //     alignments the value can have inside a longer encoded value (so an
 //     echoed "Basic base64(user:secret)" is caught), with the partial
 //     characters at both ends that carry the value's first and last bits,
 //     padded or not; '+', '/' and '=' may themselves be escaped as above;
+//     with a line break ("\r\n" or "\n", as MIME wraps base64 at 76 or 64
+//     columns) between any two characters;
 //   - hex of the value's bytes, either case;
 //   - UTF-16 (little and big endian) of the value.
 //
 // Header names are matched without regard to ASCII case (Go canonicalizes
-// their case).
+// their case). A Scrubber of a Secrets set follows the set: each scrub
+// uses the set as it is when it starts (a stream: at each piece).
 type Scrubber struct {
-	body  *matcher
-	names *matcher // the same forms, ASCII-case-folded
+	live  *Secrets
+	fixed *automaton
 }
 
-// NewScrubber builds a scrubber for values (the secret and anything derived
-// from it that was sent). Its patterns are compiled once here.
+// NewScrubber builds a scrubber for a fixed set of values (the secret and
+// anything derived from it that was sent). Its patterns are compiled once here.
 func NewScrubber(values ...string) *Scrubber {
-	seen := map[string]bool{}
-	var pats []pattern
-	for _, v := range values {
-		if v == "" || seen[v] {
-			continue
-		}
-		seen[v] = true
-		pats = append(pats, textForm(v))
-		pats = append(pats, base64Forms(v)...)
-		if 2*len(v) >= minEncodedNeedle {
-			pats = append(pats, hexForm(v))
-		}
-		pats = append(pats, utf16Forms(v)...)
-	}
-	folded := make([]pattern, len(pats))
-	for i, p := range pats {
-		folded[i] = p.fold()
-	}
-	return &Scrubber{body: compile(pats), names: compile(folded)}
+	return &Scrubber{fixed: buildAutomaton(formsOf(values...))}
 }
 
-// unit is one piece of a secret's form: the byte strings it may be written
-// as, longest first.
-type unit [][]byte
-
-// pattern is a form: a sequence of units.
-type pattern []unit
-
-func newUnit(alts ...string) unit {
-	set := map[string]bool{}
-	for _, a := range alts {
-		if a != "" {
-			set[a] = true
-		}
+// auto is the automaton of the scrubber's set as it is now.
+func (s *Scrubber) auto() *automaton {
+	if s.live != nil {
+		return s.live.cur.Load()
 	}
-	u := make(unit, 0, len(set))
-	for a := range set {
-		u = append(u, []byte(a))
-	}
-	sort.Slice(u, func(i, j int) bool {
-		if len(u[i]) != len(u[j]) {
-			return len(u[i]) > len(u[j])
-		}
-		return bytes.Compare(u[i], u[j]) < 0
-	})
-	return u
-}
-
-func (p pattern) maxLen() int {
-	n := 0
-	for _, u := range p {
-		n += len(u[0])
-	}
-	return n
-}
-
-// fold is p with every alternative in ASCII lower case.
-func (p pattern) fold() pattern {
-	out := make(pattern, len(p))
-	for i, u := range p {
-		alts := make([]string, len(u))
-		for j, a := range u {
-			alts[j] = strings.ToLower(string(a))
-		}
-		out[i] = newUnit(alts...)
-	}
-	return out
+	return s.fixed
 }
 
 const hexUpper, hexLower = "0123456789ABCDEF", "0123456789abcdef"
@@ -241,51 +190,210 @@ func leftPad(s string, n int) string {
 	return s
 }
 
+// unitDef is one piece of a secret's form: the byte strings it may be
+// written as (longest first) and the symbols all of them stand for (the
+// ASCII-case-folded bytes of the character, or of the encoding's
+// character); sym is nil for a unit whose alternatives stand for
+// different characters (the partial characters at the ends of a base64
+// form). Units of the same character are shared by every form.
+type unitDef struct {
+	alts   [][]byte
+	sym    []byte
+	maxAlt int
+	lower  *unitDef // the same unit with every alternative in ASCII lower case (header names)
+}
+
+func makeUnit(sym []byte, alts ...string) *unitDef {
+	u := sortedUnit(sym, alts)
+	lower := make([]string, len(alts))
+	for i, a := range alts {
+		lower[i] = strings.ToLower(a)
+	}
+	u.lower = sortedUnit(sym, lower)
+	u.lower.lower = u.lower
+	return u
+}
+
+func sortedUnit(sym []byte, alts []string) *unitDef {
+	set := map[string]bool{}
+	for _, a := range alts {
+		if a != "" {
+			set[a] = true
+		}
+	}
+	u := &unitDef{sym: sym, alts: make([][]byte, 0, len(set))}
+	for a := range set {
+		u.alts = append(u.alts, []byte(a))
+		u.maxAlt = max(u.maxAlt, len(a))
+	}
+	sort.Slice(u.alts, func(i, j int) bool {
+		if len(u.alts[i]) != len(u.alts[j]) {
+			return len(u.alts[i]) > len(u.alts[j])
+		}
+		return bytes.Compare(u.alts[i], u.alts[j]) < 0
+	})
+	return u
+}
+
+// units interns the units every form shares (a character's escapes are
+// the same in every secret), so a secret costs its sequence of pointers.
+var units = struct {
+	sync.Mutex
+	m map[string]*unitDef
+}{m: map[string]*unitDef{}}
+
+func internUnit(key string, mk func() *unitDef) *unitDef {
+	units.Lock()
+	u := units.m[key]
+	units.Unlock()
+	if u != nil {
+		return u
+	}
+	u = mk() // outside the lock: mk may intern the units it is made of
+	units.Lock()
+	defer units.Unlock()
+	if v := units.m[key]; v != nil {
+		return v
+	}
+	units.m[key] = u
+	return u
+}
+
+// foldByte is b in ASCII lower case.
+func foldByte(b byte) byte {
+	if b >= 'A' && b <= 'Z' {
+		return b + 'a' - 'A'
+	}
+	return b
+}
+
+func foldBytes(s string) []byte {
+	out := []byte(s)
+	for i, c := range out {
+		out[i] = foldByte(c)
+	}
+	return out
+}
+
+// Separators a form may carry between two of its units: MIME's line
+// breaks inside base64, quoted-printable's soft line breaks inside text.
+var (
+	mimeBreaks = [][]byte{[]byte("\r\n"), []byte("\n")}
+	softBreaks = [][]byte{[]byte("=\r\n"), []byte("=\n")}
+)
+
+// coreLen is how many symbols of a form the prefilter looks for.
+const coreLen = 16
+
+// form is one way a value is written: a sequence of units, with gaps
+// (one separator at most) allowed between two of them.
+type form struct {
+	units  []*unitDef
+	gaps   [][]byte
+	maxLen int    // the longest match
+	core   []byte // the symbols of the first exact units (at most coreLen)
+	before int    // the most bytes a match has up to the end of its core
+}
+
+func newForm(us []*unitDef, gaps [][]byte) *form {
+	f := &form{units: us, gaps: gaps}
+	gap := 0
+	for _, g := range gaps {
+		gap = max(gap, len(g))
+	}
+	for i, u := range us {
+		f.maxLen += u.maxAlt
+		if i > 0 {
+			f.maxLen += gap
+		}
+	}
+	i := 0
+	for i < len(us) && us[i].sym == nil {
+		i++
+	}
+	for ; i < len(us) && us[i].sym != nil && len(f.core) < coreLen; i++ {
+		f.core = append(f.core, us[i].sym...)
+	}
+	f.core = f.core[:min(len(f.core), coreLen)]
+	for j := 0; j < i; j++ {
+		f.before += us[j].maxAlt + gap
+	}
+	return f
+}
+
+// formsOf are the forms of values (see Scrubber).
+func formsOf(values ...string) []*form {
+	seen := map[string]bool{}
+	var out []*form
+	for _, v := range values {
+		if v == "" || seen[v] {
+			continue
+		}
+		seen[v] = true
+		out = append(out, newForm(textForm(v), softBreaks))
+		for _, p := range base64Forms(v) {
+			out = append(out, newForm(p, mimeBreaks))
+		}
+		if 2*len(v) >= minEncodedNeedle {
+			out = append(out, newForm(hexForm(v), nil))
+		}
+		for _, p := range utf16Forms(v) {
+			out = append(out, newForm(p, nil))
+		}
+	}
+	return out
+}
+
 // textForm is v as text, each character in any of its escapes.
-func textForm(v string) pattern {
-	var p pattern
+func textForm(v string) []*unitDef {
+	var p []*unitDef
 	for i := 0; i < len(v); {
 		r, size := utf8.DecodeRuneInString(v[i:])
+		c := v[i]
 		switch {
 		case size == 1 && r == utf8.RuneError: // a byte that is not UTF-8
-			c := v[i]
-			p = append(p, newUnit(string(c), "%"+string(hexUpper[c>>4])+string(hexUpper[c&15]), "%"+string(hexLower[c>>4])+string(hexLower[c&15])))
+			p = append(p, internUnit("n"+string(c), func() *unitDef {
+				return makeUnit([]byte{foldByte(c)}, string(c), "%"+string(hexUpper[c>>4])+string(hexUpper[c&15]), "%"+string(hexLower[c>>4])+string(hexLower[c&15]))
+			}))
 		case size == 1:
-			p = append(p, newUnit(charForms(byte(r))...))
+			p = append(p, internUnit("t"+string(c), func() *unitDef { return makeUnit([]byte{foldByte(c)}, charForms(c)...) }))
 		default:
-			p = append(p, newUnit(runeForms(r, v[i:i+size])...))
+			raw := v[i : i+size]
+			p = append(p, internUnit("r"+raw, func() *unitDef { return makeUnit(foldBytes(raw), runeForms(r, raw)...) }))
 		}
 		i += size
 	}
 	return p
 }
 
-// encodedChar are the ways a character of an encoding (base64, hex) is
-// written: letters and digits as themselves, the others escaped too.
-func encodedChar(c byte) []string {
-	if c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
-		return []string{string(c)}
-	}
-	return charForms(c)
+// encodedChar is the unit of a character of an encoding (base64, hex):
+// letters and digits as themselves, the others escaped too.
+func encodedChar(c byte) *unitDef {
+	return internUnit("e"+string(c), func() *unitDef {
+		if c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' {
+			return makeUnit([]byte{foldByte(c)}, string(c))
+		}
+		return makeUnit([]byte{foldByte(c)}, charForms(c)...)
+	})
 }
 
 // base64Forms are v's base64 encodings at each alignment, in both alphabets.
 // A character that holds bits of v and of a neighbouring byte matches any
 // character those neighbouring bits could make.
-func base64Forms(v string) []pattern {
-	var out []pattern
+func base64Forms(v string) [][]*unitDef {
+	var out [][]*unitDef
 	for _, enc := range []*base64.Encoding{base64.RawStdEncoding, base64.RawURLEncoding} {
 		for k := 0; k < 3; k++ {
 			n := k + len(v)
 			buf := make([]byte, n+1)
 			copy(buf[k:], v)
 			exactEnc := enc.EncodeToString(buf[:n])
-			var p pattern
+			var p []*unitDef
 			exact := 0
 			for j := 8 * k / 6; j <= (8*n-1)/6; j++ {
 				lo, hi := 6*j, 6*j+6
 				if lo >= 8*k && hi <= 8*n {
-					p = append(p, newUnit(encodedChar(exactEnc[j])...))
+					p = append(p, encodedChar(exactEnc[j]))
 					exact++
 					continue
 				}
@@ -293,18 +401,27 @@ func base64Forms(v string) []pattern {
 				if lo < 8*k {
 					neighbour = k - 1 // the byte before v
 				}
-				var alts []string
+				var chars []byte
 				seen := map[byte]bool{}
 				for x := 0; x < 256; x++ {
 					buf[neighbour] = byte(x)
 					c := enc.EncodeToString(buf[:n+1])[j]
 					if !seen[c] {
 						seen[c] = true
-						alts = append(alts, encodedChar(c)...)
+						chars = append(chars, c)
 					}
 				}
 				buf[neighbour] = 0
-				p = append(p, newUnit(alts...))
+				sort.Slice(chars, func(a, b int) bool { return chars[a] < chars[b] })
+				p = append(p, internUnit("b"+string(chars), func() *unitDef {
+					var alts []string
+					for _, c := range chars {
+						for _, a := range encodedChar(c).alts {
+							alts = append(alts, string(a))
+						}
+					}
+					return makeUnit(nil, alts...)
+				}))
 			}
 			if exact >= minEncodedNeedle {
 				out = append(out, p)
@@ -315,17 +432,21 @@ func base64Forms(v string) []pattern {
 }
 
 // hexForm is v's bytes in hex, each digit in either case.
-func hexForm(v string) pattern {
-	p := make(pattern, 0, 2*len(v))
+func hexForm(v string) []*unitDef {
+	digit := func(d byte) *unitDef {
+		return internUnit("h"+string(hexLower[d]), func() *unitDef {
+			return makeUnit([]byte{hexLower[d]}, string(hexUpper[d]), string(hexLower[d]))
+		})
+	}
+	p := make([]*unitDef, 0, 2*len(v))
 	for i := 0; i < len(v); i++ {
-		c := v[i]
-		p = append(p, newUnit(string(hexUpper[c>>4]), string(hexLower[c>>4])), newUnit(string(hexUpper[c&15]), string(hexLower[c&15])))
+		p = append(p, digit(v[i]>>4), digit(v[i]&15))
 	}
 	return p
 }
 
 // utf16Forms are v in UTF-16, little and big endian.
-func utf16Forms(v string) []pattern {
+func utf16Forms(v string) [][]*unitDef {
 	if !utf8.ValidString(v) {
 		return nil
 	}
@@ -335,77 +456,33 @@ func utf16Forms(v string) []pattern {
 		le = append(le, byte(u), byte(u>>8))
 		be = append(be, byte(u>>8), byte(u))
 	}
-	return []pattern{{newUnit(string(le))}, {newUnit(string(be))}}
+	return [][]*unitDef{{makeUnit(foldBytes(string(le)), string(le))}, {makeUnit(foldBytes(string(be)), string(be))}}
 }
 
-// matcher finds the patterns in bytes. A match may start only where the
-// first two bytes can begin one (a bitset over byte pairs), which keeps the
-// scan of text without secrets to a table lookup per byte.
-type matcher struct {
-	pats   []pattern
-	first  [256][]uint16 // patterns by a first byte they can start with
-	pairs  [1024]uint64  // byte pairs (b0<<8 | b1) that can begin a match
-	maxLen int           // the longest match any pattern can make
-}
-
-func compile(pats []pattern) *matcher {
-	m := &matcher{pats: pats}
-	setPair := func(b0, b1 byte) {
-		k := uint(b0)<<8 | uint(b1)
-		m.pairs[k>>6] |= 1 << (k & 63)
-	}
-	for i, p := range pats {
-		m.maxLen = max(m.maxLen, p.maxLen())
-		for _, a := range p[0] {
-			if l := m.first[a[0]]; len(l) == 0 || l[len(l)-1] != uint16(i) {
-				m.first[a[0]] = append(l, uint16(i))
-			}
-			switch {
-			case len(a) >= 2:
-				setPair(a[0], a[1])
-			case len(p) == 1:
-				for x := 0; x < 256; x++ {
-					setPair(a[0], byte(x))
-				}
-			default:
-				for _, a2 := range p[1] {
-					setPair(a[0], a2[0])
+// matchForm returns the end of a match of f's units from i on at p, or -1;
+// gap: a separator may come before units[i]. Only when two alternatives
+// of a unit both fit (one is a prefix of the other, as '%' and "%25"), or
+// a separator may or may not be taken, does it try each.
+func matchForm(f *form, lower bool, i int, gap bool, b []byte, p int) int {
+	for ; i < len(f.units); i++ {
+		u := f.units[i]
+		if lower {
+			u = u.lower
+		}
+		if gap {
+			for _, g := range f.gaps {
+				if hasAt(b, p, g) {
+					if e := matchForm(f, lower, i, false, b, p+len(g)); e >= 0 {
+						return e
+					}
 				}
 			}
 		}
-	}
-	return m
-}
-
-// candidate reports whether a match could start at p.
-func (m *matcher) candidate(b []byte, p int) bool {
-	if p+1 < len(b) {
-		k := uint(b[p])<<8 | uint(b[p+1])
-		return m.pairs[k>>6]&(1<<(k&63)) != 0
-	}
-	return len(m.first[b[p]]) > 0
-}
-
-// at returns the end of the longest match starting at p, or -1.
-func (m *matcher) at(b []byte, p int) int {
-	best := -1
-	for _, i := range m.first[b[p]] {
-		if e := matchUnits(m.pats[i], b, p); e > best {
-			best = e
-		}
-	}
-	return best
-}
-
-// matchUnits returns the end of a match of us at p, or -1. Only when two
-// alternatives of a unit both fit (one is a prefix of the other, as '%'
-// and "%25") does it try each.
-func matchUnits(us []unit, b []byte, p int) int {
-	for len(us) > 0 {
+		gap = len(f.gaps) > 0
 		var fit []byte
 		fits := 0
-		for _, a := range us[0] {
-			if p+len(a) <= len(b) && b[p] == a[0] && bytes.Equal(b[p:p+len(a)], a) {
+		for _, a := range u.alts {
+			if hasAt(b, p, a) {
 				if fits == 0 {
 					fit = a
 				}
@@ -417,12 +494,11 @@ func matchUnits(us []unit, b []byte, p int) int {
 			return -1
 		case 1:
 			p += len(fit)
-			us = us[1:]
 			continue
 		}
-		for _, a := range us[0] {
-			if p+len(a) <= len(b) && bytes.Equal(b[p:p+len(a)], a) {
-				if e := matchUnits(us[1:], b, p+len(a)); e >= 0 {
+		for _, a := range u.alts {
+			if hasAt(b, p, a) {
+				if e := matchForm(f, lower, i+1, gap, b, p+len(a)); e >= 0 {
 					return e
 				}
 			}
@@ -432,62 +508,31 @@ func matchUnits(us []unit, b []byte, p int) int {
 	return p
 }
 
-// firstMatch returns the position of the first match in b, or -1.
-func (m *matcher) firstMatch(b []byte) int {
-	for p := range b {
-		if m.candidate(b, p) && m.at(b, p) >= 0 {
-			return p
-		}
-	}
-	return -1
-}
-
-// scan appends b[from:safe] to dst with every byte that lies inside a match
-// replaced: a run of such bytes (overlapping matches merged) becomes one
-// Redacted. Matches are looked for at the positions before safe; those
-// may extend past it. end is where a redaction carried over from earlier
-// input ends (bytes before it are inside it and not written). scan returns
-// dst and how many bytes past safe the last redaction covers.
-func (m *matcher) scan(dst, b []byte, from, safe, end int) ([]byte, int) {
-	raw := max(from, end)
-	for p := from; p < safe; p++ {
-		if !m.candidate(b, p) {
-			continue
-		}
-		e := m.at(b, p)
-		if e < 0 {
-			continue
-		}
-		if p >= end {
-			dst = append(dst, b[raw:p]...)
-			dst = append(dst, Redacted...)
-		}
-		end = max(end, e)
-		raw = end
-	}
-	if raw < safe {
-		dst = append(dst, b[raw:safe]...)
-	}
-	return dst, max(end-safe, 0)
+func hasAt(b []byte, p int, a []byte) bool {
+	return p+len(a) <= len(b) && b[p] == a[0] && bytes.Equal(b[p:p+len(a)], a)
 }
 
 // Bytes returns b with every secret form replaced (b itself when none occurs).
 func (s *Scrubber) Bytes(b []byte) []byte {
-	p := s.body.firstMatch(b)
-	if p < 0 {
+	a := s.auto()
+	spans := a.find(b, 0, len(b), false, nil)
+	if len(spans) == 0 {
 		return b
 	}
-	out := append(make([]byte, 0, len(b)+len(Redacted)), b[:p]...)
-	out, _ = s.body.scan(out, b, p, len(b), 0)
+	out, _ := redact(make([]byte, 0, len(b)+len(Redacted)), b, 0, len(b), 0, spans)
 	return out
 }
 
 // String is Bytes for strings.
 func (s *Scrubber) String(v string) string {
-	if s.body.firstMatch([]byte(v)) < 0 {
-		return v // the conversion does not escape: no copy when nothing matches
+	a := s.auto()
+	b := unsafeBytes(v)
+	spans := a.find(b, 0, len(b), false, nil)
+	if len(spans) == 0 {
+		return v
 	}
-	return string(s.Bytes([]byte(v)))
+	out, _ := redact(make([]byte, 0, len(b)+len(Redacted)), b, 0, len(b), 0, spans)
+	return string(out)
 }
 
 // NameHasSecret reports whether a header name carries a secret in any form,
@@ -499,13 +544,9 @@ func (s *Scrubber) NameHasSecret(name string) bool {
 		b = make([]byte, 0, len(name))
 	}
 	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'A' && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		b = append(b, c)
+		b = append(b, foldByte(name[i]))
 	}
-	return s.names.firstMatch(b) >= 0
+	return len(s.auto().find(b, 0, len(b), true, nil)) > 0
 }
 
 // Reader scrubs a stream without holding it whole: it keeps back only as
@@ -514,14 +555,14 @@ func (s *Scrubber) NameHasSecret(name string) bool {
 // those kept back (which may be the beginning of a secret) are dropped,
 // never returned, and every later Read returns that error.
 func (s *Scrubber) Reader(r io.Reader) io.Reader {
-	if len(s.body.pats) == 0 {
+	if s.live == nil && len(s.fixed.forms) == 0 {
 		return r
 	}
-	return &scrubReader{m: s.body, src: r, chunk: make([]byte, 32<<10)}
+	return &scrubReader{s: s, src: r, chunk: make([]byte, 32<<10)}
 }
 
 type scrubReader struct {
-	m       *matcher
+	s       *Scrubber
 	src     io.Reader
 	chunk   []byte
 	held    []byte // read, not yet scanned
@@ -542,14 +583,15 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 			return 0, err
 		}
 		r.held = append(r.held, r.chunk[:n]...)
-		safe := len(r.held) - (r.m.maxLen - 1)
+		a := r.s.auto() // the set as it is now
+		safe := len(r.held) - (a.maxLen - 1)
 		if err == io.EOF {
 			safe, r.err = len(r.held), io.EOF
 		}
 		if safe <= 0 {
 			continue
 		}
-		r.buf, r.covered = r.m.scan(r.buf[:0], r.held, 0, safe, r.covered)
+		r.buf, r.covered = a.scan(r.buf[:0], r.held, 0, safe, r.covered)
 		r.out = r.buf
 		r.held = append(r.held[:0], r.held[safe:]...)
 	}
@@ -557,3 +599,6 @@ func (r *scrubReader) Read(p []byte) (int, error) {
 	r.out = r.out[n:]
 	return n, nil
 }
+
+// unsafeBytes is v's bytes without a copy, for reading only.
+func unsafeBytes(v string) []byte { return unsafe.Slice(unsafe.StringData(v), len(v)) }
