@@ -127,15 +127,17 @@ type Live struct {
 	killed  atomic.Int64  // unix nanoseconds of the kill, 0 if alive
 	limiter *rate.Limiter // per-session call rate, nil when unlimited
 	pending atomic.Int64  // pending actions (see pending.go)
-	ctx     context.Context
-	cancel  context.CancelFunc
+	ctx     context.Context         // the session's standing (see lifetime.go)
+	cancel  context.CancelCauseFunc // ends it, with why: session.ErrRevoked, session.ErrExpired
 	grants  atomic.Pointer[[]*grants.Live]
+	life    lifetimes // the timers at its expiry and its grants' (lifetime.go)
 	ca      atomic.Pointer[proxyca.CA]   // the session's CA once open (see Broker.proxyCA)
 	caMu    sync.Mutex                   // one opening at a time
 	resync  atomic.Pointer[rate.Limiter] // read-throughs of its grants on refusals (see decideFresh)
 }
 
-// Context ends when the session is killed: in-flight calls derive from it.
+// Context ends when the session is killed (cause session.ErrRevoked) or
+// expires (session.ErrExpired): in-flight calls derive from it.
 func (l *Live) Context() context.Context { return l.ctx }
 
 // Grants returns the session's grants (including revoked and expired ones).
@@ -225,13 +227,14 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		return nil, err
 	}
 	b.proxyOn = o.ProxyCA
-	b.sess = newSessionService(o.Sessions, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
+	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
 		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
 	}
 	if feed != nil {
 		b.sess.killed = b.killedElsewhere
 	}
+	b.sess.lapsed = b.lapsed
 	b.appr = newApprovals(approvalsConfig{
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/session"
 )
 
 // Kinds of Change.
@@ -141,9 +143,10 @@ func (b *Broker) applyChange(ctx context.Context, c Change) error {
 		b.killedElsewhere(c.Key)
 	case ChangeGrantRevoked:
 		if gl, ok := b.sess.grant(c.Key); ok {
-			gl.Revoke()
+			b.grantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
+		} else {
+			b.appr.notifier.Notify("")
 		}
-		b.appr.notifier.Notify("")
 	case ChangeKillswitch:
 		return b.ks.apply(ctx)
 	case ChangeAction:
@@ -166,7 +169,8 @@ func (b *Broker) killedElsewhere(id string) {
 	}
 	now := b.now().UTC()
 	l.killed.Store(now.UnixNano())
-	l.cancel()
+	l.life.stop()
+	l.cancel(session.ErrRevoked)
 	b.sessionEnded(l, now)
 	b.appr.notifier.Notify("")
 }
