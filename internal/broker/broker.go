@@ -124,13 +124,13 @@ type Live struct {
 	bind    netip.Prefix
 	bound   bool
 	revoked atomic.Bool
-	killed  atomic.Int64  // unix nanoseconds of the kill, 0 if alive
-	limiter *rate.Limiter // per-session call rate, nil when unlimited
-	pending atomic.Int64  // pending actions (see pending.go)
+	killed  atomic.Int64            // unix nanoseconds of the kill, 0 if alive
+	limiter *rate.Limiter           // per-session call rate, nil when unlimited
+	pending atomic.Int64            // pending actions (see pending.go)
 	ctx     context.Context         // the session's standing (see lifetime.go)
 	cancel  context.CancelCauseFunc // ends it, with why: session.ErrRevoked, session.ErrExpired
 	grants  atomic.Pointer[[]*grants.Live]
-	life    lifetimes // the timers at its expiry and its grants' (lifetime.go)
+	life    lifetimes                    // the timers at its expiry and its grants' (lifetime.go)
 	ca      atomic.Pointer[proxyca.CA]   // the session's CA once open (see Broker.proxyCA)
 	caMu    sync.Mutex                   // one opening at a time
 	resync  atomic.Pointer[rate.Limiter] // read-throughs of its grants on refusals (see decideFresh)

@@ -26,10 +26,10 @@ type sessionService struct {
 	now       func() time.Time
 	rateLimit rate.Limit // sandbox calls per second per session (0: unlimited)
 	rateBurst int
-	awsKey    []byte                 // derives each session's SigV4 secret
-	ended     func(*Live, time.Time) // observes a session that expired (metrics)
-	counter   grants.Counter         // counts limited grants when the store is shared (UsageStore), or nil
-	killed    func(id string)        // ends a session in memory killed by another replica (changes.go); nil without a change feed
+	awsKey    []byte                        // derives each session's SigV4 secret
+	ended     func(*Live, time.Time)        // observes a session that expired (metrics)
+	counter   grants.Counter                // counts limited grants when the store is shared (UsageStore), or nil
+	killed    func(id string)               // ends a session in memory killed by another replica (changes.go); nil without a change feed
 	lapsed    func(l *Live, g *grants.Live) // observes a session's expiry (g nil) or a grant's, at its instant (lifetime.go); may be nil
 
 	mu       sync.RWMutex
