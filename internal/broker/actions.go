@@ -439,6 +439,12 @@ func (s *approvals) execute(a approval.Action, held bool) {
 				code = "killswitch_engaged"
 			case errors.Is(err, session.ErrRevoked):
 				code = "session_revoked"
+			case errors.Is(err, session.ErrExpired):
+				code = "session_expired"
+			case errors.Is(err, grants.ErrGrantRevoked):
+				code = "grant_revoked"
+			case errors.Is(err, grants.ErrGrantExpired):
+				code = "grant_expired"
 			case errors.Is(err, upstream.ErrTimeout):
 				code = "upstream_timeout"
 			}

@@ -63,6 +63,7 @@ type Options struct {
 	EnforceIsolation bool
 	ApprovalTTL      time.Duration // how long a pending action waits (default 15m)
 	MaxPending       int           // pending actions per session (default DefaultMaxPending)
+	MaxStreams       int           // WebSocket relays and streamed answers one session holds open at once (0: unlimited; see Call.Stream)
 	RateLimit        rate.Limit    // sandbox calls per second per session (0: unlimited)
 	RateBurst        int           // burst of the per-session limit
 	Metrics          prometheus.Registerer
@@ -102,6 +103,7 @@ type Broker struct {
 	enforce   bool
 	names     auditNames      // how the audit log names identifiers (HMAC'd)
 	proxyOn   bool            // new sessions get a CA (Options.ProxyCA)
+	maxStream int64           // streams per session (Options.MaxStreams; 0: unlimited)
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 
 	sess     sessionService // live sessions and grants, their store and call rates
@@ -127,6 +129,7 @@ type Live struct {
 	killed  atomic.Int64            // unix nanoseconds of the kill, 0 if alive
 	limiter *rate.Limiter           // per-session call rate, nil when unlimited
 	pending atomic.Int64            // pending actions (see pending.go)
+	streams atomic.Int64            // relays and streamed answers open (see Call.Stream)
 	ctx     context.Context         // the session's standing (see lifetime.go)
 	cancel  context.CancelCauseFunc // ends it, with why: session.ErrRevoked, session.ErrExpired
 	grants  atomic.Pointer[[]*grants.Live]
@@ -227,6 +230,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		return nil, err
 	}
 	b.proxyOn = o.ProxyCA
+	b.maxStream = int64(max(o.MaxStreams, 0))
 	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
 		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))

@@ -147,6 +147,9 @@ func (c *Call) Record() CallRecord { return c.rec }
 // Elapsed is the time since the call began (wall clock).
 func (c *Call) Elapsed() time.Duration { return time.Since(c.start) }
 
+// Grant is the grant the call depends on once authorized (its decision's), or nil.
+func (c *Call) Grant() *grants.Live { return c.grant }
+
 // Live is the caller's session once Admit identified it, or nil.
 func (c *Call) Live() *Live { return c.l }
 

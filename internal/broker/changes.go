@@ -164,13 +164,13 @@ func (b *Broker) killedElsewhere(id string) {
 	if !ok || l.revoked.Swap(true) {
 		return
 	}
-	for _, g := range l.Grants() {
-		g.Revoke()
-	}
 	now := b.now().UTC()
 	l.killed.Store(now.UnixNano())
 	l.life.stop()
-	l.cancel(session.ErrRevoked)
+	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
+	for _, g := range l.Grants() {
+		g.Revoke()
+	}
 	b.sessionEnded(l, now)
 	b.appr.notifier.Notify("")
 }

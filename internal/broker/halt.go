@@ -68,11 +68,19 @@ func Interrupted(ctx context.Context) error {
 	if ctx.Err() == nil {
 		return nil
 	}
-	c := context.Cause(ctx)
-	for _, why := range []error{ErrKillswitch, session.ErrRevoked, session.ErrExpired, grants.ErrGrantRevoked, grants.ErrGrantExpired} {
-		if errors.Is(c, why) {
-			return c
-		}
+	if c := context.Cause(ctx); IsCut(c) {
+		return c
 	}
 	return nil
+}
+
+// IsCut reports whether err is why a kill or a lifetime cut work in
+// flight (see Interrupted).
+func IsCut(err error) bool {
+	for _, why := range []error{ErrKillswitch, session.ErrRevoked, session.ErrExpired, grants.ErrGrantRevoked, grants.ErrGrantExpired} {
+		if errors.Is(err, why) {
+			return true
+		}
+	}
+	return false
 }

@@ -335,13 +335,13 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	if l.revoked.Swap(true) {
 		return b.view(l), nil
 	}
-	for _, g := range l.Grants() {
-		g.Revoke()
-	}
 	now := b.now().UTC()
 	l.killed.Store(now.UnixNano())
 	l.life.stop()
-	l.cancel(session.ErrRevoked)
+	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
+	for _, g := range l.Grants() {
+		g.Revoke()
+	}
 	b.sessionEnded(l, now)
 	s := l.Session
 	s.RevokedAt = now
