@@ -370,6 +370,7 @@ type auditRecord struct {
 	Path      string `json:"path"`
 	Status    int    `json:"status"`
 	RequestID string `json:"request_id"`
+	ActionID  string `json:"action_id"`
 }
 
 func parseAudit(t *testing.T, data []byte) []auditRecord {
