@@ -323,14 +323,74 @@ store: {driver: postgres, dsn: "${AIRLOCK_PG_DSN}"}
 	eb := &wsxEnv{proxyEnv: &proxyEnv{t: t, b: b}, ws: ws}
 	c := lifeOpen(t, eb, sb.Token)
 
+	asked := time.Now()
 	if r := a.do("DELETE", a.control+"/v1/grants/"+sb.Grants[0].ID, adminToken, nil); r.status != 200 {
 		t.Fatalf("revoke on A: %d %s", r.status, r.body)
 	}
-	revoked := time.Now()
+	acked := time.Since(asked)
 	lifeClosedWith(t, c, "grant_revoked")
-	t.Logf("the relay on B ended %s after the revocation on A was acknowledged", time.Since(revoked))
+	t.Logf("the relay on B ended %s after the revocation was asked of A (A answered after %s)", time.Since(asked), acked)
 	eb.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_revoked")
 	if strings.Contains(string(b.logs.Bytes()), canary) {
 		t.Fatal("the canary reached B's logs")
 	}
+}
+
+// TestStreamsPerSessionBounded (issue 19 class 5): a session holds at most
+// max_streams_per_session relays and streamed answers at once; the next
+// is refused 429 rate_limited and audited (a relay before anything is
+// sent: call.denied; a streamed answer once it turned out to stream:
+// call.completed), while another session still opens one, and a slot
+// given back is usable again.
+func TestStreamsPerSessionBounded(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	caFile := filepath.Join(dir, "wsx-ca.pem")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ws := newWSXUpstream(t, ca)
+	b, _ := lifeStreamBroker(t, fmt.Sprintf(`  - name: wsx
+    base_url: %s
+    ca_cert: %s
+    timeout: 10s
+    max_body: 4096
+    credential: {source: env, name: CANARY_TOKEN}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+max_streams_per_session: 2
+`, ws.URL, caFile))
+	e := &wsxEnv{proxyEnv: &proxyEnv{t: t, b: b}, ws: ws}
+	grants := func() map[string]any {
+		s := trustedSession(wsxGrant(true), streamGrant())
+		return s
+	}
+	sa, sb := b.session(grants()), b.session(grants())
+	first := lifeOpen(t, e, sa.Token)
+	_, _ = lifeStream(t, b, sa.Token) // the second: a streamed answer
+
+	third := e.restWS(t, sa.Token, "/chat/lobby")
+	if third.resp.StatusCode != http.StatusTooManyRequests {
+		t.Fatalf("the third stream of a session: %d, want 429", third.resp.StatusCode)
+	}
+	body, _ := io.ReadAll(third.resp.Body)
+	if !strings.Contains(string(body), `"code":"rate_limited"`) {
+		t.Fatalf("the third stream's problem: %s", body)
+	}
+	e.auditHas(t, "call.denied", third.resp.Header.Get("X-Airlock-Request-Id"), 0, "rate_limited")
+	r := b.do("GET", b.sandbox+"/v1/proxy/stream/feed", sa.Token, nil)
+	r.wantProblem(t, 429, "rate_limited")
+	e.auditHas(t, "call.completed", r.header.Get("X-Airlock-Request-Id"), 429, "rate_limited")
+
+	// Another session is not affected.
+	lifeOpen(t, e, sb.Token)
+
+	// A slot given back is usable again.
+	first.send(0x8, "\x03\xe8bye")
+	if !first.closed() {
+		t.Fatal("the first relay did not end")
+	}
+	eventually(t, 10*time.Second, func() bool {
+		c := e.restWS(t, sa.Token, "/chat/lobby")
+		return c.resp.StatusCode == http.StatusSwitchingProtocols
+	})
 }
