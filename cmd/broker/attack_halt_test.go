@@ -29,7 +29,7 @@ func newHaltStreamer(t *testing.T) *haltStreamer {
 	s.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
 		fl := w.(http.Flusher)
-		s.started <- struct{}{}
+		notifyOnce(s.started)
 		tick := time.NewTicker(5 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ; i++ {
@@ -39,16 +39,25 @@ func newHaltStreamer(t *testing.T) *haltStreamer {
 			fl.Flush()
 			select {
 			case <-r.Context().Done():
-				s.gone <- struct{}{}
+				notifyOnce(s.gone)
 				return
 			case <-tick.C:
 			}
 		}
 		<-r.Context().Done()
-		s.gone <- struct{}{}
+		notifyOnce(s.gone)
 	}))
 	t.Cleanup(s.Close)
 	return s
+}
+
+// notifyOnce tells a waiter without blocking the handler (one signal is kept
+// until read; a test with several streams waits on the first).
+func notifyOnce(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
 }
 
 // The global kill-switch ends what is running: a response being streamed

@@ -371,6 +371,7 @@ type auditRecord struct {
 	Status    int    `json:"status"`
 	RequestID string `json:"request_id"`
 	Reason    string `json:"reason"`
+	ActionID  string `json:"action_id"`
 }
 
 func parseAudit(t *testing.T, data []byte) []auditRecord {

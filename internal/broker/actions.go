@@ -439,6 +439,12 @@ func (s *approvals) execute(a approval.Action, held bool) {
 				code = "killswitch_engaged"
 			case errors.Is(err, session.ErrRevoked):
 				code = "session_revoked"
+			case errors.Is(err, session.ErrExpired):
+				code = "session_expired"
+			case errors.Is(err, grants.ErrGrantRevoked):
+				code = "grant_revoked"
+			case errors.Is(err, grants.ErrGrantExpired):
+				code = "grant_expired"
 			case errors.Is(err, upstream.ErrTimeout):
 				code = "upstream_timeout"
 			}
@@ -489,20 +495,39 @@ func (s *approvals) finish(id string, res *approval.Result, status approval.Stat
 
 // denySessionActions denies the pending actions of a killed session.
 func (s *approvals) denySession(ctx context.Context, p auth.Principal, sessionID string) {
+	s.denyWhere(ctx, s.names.actor(p), p.ID, "session killed", func(a *approval.Action) bool { return a.SessionID == sessionID })
+}
+
+// denyLapsed denies the pending actions that depend on what ended: a
+// session's (g nil: its expiry) or a grant's (its expiry or revocation,
+// reason saying which). An action depends on the grant that holds its use
+// and on the grants that permit it.
+func (s *approvals) denyLapsed(ctx context.Context, actor audit.Actor, reviewer, sessionID string, g *grants.Live, reason string) {
+	s.denyWhere(ctx, actor, reviewer, reason, func(a *approval.Action) bool {
+		if a.SessionID != sessionID {
+			return false
+		}
+		return g == nil || a.GrantID == g.Grant.ID || slices.Contains(a.PermitGrants, g.Grant.ID)
+	})
+}
+
+// denyWhere denies the pending actions that match, with reason, waking
+// their waiters.
+func (s *approvals) denyWhere(ctx context.Context, actor audit.Actor, reviewer, reason string, match func(*approval.Action) bool) {
 	pending, err := s.store.Actions(ctx, approval.Pending, 0)
 	if err != nil {
 		s.log.Error("list pending actions", "err", err)
 		return
 	}
 	for _, a := range pending {
-		if a.SessionID != sessionID {
+		if !match(&a) {
 			continue
 		}
 		a, err := s.store.UpdateAction(ctx, a.ID, func(a *approval.Action) error {
 			if a.Status != approval.Pending {
 				return errUnchanged
 			}
-			a.Status, a.Reason = approval.Denied, "session killed"
+			a.Status, a.Reason = approval.Denied, reason
 			return nil
 		})
 		if err != nil {
@@ -510,8 +535,8 @@ func (s *approvals) denySession(ctx context.Context, p auth.Principal, sessionID
 		}
 		s.leftPending(a)
 		s.expiry.stop(a.ID)
-		s.recordAction(a, typeActionDenied, s.names.actor(p), "session killed")
-		s.announce(a, typeActionDenied, p.ID)
+		s.recordAction(a, typeActionDenied, actor, reason)
+		s.announce(a, typeActionDenied, reviewer)
 	}
 }
 

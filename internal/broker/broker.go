@@ -63,6 +63,7 @@ type Options struct {
 	EnforceIsolation bool
 	ApprovalTTL      time.Duration // how long a pending action waits (default 15m)
 	MaxPending       int           // pending actions per session (default DefaultMaxPending)
+	MaxStreams       int           // WebSocket relays and streamed answers one session holds open at once (0: unlimited; see Call.Stream)
 	RateLimit        rate.Limit    // sandbox calls per second per session (0: unlimited)
 	RateBurst        int           // burst of the per-session limit
 	Metrics          prometheus.Registerer
@@ -102,6 +103,7 @@ type Broker struct {
 	enforce   bool
 	names     auditNames      // how the audit log names identifiers (HMAC'd)
 	proxyOn   bool            // new sessions get a CA (Options.ProxyCA)
+	maxStream int64           // streams per session (Options.MaxStreams; 0: unlimited)
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 
 	sess     sessionService // live sessions and grants, their store and call rates
@@ -132,18 +134,21 @@ type Live struct {
 	bind    netip.Prefix
 	bound   bool
 	revoked atomic.Bool
-	killed  atomic.Int64  // unix nanoseconds of the kill, 0 if alive
-	limiter *rate.Limiter // per-session call rate, nil when unlimited
-	pending atomic.Int64  // pending actions (see pending.go)
-	ctx     context.Context
-	cancel  context.CancelFunc
+	killed  atomic.Int64            // unix nanoseconds of the kill, 0 if alive
+	limiter *rate.Limiter           // per-session call rate, nil when unlimited
+	pending atomic.Int64            // pending actions (see pending.go)
+	streams atomic.Int64            // relays and streamed answers open (see Call.Stream)
+	ctx     context.Context         // the session's standing (see lifetime.go)
+	cancel  context.CancelCauseFunc // ends it, with why: session.ErrRevoked, session.ErrExpired
 	grants  atomic.Pointer[[]*grants.Live]
+	life    lifetimes                    // the timers at its expiry and its grants' (lifetime.go)
 	ca      atomic.Pointer[proxyca.CA]   // the session's CA once open (see Broker.proxyCA)
 	caMu    sync.Mutex                   // one opening at a time
 	resync  atomic.Pointer[rate.Limiter] // read-throughs of its grants on refusals (see decideFresh)
 }
 
-// Context ends when the session is killed: in-flight calls derive from it.
+// Context ends when the session is killed (cause session.ErrRevoked) or
+// expires (session.ErrExpired): in-flight calls derive from it.
 func (l *Live) Context() context.Context { return l.ctx }
 
 // Grants returns the session's grants (including revoked and expired ones).
@@ -249,13 +254,15 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		return nil, err
 	}
 	b.proxyOn = o.ProxyCA
-	b.sess = newSessionService(o.Sessions, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
+	b.maxStream = int64(max(o.MaxStreams, 0))
+	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
 		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
 	}
 	if feed != nil {
 		b.sess.killed = b.killedElsewhere
 	}
+	b.sess.lapsed = b.lapsed
 	b.appr = newApprovals(approvalsConfig{
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,

@@ -147,6 +147,9 @@ func (c *Call) Record() CallRecord { return c.rec }
 // Elapsed is the time since the call began (wall clock).
 func (c *Call) Elapsed() time.Duration { return time.Since(c.start) }
 
+// Grant is the grant the call depends on once authorized (its decision's), or nil.
+func (c *Call) Grant() *grants.Live { return c.grant }
+
 // Live is the caller's session once Admit identified it, or nil.
 func (c *Call) Live() *Live { return c.l }
 
@@ -421,13 +424,13 @@ func (r *Response) CopyHeader(dst http.Header) {
 	upstream.ResponseHeader(dst, r.Response.Header, r.Scrub)
 }
 
-// Interrupted is why a kill cut the call (session.ErrRevoked or
-// ErrKillswitch), or nil.
+// Interrupted is why a kill or a lifetime cut the call (see
+// broker.Interrupted), or nil.
 func (r *Response) Interrupted() error { return Interrupted(r.bound) }
 
 // Done is closed when the call's standing ends: the door's request, the
-// session's kill or the kill-switch (see Bound). A relay (WebSocket) ends
-// with it.
+// session's kill or expiry, its grant's revocation or expiry, or the
+// kill-switch (see BoundTo). A relay (WebSocket) ends with it.
 func (r *Response) Done() <-chan struct{} { return r.bound.Done() }
 
 // UpstreamTime is the time since the request was sent (wall clock).
@@ -457,7 +460,7 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 		return nil, &stepError{step: ErrNotSent, cause: ErrOutOfOrder}
 	}
 	c.step = stepSent
-	bound, stop := c.b.Bound(parent, c.l)
+	bound, stop := c.b.BoundTo(parent, c.l, c.grant)
 	ctx, cancel := context.WithTimeout(bound, c.u.Timeout)
 	fail := func(step, cause error) (*Response, error) {
 		cancel()
@@ -526,13 +529,22 @@ func (b *Broker) sendApproved(ctx context.Context, a approval.Action, l *Live, g
 	return c.Send(ctx)
 }
 
-// cut is why a kill ended the call's standing, or nil.
+// cut is why a kill or a lifetime ended the call's standing, or nil.
 func (c *Call) cut(bound context.Context) error {
 	switch {
 	case c.b.ks.engaged.Load():
 		return ErrKillswitch
 	case c.l.revoked.Load():
 		return session.ErrRevoked
+	case c.grant.Revoked():
+		return grants.ErrGrantRevoked
+	}
+	now := c.b.now()
+	switch {
+	case !now.Before(c.l.Session.ExpiresAt):
+		return session.ErrExpired
+	case !now.Before(c.grant.Grant.ExpiresAt):
+		return grants.ErrGrantExpired
 	}
 	return Interrupted(bound)
 }

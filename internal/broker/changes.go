@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/session"
 )
 
 // Kinds of Change.
@@ -141,10 +143,10 @@ func (b *Broker) applyChange(ctx context.Context, c Change) error {
 		b.killedElsewhere(c.Key)
 	case ChangeGrantRevoked:
 		if gl, ok := b.sess.grant(c.Key); ok {
-			gl.Revoke()
-			b.mint.rescope(gl.Grant.SessionID, gl.Grant.Upstream)
+			b.grantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
+		} else {
+			b.appr.notifier.Notify("")
 		}
-		b.appr.notifier.Notify("")
 	case ChangeKillswitch:
 		return b.ks.apply(ctx)
 	case ChangeAction:
@@ -162,12 +164,13 @@ func (b *Broker) killedElsewhere(id string) {
 	if !ok || l.revoked.Swap(true) {
 		return
 	}
+	now := b.now().UTC()
+	l.killed.Store(now.UnixNano())
+	l.life.stop()
+	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
 	for _, g := range l.Grants() {
 		g.Revoke()
 	}
-	now := b.now().UTC()
-	l.killed.Store(now.UnixNano())
-	l.cancel()
 	b.sessionEnded(l, now)
 	b.appr.notifier.Notify("")
 }

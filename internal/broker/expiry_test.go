@@ -153,8 +153,8 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	if w := <-waited; w.Status != approval.Expired || !errors.Is(broker.ActionError(w), broker.ErrActionExpired) {
 		t.Fatalf("the waiting sandbox got %s (%v)", w.Status, broker.ActionError(w))
 	}
-	if clk.Timers() != 0 {
-		t.Fatalf("%d timers still armed after the expiry", clk.Timers())
+	if clk.Timers() != 1 { // the session's own expiry (lifetime.go)
+		t.Fatalf("%d timers still armed after the expiry, want only the session's", clk.Timers())
 	}
 	if ev := <-events; ev.Event != "action.expired" || ev.ActionID != a.ID || !ev.At.Equal(a.ExpiresAt) {
 		t.Fatalf("webhook %s %s at %v, want action.expired %s at %v", ev.Event, ev.ActionID, ev.At, a.ID, a.ExpiresAt)
@@ -275,15 +275,15 @@ func TestExpiryTimerWakesClockDecides(t *testing.T) {
 	clk := &stepClock{now: expT0}
 	b := expBroker(t, brokertest.MustOpenStore(t, store.DurabilityBuffered), brokertest.WithClock(clk)).Broker
 	_, a := expHold(t, b)
-	if clk.armed() != 1 {
-		t.Fatalf("timers armed by a hold: %d, want 1", clk.armed())
+	if clk.armed() != 2 { // the session's expiry (lifetime.go), then the action's
+		t.Fatalf("timers armed by a session and a hold: %d, want 2", clk.armed())
 	}
 	clk.set(a.ExpiresAt.Add(-time.Second))
 	clk.wake()
 	if s := expStatus(t, b, a.ID); s != approval.Pending {
 		t.Fatalf("woken a second early: %s, want pending", s)
 	}
-	if clk.armed() != 2 {
+	if clk.armed() != 3 {
 		t.Fatalf("an early wake-up did not arm the timer again (%d armed)", clk.armed())
 	}
 	clk.set(a.ExpiresAt)

@@ -146,8 +146,10 @@ func (s *sessionService) addGrantOnce(l *Live, gl *grants.Live) bool {
 		}
 	}
 	updated := append(append([]*grants.Live{}, cur...), gl)
+	gl.Bind(l.ctx) // before it is found: work on it ends with it
 	l.grants.Store(&updated)
 	s.grantIdx[gl.Grant.ID] = gl
+	s.armGrant(l, gl)
 	return true
 }
 

@@ -335,12 +335,13 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	if l.revoked.Swap(true) {
 		return b.view(l), nil
 	}
+	now := b.now().UTC()
+	l.killed.Store(now.UnixNano())
+	l.life.stop()
+	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
 	for _, g := range l.Grants() {
 		g.Revoke()
 	}
-	now := b.now().UTC()
-	l.killed.Store(now.UnixNano())
-	l.cancel()
 	b.sessionEnded(l, now)
 	s := l.Session
 	s.RevokedAt = now
@@ -445,7 +446,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	if gl.Revoked() {
 		return b.grantView(gl, false), nil
 	}
-	gl.Revoke()
+	gl.Revoke() // at once: work in flight on it ends (its held actions are denied once it is recorded)
 	rec := gl.Grant
 	rec.RevokedAt = b.now().UTC()
 	if err := b.sess.store.PutGrant(ctx, &rec, gl.Usage()); err != nil {
@@ -454,7 +455,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: b.actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
 		return GrantView{}, err
 	}
-	b.mint.rescope(rec.SessionID, rec.Upstream)
+	b.grantRevoked(ctx, gl, b.actorOf(p), p.ID, true)
 	v := b.grantView(gl, false)
 	v.Grant.RevokedAt = rec.RevokedAt
 	return v, nil

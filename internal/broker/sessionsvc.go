@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 )
@@ -21,13 +22,15 @@ import (
 // forgets expired sessions so memory stays bounded.
 type sessionService struct {
 	store     SessionStore
+	clock     clock.Clock // arms the sessions' and grants' expiry (lifetime.go)
 	now       func() time.Time
 	rateLimit rate.Limit // sandbox calls per second per session (0: unlimited)
 	rateBurst int
-	awsKey    []byte                 // derives each session's SigV4 secret
-	ended     func(*Live, time.Time) // observes a session that expired (metrics)
-	counter   grants.Counter         // counts limited grants when the store is shared (UsageStore), or nil
-	killed    func(id string)        // ends a session in memory killed by another replica (changes.go); nil without a change feed
+	awsKey    []byte                        // derives each session's SigV4 secret
+	ended     func(*Live, time.Time)        // observes a session that expired (metrics)
+	counter   grants.Counter                // counts limited grants when the store is shared (UsageStore), or nil
+	killed    func(id string)               // ends a session in memory killed by another replica (changes.go); nil without a change feed
+	lapsed    func(l *Live, g *grants.Live) // observes a session's expiry (g nil) or a grant's, at its instant (lifetime.go); may be nil
 
 	mu       sync.RWMutex
 	sessions map[string]*Live
@@ -38,9 +41,9 @@ type sessionService struct {
 	janitorDone chan struct{}
 }
 
-func newSessionService(st SessionStore, now func() time.Time, limit rate.Limit, burst int, awsKey []byte, ended func(*Live, time.Time)) sessionService {
+func newSessionService(st SessionStore, clk clock.Clock, now func() time.Time, limit rate.Limit, burst int, awsKey []byte, ended func(*Live, time.Time)) sessionService {
 	return sessionService{
-		store: st, now: now, rateLimit: limit, rateBurst: max(burst, 1), awsKey: awsKey, ended: ended,
+		store: st, clock: clk, now: now, rateLimit: limit, rateBurst: max(burst, 1), awsKey: awsKey, ended: ended,
 		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
 	}
@@ -100,19 +103,21 @@ func (s *sessionService) addLive(ss session.Session, gs []*grants.Live) *Live {
 		l.limiter = rate.NewLimiter(s.rateLimit, s.rateBurst)
 	}
 	l.bind, l.bound = ss.Bind()
-	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.ctx, l.cancel = context.WithCancelCause(context.Background())
 	s.share(gs...)
 	l.grants.Store(&gs)
 	s.mu.Lock()
 	if had, ok := s.sessions[ss.ID]; ok {
 		s.mu.Unlock()
-		l.cancel()
+		l.cancel(context.Canceled)
 		return had
 	}
 	s.sessions[ss.ID] = l
 	for _, g := range gs {
+		g.Bind(l.ctx) // before it is found: work on it ends with it
 		s.grantIdx[g.Grant.ID] = g
 	}
+	s.armLifetimes(l, gs)
 	s.mu.Unlock()
 	return l
 }
@@ -172,7 +177,8 @@ func (s *sessionService) stop() {
 func (s *sessionService) cancelAll() {
 	s.mu.Lock()
 	for _, l := range s.sessions {
-		l.cancel()
+		l.life.stop()
+		l.cancel(session.ErrRevoked)
 	}
 	s.mu.Unlock()
 }
@@ -200,10 +206,13 @@ func (s *sessionService) forgetExpired() {
 		if now.Before(l.Session.ExpiresAt) && !l.revoked.Load() {
 			continue
 		}
+		cause := session.ErrRevoked
 		if !l.revoked.Load() {
 			s.ended(l, l.Session.ExpiresAt) // killed sessions were observed at the kill
+			cause = session.ErrExpired
 		}
-		l.cancel()
+		l.life.stop() // fired already, or the session was killed: nothing left armed
+		l.cancel(cause)
 		delete(s.sessions, id)
 		for _, g := range l.Grants() {
 			delete(s.grantIdx, g.Grant.ID)

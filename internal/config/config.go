@@ -34,7 +34,8 @@ type Config struct {
 	ProxyListen      string        `yaml:"proxy_listen"` // the HTTPS_PROXY door (DESIGN §8); off when empty
 	ProxyURL         string        `yaml:"proxy_url"`    // host:port clients use to reach it (default: the listener's address)
 	ProxyMaxTunnels  int           `yaml:"proxy_max_tunnels"`
-	BodyIdleTimeout  time.Duration `yaml:"body_idle_timeout"` // a sandbox request body that stops arriving this long is cut (default 30s)
+	MaxStreams       int           `yaml:"max_streams_per_session"` // WebSocket relays and streamed answers one session holds open at once (default 16)
+	BodyIdleTimeout  time.Duration `yaml:"body_idle_timeout"`       // a sandbox request body that stops arriving this long is cut (default 30s)
 	DataDir          string        `yaml:"data_dir"`
 	Store            Store         `yaml:"store"`
 	AdminToken       string        `yaml:"admin_token"`
@@ -271,6 +272,10 @@ const (
 	// holds open at once (proxy_max_tunnels): each holds a connection and
 	// its TLS state.
 	DefaultProxyMaxTunnels = 256
+	// DefaultMaxStreams bounds the long-lived work one session holds open
+	// at once (max_streams_per_session): WebSocket relays and streamed
+	// answers, on every door.
+	DefaultMaxStreams = 16
 	// DefaultBodyIdleTimeout is how long a sandbox's request body may stop
 	// arriving before the call is refused (body_idle_timeout).
 	DefaultBodyIdleTimeout = 30 * time.Second
@@ -401,6 +406,12 @@ func (c *Config) Validate(getenv func(string) string) error {
 	}
 	if c.ProxyMaxTunnels < 0 || c.ProxyMaxTunnels > 65536 {
 		return fieldErr("proxy_max_tunnels", "must be between 1 and 65536")
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = DefaultMaxStreams
+	}
+	if c.MaxStreams < 0 || c.MaxStreams > 65536 {
+		return fieldErr("max_streams_per_session", "must be between 1 and 65536")
 	}
 	if c.ProxyURL != "" {
 		if c.ProxyListen == "" {

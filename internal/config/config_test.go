@@ -128,3 +128,32 @@ func TestScrubRotationGrace(t *testing.T) {
 		}
 	}
 }
+
+// max_streams_per_session: 16 by default, validated like proxy_max_tunnels.
+func TestConfigMaxStreams(t *testing.T) {
+	getenv := env(map[string]string{"ADMIN": "a-long-admin-token-123", "GITHUB_TOKEN": "x"})
+	for _, tc := range []struct {
+		name, yaml string
+		want       int
+		err        bool
+	}{
+		{name: "default", yaml: "", want: DefaultMaxStreams},
+		{name: "set", yaml: "max_streams_per_session: 2\n", want: 2},
+		{name: "negative", yaml: "max_streams_per_session: -1\n", err: true},
+		{name: "too many", yaml: "max_streams_per_session: 65537\n", err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse([]byte(base+tc.yaml), getenv)
+			if tc.err {
+				var fe *FieldError
+				if !errors.As(err, &fe) || fe.Field != "max_streams_per_session" {
+					t.Fatalf("got %v, want an error naming max_streams_per_session", err)
+				}
+				return
+			}
+			if err != nil || c.MaxStreams != tc.want {
+				t.Fatalf("got %v (%v), want %d", c.MaxStreams, err, tc.want)
+			}
+		})
+	}
+}

@@ -4,6 +4,7 @@
 package grants
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -25,6 +26,10 @@ var (
 	ErrGrantExpired       = errors.New("grant expired")
 	ErrGrantExhausted     = errors.New("grant exhausted")
 	ErrBudgetExceeded     = errors.New("budget exceeded")
+	// ErrGrantRevoked is why work in flight on a grant ended when the
+	// grant was revoked (see Live.Standing); a call that starts after the
+	// revocation finds no usable grant (ErrNoMatchingGrant).
+	ErrGrantRevoked = errors.New("grant revoked")
 )
 
 // Approval modes of a grant.
@@ -492,6 +497,10 @@ type Live struct {
 	usage   Usage
 	pending Usage   // held by pending actions (Version unused); see usage.go
 	counter Counter // where the limits are counted when shared (SetCounter), or nil: here
+
+	endMu sync.Mutex              // guards the standing's set-up against Revoke and Expire
+	end   context.Context         // the grant's standing (Bind), or nil before
+	endFn context.CancelCauseFunc // ends it
 }
 
 type compiledRule struct {
@@ -621,8 +630,51 @@ func (r *compiledRule) crossNames(budget []param) {
 	}
 }
 
-// Revoke marks the grant unusable at once.
-func (l *Live) Revoke() { l.revoked.Store(true) }
+// Revoke marks the grant unusable at once and ends its standing (cause
+// ErrGrantRevoked): work in flight on it stops.
+func (l *Live) Revoke() {
+	l.revoked.Store(true)
+	l.endMu.Lock()
+	if l.endFn != nil {
+		l.endFn(ErrGrantRevoked)
+	}
+	l.endMu.Unlock()
+}
+
+// Expire ends the grant's standing at its expiry (cause ErrGrantExpired):
+// the broker's timer calls it when the grant's ExpiresAt comes.
+func (l *Live) Expire() {
+	l.endMu.Lock()
+	if l.endFn != nil {
+		l.endFn(ErrGrantExpired)
+	}
+	l.endMu.Unlock()
+}
+
+// Bind makes the grant's standing a child of parent (its session's): it
+// ends when parent does (with parent's cause), when the grant is revoked
+// (ErrGrantRevoked) or when it expires (Expire, ErrGrantExpired). Only the
+// first Bind counts; a grant revoked before it is bound starts ended.
+func (l *Live) Bind(parent context.Context) {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	if l.end != nil {
+		return
+	}
+	l.end, l.endFn = context.WithCancelCause(parent)
+	if l.revoked.Load() {
+		l.endFn(ErrGrantRevoked)
+	}
+}
+
+// Standing is a context that ends when the grant stops standing (see
+// Bind): work in flight on the grant derives from it. It is nil for a
+// grant never bound (one read only to be shown).
+func (l *Live) Standing() context.Context {
+	l.endMu.Lock()
+	defer l.endMu.Unlock()
+	return l.end
+}
 
 // Revoked reports whether Revoke was called.
 func (l *Live) Revoked() bool { return l.revoked.Load() }

@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // maxWait bounds Prefer: wait=N.
@@ -139,7 +140,12 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, fa
 		if _, ok := preferWait(r); ok {
 			w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
 		}
-		if a, err = s.awaitDecision(r, c.Live(), a.ID, wait); err != nil {
+		if a, err = s.awaitDecision(r, c.Live(), c.Grant(), a.ID, wait); err != nil {
+			if broker.IsCut(err) {
+				// The held call ended with its session or grant: its outcome says why.
+				p := problemFor(err)
+				c.Complete(p.Status, 0, p.Code)
+			}
 			s.failWith(r, err, rec.RequestID, failed)
 			return
 		}
@@ -153,15 +159,19 @@ func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, fa
 }
 
 // awaitDecision long-polls an action of the session for up to wait; a kill
-// of the session or the kill-switch ends the wait with its error.
-func (s *Server) awaitDecision(r *http.Request, l *broker.Live, id string, wait time.Duration) (approval.Action, error) {
-	ctx, stop := s.b.Bound(r.Context(), l)
+// or the expiry of the session, the revocation or expiry of the action's
+// grant g (nil: the session's alone) or the kill-switch ends the wait with
+// its error.
+func (s *Server) awaitDecision(r *http.Request, l *broker.Live, g *grants.Live, id string, wait time.Duration) (approval.Action, error) {
+	ctx, stop := s.b.BoundTo(r.Context(), l, g)
 	defer stop()
 	s.metrics.waiters.Inc()
 	defer s.metrics.waiters.Dec()
 	a, err := s.b.WaitAction(ctx, id, wait)
-	if cut := broker.Interrupted(ctx); cut != nil && err == nil && !a.Status.Terminal() {
-		err = cut // an action that did finish is answered as it finished
+	if cut := broker.Interrupted(ctx); cut != nil && err == nil && (!a.Status.Terminal() || a.Status == approval.Denied) {
+		// An action that ran is answered as it finished; one denied by
+		// the same end (its session or grant gone) says why.
+		err = cut
 	}
 	return a, err
 }
@@ -211,7 +221,7 @@ func (s *Server) getAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	if wait, ok := preferWait(r); ok && wait > 0 && !a.Status.Terminal() {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		if a, err = s.awaitDecision(r, l, a.ID, wait); err != nil {
+		if a, err = s.awaitDecision(r, l, nil, a.ID, wait); err != nil {
 			return err
 		}
 	}

@@ -66,6 +66,7 @@ var codes = []struct {
 	{grants.ErrNoMatchingGrant, 403, "no_matching_grant", "No matching grant", true},
 	{grants.ErrConstraintViolated, 403, "constraint_violated", "Constraint violated", true},
 	{grants.ErrGrantExpired, 403, "grant_expired", "Grant expired", true},
+	{grants.ErrGrantRevoked, 403, "grant_revoked", "Grant revoked", true},
 	{grants.ErrGrantExhausted, 403, "grant_exhausted", "Grant exhausted", true},
 	{grants.ErrBudgetExceeded, 403, "budget_exceeded", "Budget exceeded", true},
 	{broker.ErrActionDenied, 403, "approval_denied", "Approval denied", true},

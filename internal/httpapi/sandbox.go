@@ -94,7 +94,13 @@ func (s *Server) restCall(w http.ResponseWriter, r *http.Request, c *broker.Call
 			deny(errors.Join(errWebSocketGated, err))
 			return
 		}
-		s.forwardWebSocket(w, r, c, u, deny, failed)
+		release, err := c.Stream() // a relay holds one of the session's stream slots
+		if err != nil {
+			deny(err)
+			return
+		}
+		defer release()
+		s.forwardWebSocket(w, r, c, u, deny, failed, release)
 		return
 	}
 	if c.Gated() {
@@ -168,6 +174,20 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c *broker.Call, 
 		failed(p)
 		return
 	}
+	if streams(r, resp.Response) {
+		release, err := c.Stream() // a streamed answer holds one of the session's stream slots
+		if err != nil {
+			// Sent, but its answer is not relayed: refused in the door's
+			// protocol, the outcome recorded with the refusal's code.
+			p := problemFor(err)
+			c.Complete(p.Status, 0, p.Code)
+			s.metrics.call(rec.Upstream, "deny", p.Code, c.Elapsed())
+			s.log.Info("streamed answer refused", "request_id", rec.RequestID, "session_id", c.SessionID(), "upstream", rec.Upstream, "code", p.Code)
+			failed(p)
+			return
+		}
+		defer release()
+	}
 	h := w.Header()
 	resp.CopyHeader(h)
 	if vs := h["X-Airlock-Request-Id"]; len(vs) != 1 || vs[0] != rec.RequestID { // the upstream's own is not passed on
@@ -207,6 +227,16 @@ func (s *Server) answer(w http.ResponseWriter, r *http.Request, c *broker.Call, 
 		// the end of the body, so the client cannot take it for complete.
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// streams reports whether writeBody streams the answer (a body larger
+// than smallBody or of unknown length): long-lived work, counted against
+// the session's max_streams_per_session.
+func streams(r *http.Request, resp *http.Response) bool {
+	if r.Method == http.MethodHead || resp.StatusCode == http.StatusNoContent || resp.StatusCode == http.StatusNotModified {
+		return false
+	}
+	return resp.ContentLength < 0 || resp.ContentLength > smallBody
 }
 
 // errAnswerUnread is a small answer that could not be read whole: nothing

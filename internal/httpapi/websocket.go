@@ -24,8 +24,10 @@ import (
 // goes through the pipeline as any call (admit, authorize, the durable
 // "allowed" record, the credential injected); on 101 the client's
 // connection is taken over and the two are relayed until either side
-// closes or the call's standing ends (Response.Done: the session's kill,
-// the kill-switch). Frames from the upstream are parsed and their
+// closes or the call's standing ends (Response.Done: the session's kill
+// or expiry, its grant's revocation or expiry, the kill-switch): then the
+// sandbox gets a close frame (1008, the reason the problem code that
+// says why) and both connections close. Frames from the upstream are parsed and their
 // payloads scrubbed (one scrubber stream per message, so a secret split
 // across continuation frames is found), then re-framed; the sandbox's
 // frames go to the upstream as they are (masked).
@@ -71,13 +73,15 @@ func headerHasToken(h http.Header, name, token string) bool {
 }
 
 // forwardWebSocket sends an authorized WebSocket handshake and, on 101,
-// relays the connection; any other answer is written as forward would.
-func (s *Server) forwardWebSocket(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, deny func(error), failed func(Problem)) {
+// relays the connection; any other answer is written as forward would
+// (its stream slot, release, given back first: it is no relay).
+func (s *Server) forwardWebSocket(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, deny func(error), failed func(Problem), release func()) {
 	resp, ok := s.send(r, c, deny, failed)
 	if !ok {
 		return
 	}
 	if resp.StatusCode != http.StatusSwitchingProtocols {
+		release()
 		s.answer(w, r, c, resp, failed)
 		return
 	}
@@ -114,7 +118,12 @@ func (s *Server) forwardWebSocket(w http.ResponseWriter, r *http.Request, c *bro
 		return
 	}
 	relay := &wsRelay{client: conn, up: upConn, scrub: resp.Scrub, max: u.MaxBody}
-	code := relay.run(brw.Reader, resp.Done())
+	code := relay.run(brw.Reader, resp.Done(), func() string {
+		if cut := resp.Interrupted(); cut != nil {
+			return problemFor(cut).Code
+		}
+		return ""
+	})
 	if cut := resp.Interrupted(); cut != nil {
 		code = problemFor(cut).Code
 	}
@@ -133,11 +142,16 @@ type wsRelay struct {
 	max    int64 // the largest frame payload from the upstream
 
 	in, out atomic.Int64 // bytes sandbox → upstream, upstream → sandbox
+
+	mu     sync.Mutex // one frame to the sandbox at a time
+	closed bool       // the relay's own close frame went out: nothing more does
 }
 
 // run relays until either side ends or done closes, then closes both
 // connections; it returns the outcome's code ("" for an ordinary end).
-func (w *wsRelay) run(clientIn *bufio.Reader, done <-chan struct{}) string {
+// When done closes, the sandbox is first sent a close frame whose reason is
+// why() (a problem code), and no frame after it.
+func (w *wsRelay) run(clientIn *bufio.Reader, done <-chan struct{}, why func() string) string {
 	var once sync.Once
 	closeAll := func() {
 		once.Do(func() {
@@ -172,6 +186,7 @@ func (w *wsRelay) run(clientIn *bufio.Reader, done <-chan struct{}) string {
 	select {
 	case <-ended:
 	case <-done:
+		w.closeWith(wsPolicyViolation, why())
 		closeAll()
 		<-ended
 	}
@@ -186,8 +201,9 @@ const (
 	wsBinary       = 0x2
 	wsClose        = 0x8
 
-	wsProtocolError = 1002
-	wsTooBig        = 1009
+	wsProtocolError   = 1002
+	wsPolicyViolation = 1008 // the relay's standing ended (RFC 6455 §7.4.1)
+	wsTooBig          = 1009
 )
 
 // downstream reads the upstream's frames and writes them to the sandbox
@@ -287,11 +303,37 @@ func (w *wsRelay) downstream() string {
 	}
 }
 
-// write sends b to the sandbox, counting it.
+// write sends b to the sandbox, counting it; nothing goes after the
+// relay's own close frame.
 func (w *wsRelay) write(b []byte) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return false
+	}
 	n, err := w.client.Write(b)
 	w.out.Add(int64(n))
 	return err == nil
+}
+
+// closeWith sends the sandbox a close frame (status, reason: at most 123
+// bytes) and no frame after it. A sandbox that does not read is not waited
+// for beyond a second.
+func (w *wsRelay) closeWith(status uint16, reason string) {
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	p := binary.BigEndian.AppendUint16(make([]byte, 0, 2+len(reason)), status)
+	p = append(p, reason...)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	_ = w.client.SetWriteDeadline(time.Now().Add(time.Second))
+	n, _ := w.client.Write(appendFrame(nil, true, wsClose, p))
+	w.out.Add(int64(n))
 }
 
 // appendFrame appends an unmasked frame (a server's) to dst.
