@@ -280,6 +280,29 @@ func (a *automaton) buildAC() {
 	}
 }
 
+// tokenAt reports whether a token (other than b[p] read as itself) starts
+// at p.
+func (a *automaton) tokenAt(b []byte, p int) bool {
+	node := a.troot[b[p]]
+	for q := p + 1; node != 0; q++ {
+		if len(a.tnodes[node].means) > 0 {
+			return true
+		}
+		if q >= len(b) {
+			return false
+		}
+		next := int32(0)
+		for _, e := range a.tnodes[node].next {
+			if e.b == b[q] {
+				next = e.to
+				break
+			}
+		}
+		node = next
+	}
+	return false
+}
+
 // step is the state after reading a symbol of class c in state s.
 func (a *automaton) step(s int32, c uint8) int32 {
 	if c == 0 {
@@ -324,7 +347,7 @@ func (a *automaton) find(b []byte, from, safe int, lower bool, spans []span) []s
 		if single {
 			for p < n {
 				c := b[p]
-				if a.special[c] {
+				if a.special[c] && a.tokenAt(b, p) {
 					break
 				}
 				if s == 0 && p+1 < n {
