@@ -3,494 +3,491 @@ package upstream
 import (
 	"bytes"
 	"slices"
-	"sync"
+	"sort"
 )
 
-// automaton finds the forms of a set of values in bytes, at a cost per
-// byte that does not grow with the number of values. Two stages:
+// The matcher has two stages. The automaton (Aho-Corasick) reads the
+// input as the symbols it decodes to and reports where the core of a form
+// (a run of its exact units, as symbols) may end; only there is the form
+// checked, by matchUnits, at each start a window before. So the cost per
+// byte does not grow with the number of values held.
 //
-//   - A prefilter reads the input as the symbols it stands for: every byte
-//     is itself (ASCII-case-folded), and a token (an escape such as %2F or
-//     &#47;, a separator such as "=\r\n") may stand for other symbols; where
-//     tokens make several readings possible, each is followed (a lattice:
-//     the set of states arriving at each position). One Aho-Corasick
-//     automaton over every form's core (its first exact symbols) runs over
-//     that lattice.
-//   - Where a core ends, the whole form is matched exactly (matchForm) at
-//     each start that could lead there.
-//
-// The tokens are exactly the alternatives of the forms' units, so a match
-// of a form is always a reading the prefilter follows. An automaton is
-// immutable: Secrets swaps in a new one when its set changes.
-type automaton struct {
-	forms  []*form
-	maxLen int // the longest match of any form
+// Escapes make the decoding ambiguous: "%41" is the symbol 'a' or the
+// symbols '%', '4', '1'. The input is therefore a lattice: every byte is a
+// token meaning itself (ASCII letters folded to lower case, so hex in
+// either case agrees), and every alternative of an exact unit (and its
+// lower-cased spelling, for header names) is a token meaning what the unit
+// decodes to; a line break that a form may hold is a token meaning
+// nothing. The scan keeps the set of automaton states that arrive at each
+// position; there is more than one only near a byte that begins a longer
+// token.
 
-	// Tokens: special marks the bytes that begin one; troot is the token
-	// trie's node for a first byte (0: none).
-	special [256]bool
-	troot   [256]int32
-	tnodes  []tnode
+// tokenTrie holds the tokens other than a byte meaning itself.
+type tokenTrie struct {
+	first   []int32 // per node: its first child (children are consecutive)
+	n       []int32 // per node: how many children
+	edge    []byte  // per node: the byte into it
+	mLo     []int32 // per node: its meanings, means[mLo:mHi]
+	mHi     []int32
+	depth   []int32 // per node: the length of its token
+	means   [][]byte
+	special [256]bool // bytes that begin a token
 	maxTok  int
-
-	// The Aho-Corasick automaton over symbol classes (0: in no core).
-	cls    [256]uint8 // input byte → class of its folded symbol
-	symCls [256]uint8 // symbol → class
-	ncls   int32
-	row    []int32 // state → its dense row in dense, or -1 (sparse)
-	dense  []int32
-	estart []int32 // sparse edges of state s: estart[s] to estart[s+1]
-	ecls   []uint8
-	eto    []int32
-	fail   []int32
-	out    []int32 // state → first of its outputs in outs, or -1
-	outs   []outEntry
-	pairs  [1024]uint64 // byte pairs at which a match can begin from the root
 }
 
-type tnode struct {
-	next  []tedge
-	means [][]byte // what the token ending here stands for (empty: a separator)
-}
-
-type tedge struct {
-	b  byte
-	to int32
-}
-
-type outEntry struct{ form, next int32 }
-
-// ringSize bounds a token's length (the lattice keeps states this far ahead).
-const ringSize = 64
-
-// denseKids is the fan-out from which a state gets a dense row.
-const denseKids = 4
-
-func buildAutomaton(forms []*form) *automaton {
-	a := &automaton{forms: forms, tnodes: []tnode{{}}}
-	for _, f := range forms {
-		a.maxLen = max(a.maxLen, f.maxLen)
+func buildTokenTrie(tab []unitEntry) *tokenTrie {
+	toks := map[string][][]byte{}
+	add := func(tok string, mean []byte) {
+		if len(tok) == 1 && len(mean) == 1 && lowerByte(tok[0]) == mean[0] {
+			return // the byte itself
+		}
+		for _, m := range toks[tok] {
+			if bytes.Equal(m, mean) {
+				return
+			}
+		}
+		toks[tok] = append(toks[tok], mean)
 	}
-	a.buildTokens()
-	a.buildAC()
+	for _, e := range tab {
+		if e.mean == nil {
+			continue
+		}
+		for _, a := range e.alts {
+			add(string(a), e.mean)
+			add(string(foldBytes(string(a))), e.mean)
+		}
+	}
+	for _, seps := range breakSeps {
+		for _, s := range seps {
+			add(s, []byte{})
+		}
+	}
+	keys := make([]string, 0, len(toks))
+	for k := range toks {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	tt := &tokenTrie{}
+	type item struct{ lo, hi, depth int }
+	items := []item{{0, len(keys), 0}}
+	tt.edge = append(tt.edge, 0)
+	for v := 0; v < len(items); v++ {
+		it := items[v]
+		k := it.lo
+		tt.mLo = append(tt.mLo, int32(len(tt.means)))
+		tt.depth = append(tt.depth, int32(it.depth))
+		for k < it.hi && len(keys[k]) == it.depth {
+			tt.means = append(tt.means, toks[keys[k]]...)
+			tt.maxTok = max(tt.maxTok, it.depth)
+			k++
+		}
+		tt.mHi = append(tt.mHi, int32(len(tt.means)))
+		tt.first = append(tt.first, int32(len(items)))
+		for k < it.hi {
+			c := keys[k][it.depth]
+			j := k
+			for j < it.hi && keys[j][it.depth] == c {
+				j++
+			}
+			items = append(items, item{k, j, it.depth + 1})
+			tt.edge = append(tt.edge, c)
+			if v == 0 {
+				tt.special[c] = true
+			}
+			k = j
+		}
+		tt.n = append(tt.n, int32(len(items))-tt.first[v])
+	}
+	return tt
+}
+
+// child is the node below v along c, or -1.
+func (tt *tokenTrie) child(v int32, c byte) int32 {
+	for j := tt.first[v]; j < tt.first[v]+tt.n[v]; j++ {
+		if tt.edge[j] == c {
+			return j
+		}
+	}
+	return -1
+}
+
+// acNode is a state of the automaton: a prefix of some cores.
+type acNode struct {
+	first, n     int32 // children: nodes first .. first+n-1
+	fail         int32
+	row          int32 // offset of its dense row in rows, or -1
+	outLo, outHi int32 // forms whose core ends here: outs[outLo:outHi]
+	dict         int32 // the longest proper suffix with outputs, or -1
+	out          bool  // a core ends here or at a suffix
+}
+
+// automaton finds the forms of a set of values.
+type automaton struct {
+	tab     []unitEntry
+	tok     *tokenTrie
+	forms   []form
+	cls     [256]uint8 // the class of a byte's symbol (0: in no core)
+	ncls    int
+	skip    [256]bool // at the root with nothing pending, the byte changes nothing
+	nodes   []acNode
+	sym     []uint8 // per node: the class of the edge into it
+	rows    []int32
+	enc     []int32 // per node: its state
+	rowNode []int32 // per dense row: its node
+	outs    []int32
+	maxLen  int
+}
+
+// denseFanout is how many children make a state's transitions a full row.
+const denseFanout = 3
+
+func buildAutomaton(t *unitTable, fs []form) *automaton {
+	tab, tok := t.view()
+	a := &automaton{tab: tab, tok: tok, forms: fs}
+	type core struct {
+		sym  []byte
+		form int32
+	}
+	cores := make([]core, 0, len(fs))
+	var used [256]bool
+	for i, f := range fs {
+		a.maxLen = max(a.maxLen, int(f.maxLen))
+		var s []byte
+		for _, id := range f.units[f.core0:f.core1] {
+			s = append(s, tab[id].mean...)
+		}
+		for _, c := range s {
+			used[c] = true
+		}
+		cores = append(cores, core{s, int32(i)})
+	}
+	a.ncls = 1
+	for c := range 256 {
+		if used[c] {
+			a.cls[c] = uint8(a.ncls)
+			a.ncls++
+		}
+	}
+	for c := range 256 {
+		a.cls[c] = a.cls[lowerByte(byte(c))]
+	}
+	for i := range cores {
+		for j, c := range cores[i].sym {
+			cores[i].sym[j] = a.cls[c]
+		}
+	}
+	slices.SortFunc(cores, func(x, y core) int { return bytes.Compare(x.sym, y.sym) })
+	a.outs = make([]int32, len(cores))
+	for i, c := range cores {
+		a.outs[i] = c.form
+	}
+
+	// The trie, breadth first: a node's children are consecutive.
+	type item struct{ lo, hi, depth, parent int32 }
+	items := []item{{0, int32(len(cores)), 0, -1}}
+	a.sym = append(a.sym, 0)
+	for v := 0; v < len(items); v++ {
+		it := items[v]
+		k := it.lo
+		for k < it.hi && int32(len(cores[k].sym)) == it.depth {
+			k++
+		}
+		nd := acNode{first: int32(len(items)), outLo: it.lo, outHi: k, dict: -1, row: -1}
+		for k < it.hi {
+			c := cores[k].sym[it.depth]
+			j := k
+			for j < it.hi && cores[j].sym[it.depth] == c {
+				j++
+			}
+			items = append(items, item{k, j, it.depth + 1, int32(v)})
+			a.sym = append(a.sym, c)
+			k = j
+		}
+		nd.n = int32(len(items)) - nd.first
+		a.nodes = append(a.nodes, nd)
+	}
+	// Fail links, outputs and dense rows, in the same order: every state
+	// a link leads to is shallower, so already done.
+	for v := range a.nodes {
+		nd := &a.nodes[v]
+		if p := items[v].parent; p > 0 {
+			nd.fail = a.nextNode(a.nodes[p].fail, a.sym[v])
+		}
+		if v > 0 {
+			f := &a.nodes[nd.fail]
+			if f.outHi > f.outLo {
+				nd.dict = nd.fail
+			} else {
+				nd.dict = f.dict
+			}
+		}
+		nd.out = nd.outHi > nd.outLo || nd.dict >= 0
+		if v == 0 || items[v].depth <= 1 || nd.n >= denseFanout {
+			row := make([]int32, a.ncls)
+			for c := range row {
+				if v == 0 {
+					row[c] = 0
+				} else {
+					row[c] = a.nextNode(nd.fail, uint8(c))
+				}
+			}
+			for j := nd.first; j < nd.first+nd.n; j++ {
+				row[a.sym[j]] = j
+			}
+			nd.row = int32(len(a.rows))
+			a.rows = append(a.rows, row...)
+		}
+	}
+	// From here on states are encoded (see next) and rows hold them.
+	a.enc = make([]int32, len(a.nodes))
+	for v, nd := range a.nodes {
+		if nd.row >= 0 {
+			a.enc[v] = nd.row << 2
+			a.rowNode = append(a.rowNode, int32(v))
+		} else {
+			a.enc[v] = int32(v)<<2 | 1
+		}
+		if nd.out {
+			a.enc[v] |= 2
+		}
+	}
+	for i, v := range a.rows {
+		a.rows[i] = a.enc[v]
+	}
+	for c := range 256 {
+		a.skip[c] = !tok.special[c] && a.rows[a.cls[c]] == 0
+	}
 	return a
 }
 
-// buildTokens puts every alternative that stands for other symbols than its
-// own bytes (and its lower-case spelling) in the token trie, and every
-// separator.
-func (a *automaton) buildTokens() {
-	seenUnit := map[*unitDef]bool{}
-	seenTok := map[string]bool{}
-	add := func(tok, sym []byte) {
-		if bytes.Equal(foldBytes(string(tok)), sym) {
-			return // read as itself
-		}
-		if len(tok) >= ringSize {
-			panic("scrub: a token longer than the lattice's ring")
-		}
-		key := string(tok) + "\x00" + string(sym)
-		if seenTok[key] {
-			return
-		}
-		seenTok[key] = true
-		a.special[tok[0]] = true
-		a.maxTok = max(a.maxTok, len(tok))
-		n := a.troot[tok[0]]
-		if n == 0 {
-			n = int32(len(a.tnodes))
-			a.tnodes = append(a.tnodes, tnode{})
-			a.troot[tok[0]] = n
-		}
-		for _, c := range tok[1:] {
-			next := int32(0)
-			for _, e := range a.tnodes[n].next {
-				if e.b == c {
-					next = e.to
-				}
-			}
-			if next == 0 {
-				next = int32(len(a.tnodes))
-				a.tnodes = append(a.tnodes, tnode{})
-				a.tnodes[n].next = append(a.tnodes[n].next, tedge{c, next})
-			}
-			n = next
-		}
-		a.tnodes[n].means = append(a.tnodes[n].means, sym)
+// A state is encoded in an int32: bit 1 is set when a core ends there (or
+// at a suffix); with bit 0 clear the rest is the offset of its dense row,
+// with bit 0 set its node. The root is 0.
+
+// next is the state after st reads a symbol of class c.
+func (a *automaton) next(st int32, c uint8) int32 {
+	if st&1 == 0 {
+		return a.rows[st>>2+int32(c)]
 	}
-	for _, f := range a.forms {
-		for _, g := range f.gaps {
-			add(g, []byte{})
+	for s := st >> 2; ; {
+		nd := &a.nodes[s]
+		if nd.row >= 0 {
+			return a.rows[nd.row+int32(c)]
 		}
-		for _, u := range f.units {
-			if u.sym == nil || seenUnit[u] {
-				continue
-			}
-			seenUnit[u] = true
-			for _, alt := range u.alts {
-				add(alt, u.sym)
-			}
-			for _, alt := range u.lower.alts {
-				add(alt, u.sym)
+		for j := nd.first; j < nd.first+nd.n; j++ {
+			if a.sym[j] == c {
+				return a.enc[j]
 			}
 		}
+		s = nd.fail
 	}
 }
 
-func (a *automaton) buildAC() {
-	// Symbol classes: the symbols of the cores.
-	a.ncls = 1
-	for _, f := range a.forms {
-		for _, c := range f.core {
-			if a.symCls[c] == 0 {
-				if a.ncls == 255 {
-					panic("scrub: more than 254 symbols")
-				}
-				a.symCls[c] = uint8(a.ncls)
-				a.ncls++
+// node is the node of state st.
+func (a *automaton) node(st int32) int32 {
+	if st&1 == 0 {
+		return a.rowNode[st>>2/int32(a.ncls)]
+	}
+	return st >> 2
+}
+
+// nextNode is the node after node s reads a symbol of class c, while the
+// rows hold nodes (during the build).
+func (a *automaton) nextNode(s int32, c uint8) int32 {
+	for {
+		nd := &a.nodes[s]
+		if nd.row >= 0 {
+			return a.rows[nd.row+int32(c)]
+		}
+		for j := nd.first; j < nd.first+nd.n; j++ {
+			if a.sym[j] == c {
+				return j
 			}
 		}
-	}
-	for b := 0; b < 256; b++ {
-		a.cls[b] = a.symCls[foldByte(byte(b))]
-	}
-	// The trie of the cores.
-	type kid struct {
-		c  uint8
-		to int32
-	}
-	kids := [][]kid{nil}
-	own := [][]int32{nil}
-	child := func(s int32, c uint8) int32 {
-		for _, k := range kids[s] {
-			if k.c == c {
-				return k.to
-			}
-		}
-		return -1
-	}
-	for i, f := range a.forms {
-		s := int32(0)
-		for _, sym := range f.core {
-			c := a.symCls[sym]
-			t := child(s, c)
-			if t < 0 {
-				t = int32(len(kids))
-				kids = append(kids, nil)
-				own = append(own, nil)
-				kids[s] = append(kids[s], kid{c, t})
-			}
-			s = t
-		}
-		own[s] = append(own[s], int32(i))
-	}
-	n := len(kids)
-	a.fail = make([]int32, n)
-	a.out = make([]int32, n)
-	a.row = make([]int32, n)
-	a.estart = make([]int32, n+1)
-	order := make([]int32, 0, n)
-	order = append(order, 0)
-	a.out[0] = -1
-	for _, id := range own[0] {
-		a.outs = append(a.outs, outEntry{id, a.out[0]})
-		a.out[0] = int32(len(a.outs) - 1)
-	}
-	for qi := 0; qi < len(order); qi++ {
-		u := order[qi]
-		for _, k := range kids[u] {
-			v := k.to
-			if u != 0 {
-				f := a.fail[u]
-				for {
-					if t := child(f, k.c); t >= 0 {
-						a.fail[v] = t
-						break
-					}
-					if f == 0 {
-						break
-					}
-					f = a.fail[f]
-				}
-			}
-			a.out[v] = a.out[a.fail[v]]
-			for _, id := range own[v] {
-				a.outs = append(a.outs, outEntry{id, a.out[v]})
-				a.out[v] = int32(len(a.outs) - 1)
-			}
-			order = append(order, v)
-		}
-	}
-	// Sparse edges, sorted by class.
-	for s := 0; s < n; s++ {
-		a.estart[s] = int32(len(a.ecls))
-		ks := kids[s]
-		slices.SortFunc(ks, func(x, y kid) int { return int(x.c) - int(y.c) })
-		for _, k := range ks {
-			a.ecls = append(a.ecls, k.c)
-			a.eto = append(a.eto, k.to)
-		}
-	}
-	a.estart[n] = int32(len(a.ecls))
-	// Dense rows, in breadth-first order: a state's row resolves its
-	// failure links (those of shallower states are ready).
-	for s := range a.row {
-		a.row[s] = -1
-	}
-	for _, s := range order {
-		if s != 0 && len(kids[s]) < denseKids {
-			continue
-		}
-		r := int32(len(a.dense))
-		a.dense = append(a.dense, make([]int32, a.ncls)...)
-		for c := int32(1); c < a.ncls; c++ {
-			t := child(s, uint8(c))
-			if t < 0 {
-				if s == 0 {
-					t = 0
-				} else {
-					t = a.step(a.fail[s], uint8(c))
-				}
-			}
-			a.dense[r+c] = t
-		}
-		a.row[s] = r
-	}
-	// Pairs at which a match can begin from the root: a core's first symbol
-	// (either case) followed by its second (either case) or by a byte that
-	// begins a token.
-	setPair := func(b0, b1 byte) {
-		k := uint(b0)<<8 | uint(b1)
-		a.pairs[k>>6] |= 1 << (k & 63)
-	}
-	for _, f := range a.forms {
-		if len(f.core) == 0 {
-			continue
-		}
-		for b0 := 0; b0 < 256; b0++ {
-			if foldByte(byte(b0)) != f.core[0] {
-				continue
-			}
-			for b1 := 0; b1 < 256; b1++ {
-				if len(f.core) == 1 || foldByte(byte(b1)) == f.core[1] || a.special[b1] {
-					setPair(byte(b0), byte(b1))
-				}
-			}
-		}
+		s = nd.fail
 	}
 }
 
-// tokenAt reports whether a token (other than b[p] read as itself) starts
-// at p.
-func (a *automaton) tokenAt(b []byte, p int) bool {
-	node := a.troot[b[p]]
-	for q := p + 1; node != 0; q++ {
-		if len(a.tnodes[node].means) > 0 {
-			return true
-		}
-		if q >= len(b) {
+// ringSize bounds the longest token (positions ahead that hold states).
+const ringSize = 32
+
+// stateSet is the states arriving at one position.
+type stateSet struct {
+	n    int
+	st   [6]int32
+	more []int32 // beyond st, rarely needed
+}
+
+func (ss *stateSet) add(s int32) bool {
+	for i := 0; i < ss.n && i < len(ss.st); i++ {
+		if ss.st[i] == s {
 			return false
 		}
-		next := int32(0)
-		for _, e := range a.tnodes[node].next {
-			if e.b == b[q] {
-				next = e.to
-				break
-			}
-		}
-		node = next
 	}
-	return false
+	if ss.n < len(ss.st) {
+		ss.st[ss.n] = s
+		ss.n++
+		return true
+	}
+	if slices.Contains(ss.more, s) {
+		return false
+	}
+	ss.more = append(ss.more, s)
+	ss.n++
+	return true
 }
 
-// step is the state after reading a symbol of class c in state s.
-func (a *automaton) step(s int32, c uint8) int32 {
-	if c == 0 {
-		return 0
+func (ss *stateSet) get(i int) int32 {
+	if i < len(ss.st) {
+		return ss.st[i]
 	}
-	for {
-		if r := a.row[s]; r >= 0 {
-			return a.dense[r+int32(c)]
-		}
-		for i := a.estart[s]; i < a.estart[s+1]; i++ {
-			if a.ecls[i] == c {
-				return a.eto[i]
-			}
-		}
-		s = a.fail[s]
-	}
+	return ss.more[i-len(ss.st)]
 }
 
-// span is a match: b[start:end].
-type span struct{ start, end int }
-
-// lattice is the scratch of one scan: the states arriving at the positions
-// ahead, and the hits verified.
-type lattice struct {
-	ring  [ringSize][]int32
-	tried []span // (form, end) pairs already verified, as span{form, end}
+// finder is one scan's state.
+type finder struct {
+	a        *automaton
+	b        []byte
+	safe     int
+	fold     bool
+	lastForm int32 // the form verified last and where that stopped
+	lastHi   int
 }
 
-var lattices = sync.Pool{New: func() any { return new(lattice) }}
-
-// find appends to spans the matches that start in [from, safe) of b (lower:
-// b is in ASCII lower case and the forms are matched so, for header names).
-func (a *automaton) find(b []byte, from, safe int, lower bool, spans []span) []span {
-	if len(a.forms) == 0 || from >= safe {
-		return spans
+// find appends to ms every match of a form that starts before safe.
+func (a *automaton) find(ms []span, b []byte, safe int, fold bool) []span {
+	if len(a.forms) == 0 || len(b) == 0 {
+		return ms
 	}
+	if a.tok.maxTok >= ringSize {
+		panic("upstream: a token longer than the scan's ring")
+	}
+	f := finder{a: a, b: b, safe: safe, fold: fold, lastForm: -1}
+	var ring [ringSize]stateSet
+	pend := 0 // positions ahead holding states
 	n := len(b)
-	var lt *lattice
-	s, single := int32(0), true
-	furthest := from // the furthest position a state was carried to
-	for p := from; p < n; {
+	s := int32(0)
+	single := true
+	tt := a.tok
+	var one stateSet
+	for i := 0; i < n; {
+		var cur *stateSet
 		if single {
-			for p < n {
-				c := b[p]
-				if a.special[c] && a.tokenAt(b, p) {
-					break
-				}
-				if s == 0 && p+1 < n {
-					if k := uint(c)<<8 | uint(b[p+1]); a.pairs[k>>6]&(1<<(k&63)) == 0 {
-						p++
-						continue
+			for i < n {
+				if s == 0 {
+					for i < n && a.skip[b[i]] {
+						i++
 					}
-				}
-				s = a.step(s, a.cls[c])
-				p++
-				if a.out[s] >= 0 {
-					if lt == nil {
-						lt = lattices.Get().(*lattice)
-					}
-					spans = a.verify(lt, s, b, p, from, safe, lower, spans)
-				}
-			}
-			if p >= n {
-				break
-			}
-			if lt == nil {
-				lt = lattices.Get().(*lattice)
-			}
-			lt.ring[p%ringSize] = append(lt.ring[p%ringSize][:0], s)
-			single = false
-			furthest = max(furthest, p)
-		}
-		slot := p % ringSize
-		st := lt.ring[slot]
-		if len(st) == 0 {
-			st = append(st, 0)
-		}
-		carry := func(q int, t int32) {
-			r := &lt.ring[q%ringSize]
-			if !slices.Contains(*r, t) {
-				*r = append(*r, t)
-			}
-			furthest = max(furthest, q)
-		}
-		c := b[p]
-		for _, x := range st {
-			y := a.step(x, a.cls[c])
-			if a.out[y] >= 0 {
-				spans = a.verify(lt, y, b, p+1, from, safe, lower, spans)
-			}
-			carry(p+1, y)
-		}
-		if a.special[c] {
-			node := a.troot[c]
-			for q := p + 1; node != 0; {
-				for _, m := range a.tnodes[node].means {
-					for _, x := range st {
-						y := x
-						for _, sym := range m {
-							y = a.step(y, a.symCls[sym])
-							if a.out[y] >= 0 {
-								spans = a.verify(lt, y, b, q, from, safe, lower, spans)
-							}
-						}
-						carry(q, y)
-					}
-				}
-				if q >= n {
-					break
-				}
-				next := int32(0)
-				for _, e := range a.tnodes[node].next {
-					if e.b == b[q] {
-						next = e.to
+					if i == n {
 						break
 					}
 				}
-				node = next
-				q++
+				c := b[i]
+				if tt.special[c] {
+					break
+				}
+				s = a.next(s, a.cls[c])
+				i++
+				if s&2 != 0 {
+					ms = f.hit(ms, s, i)
+				}
+			}
+			if i >= n {
+				break
+			}
+			one.n, one.st[0] = 1, s
+			cur = &one
+		} else {
+			cur = &ring[i%ringSize]
+		}
+		// The tokens starting at i.
+		var toks [ringSize]int32
+		nt := 0
+		for v, j := int32(0), i; j < n; j++ {
+			if v = tt.child(v, b[j]); v < 0 {
+				break
+			}
+			if tt.mHi[v] > tt.mLo[v] {
+				toks[nt] = v
+				nt++
 			}
 		}
-		lt.ring[slot] = st[:0]
-		p++
-		if furthest <= p {
-			if r := lt.ring[p%ringSize]; len(r) == 1 {
-				s, single = r[0], true
-				lt.ring[p%ringSize] = r[:0]
+		ident := a.cls[b[i]]
+		for k := 0; k < cur.n; k++ {
+			st := cur.get(k)
+			t := a.next(st, ident)
+			if t&2 != 0 {
+				ms = f.hit(ms, t, i+1)
+			}
+			if ring[(i+1)%ringSize].add(t) && ring[(i+1)%ringSize].n == 1 {
+				pend++
+			}
+			for _, v := range toks[:nt] {
+				end := i + int(tt.depth[v])
+				for _, m := range tt.means[tt.mLo[v]:tt.mHi[v]] {
+					t := st
+					for _, c := range m {
+						t = a.next(t, a.cls[c])
+						if t&2 != 0 {
+							ms = f.hit(ms, t, end)
+						}
+					}
+					if ring[end%ringSize].add(t) && ring[end%ringSize].n == 1 {
+						pend++
+					}
+				}
 			}
 		}
-	}
-	if lt != nil {
-		for i := range lt.ring {
-			lt.ring[i] = lt.ring[i][:0]
+		if !single {
+			ring[i%ringSize] = stateSet{}
+			pend--
 		}
-		lt.tried = lt.tried[:0]
-		lattices.Put(lt)
+		i++
+		next := &ring[i%ringSize]
+		if pend == 1 && next.n == 1 {
+			s, single = next.st[0], true
+			*next = stateSet{}
+			pend = 0
+		} else {
+			single = false
+		}
 	}
-	return spans
+	return ms
 }
 
-// verify matches exactly, at every start that could lead there, each form
-// whose core ends at e in state s.
-func (a *automaton) verify(lt *lattice, s int32, b []byte, e, from, safe int, lower bool, spans []span) []span {
-	for o := a.out[s]; o >= 0; o = a.outs[o].next {
-		id := int(a.outs[o].form)
-		if slices.Contains(lt.tried, span{id, e}) {
-			continue
+// hit verifies the forms whose core ends at state s (or a suffix of it),
+// the core ending at end.
+func (f *finder) hit(ms []span, s int32, end int) []span {
+	a := f.a
+	for u := a.node(s); u >= 0; u = a.nodes[u].dict {
+		nd := &a.nodes[u]
+		for _, fi := range a.outs[nd.outLo:nd.outHi] {
+			ms = f.verify(ms, fi, end)
 		}
-		lt.tried = append(lt.tried, span{id, e})
-		f := a.forms[id]
-		for q := max(from, e-f.before-a.maxTok); q < min(e, safe); q++ {
-			if end := matchForm(f, lower, 0, false, b, q); end >= 0 {
-				spans = append(spans, span{q, end})
+	}
+	return ms
+}
+
+func (f *finder) verify(ms []span, fi int32, end int) []span {
+	fm := &f.a.forms[fi]
+	lo := max(0, end-int(fm.win)-f.a.tok.maxTok)
+	hi := min(end, f.safe)
+	if fi == f.lastForm && lo < f.lastHi {
+		lo = f.lastHi
+	}
+	if lo >= hi {
+		return ms
+	}
+	f.lastForm, f.lastHi = fi, hi
+	seps := breakSeps[fm.brk]
+	for p := lo; p < hi; p++ {
+		if e := matchUnits(f.a.tab, fm.units, seps, f.fold, f.b, p); e >= 0 {
+			if k := len(ms) - 1; k >= 0 && ms[k].start == p {
+				ms[k].end = max(ms[k].end, e)
+				continue
 			}
+			ms = append(ms, span{p, e})
 		}
 	}
-	return spans
-}
-
-// scan appends b[from:safe] to dst with every byte that lies inside a match
-// replaced: a run of such bytes (overlapping matches merged) becomes one
-// Redacted. Matches are looked for at the positions before safe; those
-// may extend past it. end is where a redaction carried over from earlier
-// input ends (bytes before it are inside it and not written). scan returns
-// dst and how many bytes past safe the last redaction covers.
-func (a *automaton) scan(dst, b []byte, from, safe, end int) ([]byte, int) {
-	spans := a.find(b, from, safe, false, nil)
-	return redact(dst, b, from, safe, end, spans)
-}
-
-func redact(dst, b []byte, from, safe, end int, spans []span) ([]byte, int) {
-	slices.SortFunc(spans, func(x, y span) int {
-		if x.start != y.start {
-			return x.start - y.start
-		}
-		return y.end - x.end
-	})
-	raw := max(from, end)
-	for _, sp := range spans {
-		if sp.start >= end {
-			dst = append(dst, b[raw:sp.start]...)
-			dst = append(dst, Redacted...)
-		}
-		end = max(end, sp.end)
-		raw = end
-	}
-	if raw < safe {
-		dst = append(dst, b[raw:safe]...)
-	}
-	return dst, max(end-safe, 0)
+	return ms
 }

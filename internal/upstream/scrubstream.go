@@ -3,8 +3,10 @@ package upstream
 // ScrubStream scrubs one message that arrives in pieces (a WebSocket
 // message split across continuation frames): a secret split between two
 // pieces is still found. It holds back, between pieces, only as many bytes
-// as the longest form could straddle; each piece is scrubbed of the
-// scrubber's set as it is then. Not safe for concurrent use.
+// as the longest form could straddle. A stream of a scrubber that follows a
+// Secrets scrubs each piece with the set as it is then, so a secret added
+// while a relay runs is scrubbed from its later pieces. Not safe for
+// concurrent use.
 type ScrubStream struct {
 	s       *Scrubber
 	held    []byte // received, not yet scanned
@@ -19,19 +21,20 @@ func (s *Scrubber) Stream() *ScrubStream { return &ScrubStream{s: s} }
 // final (the message's last piece) it appends everything and the stream is
 // ready for the next message.
 func (st *ScrubStream) Append(dst, p []byte, final bool) []byte {
-	a := st.s.auto()
-	if len(a.forms) == 0 && len(st.held) == 0 {
+	sn := st.s.snap()
+	if len(sn.parts) == 0 && len(st.held) == 0 {
+		st.covered = 0
 		return append(dst, p...)
 	}
 	st.held = append(st.held, p...)
-	safe := len(st.held) - (a.maxLen - 1)
+	safe := len(st.held) - (sn.maxLen - 1)
 	if final {
 		safe = len(st.held)
 	}
 	if safe <= 0 {
 		return dst
 	}
-	dst, st.covered = a.scan(dst, st.held, 0, safe, st.covered)
+	dst, st.covered = sn.scan(dst, st.held, safe, st.covered)
 	st.held = append(st.held[:0], st.held[safe:]...)
 	if final {
 		st.held, st.covered = st.held[:0], 0
