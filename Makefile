@@ -40,6 +40,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzFoldKey$$' -fuzztime $(FUZZCOUNT) ./internal/grants
 	$(GO) test -run '^$$' -fuzz '^FuzzEventEncoding$$' -fuzztime $(FUZZCOUNT) ./internal/audit
 	$(GO) test -run '^$$' -fuzz '^FuzzS3Operation$$' -fuzztime $(FUZZCOUNT) ./internal/upstream
+	$(GO) test -run '^$$' -fuzz '^FuzzScrub$$' -fuzztime 2000x ./internal/upstream
 	$(GO) test -run '^$$' -fuzz '^FuzzRecordSessionID$$' -fuzztime $(FUZZCOUNT) ./internal/store/boltstore
 
 # Hot-path benchmarks (figures in the README and issue notes).
