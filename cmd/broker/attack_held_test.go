@@ -487,3 +487,62 @@ func slicesWithout(all []string, drop string) []string {
 	}
 	return out
 }
+
+// TestHeldRotatedCredentialScrubbedWithoutACall: a static credential
+// rotated (its file rewritten) is held, and scrubbed from another
+// upstream's answer, within the broker's refresh, though nothing calls its
+// own upstream again; the one it replaced stays scrubbed (rotation grace).
+func TestHeldRotatedCredentialScrubbedWithoutACall(t *testing.T) {
+	dir := t.TempDir()
+	ca := newTestCA(t)
+	caFile := filepath.Join(dir, "hub-ca.pem")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hub := newHubUpstream(t, ca)
+	keyFile := filepath.Join(dir, "x.key")
+	old := randomSecret("filekey_old_")
+	if err := os.WriteFile(keyFile, []byte(old), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: fmt.Sprintf(`  - name: hubx
+    base_url: %[1]s/x
+    ca_cert: %[2]s
+    credential: {source: file, path: %[3]s}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+  - name: huby
+    base_url: %[1]s
+    ca_cert: %[2]s
+    credential: {source: env, name: CANARY_TOKEN}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+`, hub.URL, caFile, keyFile)})
+	s := b.session(trustedSession(map[string]any{"upstream": "huby", "rules": []any{map[string]any{"method": "GET", "path": "/dump"}}}))
+	plant := func(v string) { // the API behind x knows its own key, and hands it out
+		hub.mu.Lock()
+		hub.seen[v] = true
+		hub.mu.Unlock()
+	}
+	clean := func(vs ...string) bool {
+		r := b.do("GET", b.sandbox+"/v1/proxy/huby/dump", s.Token, nil)
+		if r.status != 200 {
+			t.Fatalf("dump: %d %s", r.status, r.body)
+		}
+		for _, v := range vs {
+			if bytes.Contains(r.body, []byte(v)) {
+				return false
+			}
+		}
+		return true
+	}
+	plant(old)
+	eventually(t, 20*time.Second, func() bool { return clean(old) }) // held from the start
+	rotated := randomSecret("filekey_new_")
+	if err := os.WriteFile(keyFile, []byte(rotated), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	plant(rotated)
+	eventually(t, 30*time.Second, func() bool { return clean(rotated) })
+	if !clean(old, rotated) {
+		t.Fatal("the credential rotated out is no longer scrubbed")
+	}
+}

@@ -327,28 +327,58 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	return b, nil
 }
 
-// holdCredentialsTimeout bounds the fetch of the static credentials at start.
+// holdCredentialsTimeout bounds one fetch of a static credential by holdCredentials.
 const holdCredentialsTimeout = 15 * time.Second
 
-// holdCredentials fetches every static credential once, in the background,
-// as the broker starts: each is then in the set of held secrets (see
-// secrets) before any call, so an upstream that echoes the credential of
-// another upstream this broker has not called yet (both front one API) is
-// scrubbed of it too. A source that fails is fetched again at its first
-// call, as always; Close waits for the fetches.
+// holdRefresh is how often holdCredentials fetches every static credential again.
+const holdRefresh = 10 * time.Second
+
+// holdCredentials fetches every static credential as the broker starts and
+// again every holdRefresh, in the background: each is then in the set of
+// held secrets (see secrets) before any call, and a rotated one (a file
+// rewritten, a new Vault version once the source's cache refreshes) within
+// holdRefresh even if no call fetches it, so an upstream that echoes the
+// credential of another upstream this broker has not called (both front
+// one API) is scrubbed of it too. Close stops it.
 func (b *Broker) holdCredentials() {
-	ctx, cancel := context.WithTimeout(context.Background(), holdCredentialsTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
 	b.holding.cancel = cancel
+	var static []*upstream.Upstream
 	for _, u := range b.upstreams {
-		if u.Minter != nil || u.Source == nil && u.AWS == nil {
-			continue
+		if u.Minter == nil && (u.Source != nil || u.AWS != nil) {
+			static = append(static, u)
 		}
-		b.holding.wg.Add(1)
-		go func() {
-			defer b.holding.wg.Done()
-			_, _ = u.Credential(ctx)
-		}()
 	}
+	if len(static) == 0 {
+		return
+	}
+	fetchAll := func() {
+		var wg sync.WaitGroup
+		for _, u := range static {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fctx, done := context.WithTimeout(ctx, holdCredentialsTimeout)
+				defer done()
+				_, _ = u.Credential(fctx)
+			}()
+		}
+		wg.Wait()
+	}
+	b.holding.wg.Add(1)
+	go func() {
+		defer b.holding.wg.Done()
+		t := time.NewTicker(holdRefresh)
+		defer t.Stop()
+		for {
+			fetchAll()
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
 }
 
 // Close stops background work, flushes the audit log and signs its head.
