@@ -69,6 +69,17 @@ func newHubUpstream(t *testing.T, ca *testCA) *hubUpstream {
 	return h
 }
 
+// startHub starts a hub and writes its CA to caFile in dir (a temp dir).
+func startHub(t *testing.T) (hub *hubUpstream, dir, caFile string) {
+	dir = t.TempDir()
+	ca := newTestCA(t)
+	caFile = filepath.Join(dir, "hub-ca.pem")
+	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return newHubUpstream(t, ca), dir, caFile
+}
+
 func (h *hubUpstream) setSample(s []string) {
 	h.mu.Lock()
 	h.sample = s
@@ -237,13 +248,7 @@ func assertHeldScrubbed(t *testing.T, what string, data []byte, all, sample []st
 
 func TestHeldSecretsScrubbedFromEveryAnswer(t *testing.T) {
 	const minted = 1000
-	dir := t.TempDir()
-	ca := newTestCA(t)
-	caFile := filepath.Join(dir, "hub-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hub := newHubUpstream(t, ca)
+	hub, dir, caFile := startHub(t)
 	s3backend := s3mem.New()
 	if err := s3backend.CreateBucket("reports"); err != nil {
 		t.Fatal(err)
@@ -437,36 +442,7 @@ proxy_listen: 127.0.0.1:0
 		assertHeldScrubbed(t, "AWS door answer", body, others, sample)
 	})
 	t.Run("approved action", func(t *testing.T) {
-		tok := func(role, name string) string {
-			var out struct{ Token string }
-			_ = json.Unmarshal(b.do("POST", b.control+"/v1/tokens", adminToken, map[string]any{"role": role, "name": name}).body, &out)
-			return out.Token
-		}
-		op, rev := tok("operator", "orchestrator"), tok("reviewer", "rita")
-		r := b.do("POST", b.control+"/v1/sessions", op, map[string]any{"task_id": "t-held", "isolation": "microvm", "grants": []any{
-			map[string]any{"upstream": "huby", "rules": []any{map[string]any{"method": "POST", "path": "/act", "irreversible": true}}}}})
-		var s created
-		if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 {
-			t.Fatalf("gated session: %d %s", r.status, r.body)
-		}
-		r = b.do("POST", b.sandbox+"/v1/proxy/huby/act", s.Token, `{"go": 1}`)
-		var a struct {
-			ActionID string `json:"action_id"`
-		}
-		if err := json.Unmarshal(r.body, &a); err != nil || r.status != 202 {
-			t.Fatalf("gated call: %d %s", r.status, r.body)
-		}
-		if r := b.do("POST", b.control+"/v1/approvals/"+a.ActionID+"/approve", rev, map[string]any{}); r.status != 200 {
-			t.Fatalf("approve: %d %s", r.status, r.body)
-		}
-		var res response
-		eventually(t, 20*time.Second, func() bool {
-			res = b.do("GET", b.sandbox+"/v1/actions/"+a.ActionID+"/result", s.Token, nil)
-			return res.status != 409 && res.status != 404
-		})
-		if res.status != 200 || !bytes.Contains(res.body, []byte("REDACTED")) {
-			t.Fatalf("result: %d %.300s", res.status, res.body)
-		}
+		res, _, _ := approvedResult(t, b, "huby", "POST", "/act", `{"go": 1}`)
 		assertHeldScrubbed(t, "approved action's result", res.body, others, sample)
 	})
 	logs := b.logs.Bytes()
@@ -493,13 +469,7 @@ func slicesWithout(all []string, drop string) []string {
 // upstream's answer, within the broker's refresh, though nothing calls its
 // own upstream again; the one it replaced stays scrubbed (rotation grace).
 func TestHeldRotatedCredentialScrubbedWithoutACall(t *testing.T) {
-	dir := t.TempDir()
-	ca := newTestCA(t)
-	caFile := filepath.Join(dir, "hub-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hub := newHubUpstream(t, ca)
+	hub, dir, caFile := startHub(t)
 	keyFile := filepath.Join(dir, "x.key")
 	old := randomSecret("filekey_old_")
 	if err := os.WriteFile(keyFile, []byte(old), 0o600); err != nil {

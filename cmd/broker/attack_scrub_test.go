@@ -451,22 +451,25 @@ func TestScrubAttackRotationGrace(t *testing.T) {
 }
 
 // An approved action's stored answer is scrubbed the same way.
-func TestScrubAttackExecutedAction(t *testing.T) {
-	up := newScrubUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+// approvedResult has a gated session (untrusted input, microvm) call
+// method path on upstream with body under its one irreversible rule, a
+// reviewer approve the action, and returns the result the sandbox reads
+// with the reviewer's token and the action's id.
+func approvedResult(t *testing.T, b *brokerProc, upstream, method, path, body string) (res response, reviewer, actionID string) {
+	t.Helper()
 	tok := func(role, name string) string {
 		var out struct{ Token string }
 		_ = json.Unmarshal(b.do("POST", b.control+"/v1/tokens", adminToken, map[string]any{"role": role, "name": name}).body, &out)
 		return out.Token
 	}
 	op, rev := tok("operator", "orchestrator"), tok("reviewer", "rita")
-	r := b.do("POST", b.control+"/v1/sessions", op, map[string]any{"task_id": "t-scrub", "isolation": "microvm", "grants": []any{
-		map[string]any{"upstream": "api", "rules": []any{map[string]any{"method": "POST", "path": "/payments"}}}}})
+	r := b.do("POST", b.control+"/v1/sessions", op, map[string]any{"task_id": "t-gated", "isolation": "microvm", "grants": []any{
+		map[string]any{"upstream": upstream, "rules": []any{map[string]any{"method": method, "path": path, "irreversible": true}}}}})
 	var s created
 	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 {
 		t.Fatalf("gated session: %d %s", r.status, r.body)
 	}
-	r = b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`)
+	r = b.do(method, b.sandbox+"/v1/proxy/"+upstream+path, s.Token, body)
 	var a struct {
 		ActionID string `json:"action_id"`
 	}
@@ -476,7 +479,6 @@ func TestScrubAttackExecutedAction(t *testing.T) {
 	if r := b.do("POST", b.control+"/v1/approvals/"+a.ActionID+"/approve", rev, map[string]any{}); r.status != 200 {
 		t.Fatalf("approve: %d %s", r.status, r.body)
 	}
-	var res response
 	eventually(t, 20*time.Second, func() bool {
 		res = b.do("GET", b.sandbox+"/v1/actions/"+a.ActionID+"/result", s.Token, nil)
 		return res.status != 409 && res.status != 404
@@ -484,9 +486,16 @@ func TestScrubAttackExecutedAction(t *testing.T) {
 	if res.status != 200 || !bytes.Contains(res.body, []byte("[REDACTED]")) {
 		t.Fatalf("result: %d %.300s", res.status, res.body)
 	}
+	return res, rev, a.ActionID
+}
+
+func TestScrubAttackExecutedAction(t *testing.T) {
+	up := newScrubUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	res, rev, id := approvedResult(t, b, "api", "POST", "/payments", `{"amount": 1}`)
 	for _, secret := range []string{canary, "Bearer " + canary} {
 		scrubAssertClean(t, "executed action's answer", res.body, secret)
 		scrubAssertHeadersClean(t, "executed action's answer", res.header, secret)
 	}
-	scrubAssertClean(t, "approvals list", b.do("GET", b.control+"/v1/approvals/"+a.ActionID, rev, nil).body, canary)
+	scrubAssertClean(t, "approvals list", b.do("GET", b.control+"/v1/approvals/"+id, rev, nil).body, canary)
 }

@@ -156,6 +156,23 @@ func writeAppKey(t *testing.T) (*rsa.PrivateKey, string) {
 	return key, path
 }
 
+// githubAppYAML is the config of upstream "github", a GitHub App on gh
+// allowed repos (a YAML list's items).
+func githubAppYAML(gh *fakeGitHub, keyFile, repos string) string {
+	return `  - name: github
+    base_url: ` + gh.URL + `
+    credential:
+      source: github_app
+      app_id: "1234"
+      installation_id: "42"
+      private_key_file: ` + keyFile + `
+      api_url: ` + gh.URL + `
+      repositories: [` + repos + `]
+      permissions: {contents: write, issues: write, metadata: read}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+`
+}
+
 // TestGitHubAppTokenPerSession: through the real broker, a session's first
 // call mints an installation token narrowed to the grant's repository
 // (pinned in the rule) and to read permissions (a GET-only grant); the
@@ -165,18 +182,7 @@ func writeAppKey(t *testing.T) (*rsa.PrivateKey, string) {
 func TestGitHubAppTokenPerSession(t *testing.T) {
 	key, keyFile := writeAppKey(t)
 	gh := newFakeGitHub(t, &key.PublicKey, "1234")
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: `  - name: github
-    base_url: ` + gh.URL + `
-    credential:
-      source: github_app
-      app_id: "1234"
-      installation_id: "42"
-      private_key_file: ` + keyFile + `
-      api_url: ` + gh.URL + `
-      repositories: [widgets, gadgets]
-      permissions: {contents: write, issues: write, metadata: read}
-    inject: {header: Authorization, format: "Bearer {secret}"}
-`})
+	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: githubAppYAML(gh, keyFile, "widgets, gadgets")})
 	repoRule := func(repo string) map[string]any {
 		return map[string]any{"method": "GET", "path": "/repos/{owner}/{repo}/issues", "constraints": map[string]any{
 			"path.owner": map[string]any{"pin": "acme"}, "path.repo": map[string]any{"pin": repo}}}
@@ -275,18 +281,7 @@ func TestGitHubAppUnavailable(t *testing.T) {
 func TestGitHubAppNarrowedRevokesBroader(t *testing.T) {
 	key, keyFile := writeAppKey(t)
 	gh := newFakeGitHub(t, &key.PublicKey, "1234")
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: `  - name: github
-    base_url: ` + gh.URL + `
-    credential:
-      source: github_app
-      app_id: "1234"
-      installation_id: "42"
-      private_key_file: ` + keyFile + `
-      api_url: ` + gh.URL + `
-      repositories: [widgets, gadgets, gizmos]
-      permissions: {contents: write, issues: write, metadata: read}
-    inject: {header: Authorization, format: "Bearer {secret}"}
-`})
+	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: githubAppYAML(gh, keyFile, "widgets, gadgets, gizmos")})
 	repoGrant := func(repo string) map[string]any {
 		return map[string]any{"upstream": "github", "rules": []any{map[string]any{"method": "GET", "path": "/repos/{owner}/{repo}/issues", "constraints": map[string]any{
 			"path.owner": map[string]any{"pin": "acme"}, "path.repo": map[string]any{"pin": repo}}}}}
@@ -328,6 +323,7 @@ func TestGitHubAppNarrowedRevokesBroader(t *testing.T) {
 			return n == revocations+1
 		})
 		revocations++
+		t.Logf("%s: the old token was revoked at the issuer and recorded", what)
 	}
 
 	call("widgets")

@@ -374,6 +374,20 @@ type auditRecord struct {
 	ActionID  string `json:"action_id"`
 }
 
+// auditHas waits for a record of type typ with the request id and code
+// (and, when status > 0, that status).
+func (b *brokerProc) auditHas(t *testing.T, typ, requestID string, status int, code string) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		for _, r := range parseAudit(t, b.auditExport()) {
+			if r.Type == typ && r.RequestID == requestID && (status == 0 || r.Status == status) && r.Code == code {
+				return true
+			}
+		}
+		return false
+	})
+}
+
 func parseAudit(t *testing.T, data []byte) []auditRecord {
 	t.Helper()
 	var out []auditRecord

@@ -400,20 +400,6 @@ func (c *wsxClient) exchange() {
 	assertNoCanary(t, "bytes the WebSocket client received", c.got.Bytes())
 }
 
-// auditHas waits for a record of type typ with the request id (and, when
-// status > 0, that status).
-func (e *wsxEnv) auditHas(t *testing.T, typ, requestID string, status int, code string) {
-	t.Helper()
-	eventually(t, 10*time.Second, func() bool {
-		for _, r := range parseAudit(t, e.b.auditExport()) {
-			if r.Type == typ && r.RequestID == requestID && (status == 0 || r.Status == status) && r.Code == code {
-				return true
-			}
-		}
-		return false
-	})
-}
-
 func TestWebSocketThroughBothDoors(t *testing.T) {
 	e := startWSX(t)
 	sb := e.session(trustedSession(wsxGrant(true)))
@@ -451,8 +437,8 @@ func TestWebSocketThroughBothDoors(t *testing.T) {
 			if h.Get("Sec-WebSocket-Protocol") != "chat.v1" || h.Get("Sec-WebSocket-Version") != "13" || h.Get("Sec-WebSocket-Key") == "" {
 				t.Errorf("handshake headers not forwarded: %v", h)
 			}
-			e.auditHas(t, "call.allowed", id, 0, "")
-			e.auditHas(t, "call.completed", id, 101, "")
+			e.b.auditHas(t, "call.allowed", id, 0, "")
+			e.b.auditHas(t, "call.completed", id, 101, "")
 		})
 	}
 	assertNoCanary(t, "audit export", e.b.auditExport())
@@ -513,7 +499,7 @@ func TestWebSocketRefused(t *testing.T) {
 			if n := len(e.ws.handshakes()) - before; n != 0 {
 				t.Fatalf("the upstream saw %d requests", n)
 			}
-			e.auditHas(t, "call.denied", c.resp.Header.Get("X-Airlock-Request-Id"), 0, "bad_request")
+			e.b.auditHas(t, "call.denied", c.resp.Header.Get("X-Airlock-Request-Id"), 0, "bad_request")
 		})
 	}
 }
@@ -568,7 +554,7 @@ func TestWebSocketKilledMidRelay(t *testing.T) {
 		if !c.closed() {
 			t.Fatal("the relay outlived the session's kill")
 		}
-		e.auditHas(t, "call.completed", id, 101, "session_revoked")
+		e.b.auditHas(t, "call.completed", id, 101, "session_revoked")
 		assertNoCanary(t, "bytes received", c.got.Bytes())
 	})
 	t.Run("kill-switch", func(t *testing.T) {
@@ -582,7 +568,7 @@ func TestWebSocketKilledMidRelay(t *testing.T) {
 		if !c.closed() {
 			t.Fatal("the relay outlived the kill-switch")
 		}
-		e.auditHas(t, "call.completed", id, 101, "killswitch_engaged")
+		e.b.auditHas(t, "call.completed", id, 101, "killswitch_engaged")
 	})
 }
 
@@ -601,5 +587,5 @@ func TestWebSocketFrameTooLarge(t *testing.T) {
 	if !c.closed() {
 		t.Fatal("the relay did not end")
 	}
-	e.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "websocket_frame_too_large")
+	e.b.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "websocket_frame_too_large")
 }

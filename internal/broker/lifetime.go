@@ -125,10 +125,13 @@ func (t *lifetimes) forget(key string) {
 }
 
 // lapsed is the instant a session (g nil) or one of its grants expired:
-// its work in flight was cut (the standing ended); here its held actions
-// are denied (the reviewer can no longer let them run) and pages woken.
+// its work in flight was cut (the standing ended); here a lease minted
+// with the grant is revoked, its held actions are denied (the reviewer can no longer let them run) and pages woken.
 // Only a replica that holds actions of the session reads the store.
 func (b *Broker) lapsed(l *Live, g *grants.Live) {
+	if g != nil {
+		b.mint.rescope(l.Session.ID, g.Grant.Upstream) // a lease minted with the grant is revoked at once
+	}
 	if l.pending.Load() > 0 {
 		reason := "session expired"
 		if g != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -26,7 +25,6 @@ type mintService struct {
 	b      *Broker
 	clk    clock.Clock
 	timers *expiryTimers // a session's leases are revoked at its expiry (keyed by session id)
-	scopes *expiryTimers // a lease is revoked when a grant of its scope expires (keyed by entry owner)
 	count  *prometheus.CounterVec
 	wg     sync.WaitGroup // running revocations
 
@@ -64,7 +62,6 @@ func newMintService(b *Broker, clk clock.Clock) *mintService {
 			Help: "Operations on credentials minted per session, by upstream, op (mint, renew, revoke) and result (ok, error).",
 		}, []string{"upstream", "op", "result"})}
 	m.timers = newExpiryTimers(clk, b.now, func(id string) { m.endSession(id, "session expired") })
-	m.scopes = newExpiryTimers(clk, b.now, m.scopeExpired)
 	return m
 }
 
@@ -103,9 +100,7 @@ func (m *mintService) credential(ctx context.Context, l *Live, u *upstream.Upstr
 		// call itself is refused by Send's check that follows).
 		m.endSession(l.Session.ID, "session ended during a mint")
 	}
-	cred := e.cred
-	cred.Scrub = m.b.secrets.Scrubber() // every held secret, as the set is now
-	return cred, nil
+	return e.cred, nil
 }
 
 // entry is the session's entry on upstream name, created on first use; nil
@@ -189,7 +184,7 @@ func (m *mintService) mint(ctx context.Context, l *Live, u *upstream.Upstream, e
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "scope changed") }()
 	}
-	m.install(l, u, e, lease, fp, now)
+	m.install(u, e, lease, fp, now)
 	m.count.WithLabelValues(u.Name, "mint", "ok").Inc()
 	m.audit(audit.TypeCredentialMinted, l.Session.ID, u, lease, "")
 	return nil
@@ -216,7 +211,7 @@ func (m *mintService) renew(ctx context.Context, l *Live, u *upstream.Upstream, 
 		m.wg.Add(1)
 		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "replaced at renewal") }()
 	}
-	m.install(l, u, e, lease, fp, now)
+	m.install(u, e, lease, fp, now)
 	m.count.WithLabelValues(u.Name, "renew", "ok").Inc()
 	m.audit(audit.TypeCredentialRenewed, l.Session.ID, u, lease, "")
 	return nil
@@ -224,7 +219,7 @@ func (m *mintService) renew(ctx context.Context, l *Live, u *upstream.Upstream, 
 
 // install makes lease the entry's, retiring the values of the one it
 // replaces (see retire).
-func (m *mintService) install(l *Live, u *upstream.Upstream, e *mintEntry, lease upstream.Lease, fp uint64, now time.Time) {
+func (m *mintService) install(u *upstream.Upstream, e *mintEntry, lease upstream.Lease, fp uint64, now time.Time) {
 	values := u.LeaseValues(lease)
 	if e.have && !slices.Equal(values, e.values) {
 		retire(u, e, now)
@@ -232,11 +227,6 @@ func (m *mintService) install(l *Live, u *upstream.Upstream, e *mintEntry, lease
 	e.have, e.lease, e.minted, e.scope, e.values = true, lease, now, fp, values
 	e.cred = u.LeaseCredential(lease)
 	m.rebuildScrub(e)
-	// The scope narrows when a grant in it expires: the lease is revoked then.
-	m.scopes.stop(e.owner)
-	if at, ok := scopeEnds(l, u.Name, now); ok {
-		m.scopes.schedule(e.owner, at)
-	}
 }
 
 // retire keeps the values of the entry's current lease scrubbed after it is
@@ -264,25 +254,9 @@ func leaseOwner(sessionID, upstreamName string) string {
 	return "lease/" + sessionID + "/" + upstreamName
 }
 
-// scopeEnds is when the first live grant of the session on the upstream
-// expires before the session does.
-func scopeEnds(l *Live, name string, now time.Time) (time.Time, bool) {
-	var first time.Time
-	for _, g := range l.Grants() {
-		exp := g.Grant.ExpiresAt
-		if g.Grant.Upstream != name || g.Revoked() || !now.Before(exp) || !exp.Before(l.Session.ExpiresAt) {
-			continue
-		}
-		if first.IsZero() || exp.Before(first) {
-			first = exp
-		}
-	}
-	return first, !first.IsZero()
-}
-
 // rescope revokes at once, at the issuer, the session's lease on the
-// upstream when the session's live grants there changed (a grant revoked,
-// added or expired): the lease was minted for a scope the session no
+// upstream when the session's live grants there changed (a grant revoked
+// or added; a grant expired, at its instant: lifetime.go): the lease was minted for a scope the session no
 // longer has, and a broader credential must not outlive the grant that
 // justified it. The next call mints one for the scope the session has.
 func (m *mintService) rescope(sessionID, name string) {
@@ -303,21 +277,11 @@ func (m *mintService) rescope(sessionID, name string) {
 		if !e.have || e.gone || e.scope == scopeFingerprint(l, name, now) {
 			return
 		}
-		m.scopes.stop(e.owner)
 		retire(u, e, now)
 		e.have = false
 		m.rebuildScrub(e)
 		m.revokeLease(sessionID, u, e.lease, "the session's grants changed")
 	}()
-}
-
-// scopeExpired is the timer of a lease whose scope had a grant expire.
-func (m *mintService) scopeExpired(owner string) {
-	rest, ok := strings.CutPrefix(owner, "lease/")
-	id, name, ok2 := strings.Cut(rest, "/")
-	if ok && ok2 {
-		m.rescope(id, name)
-	}
 }
 
 // renewRetry is the pause after a failed renewal of a still-valid lease.
@@ -378,7 +342,6 @@ func (m *mintService) endSession(id, why string) {
 			e.mu.Lock() // after any mint in flight
 			defer e.mu.Unlock()
 			e.gone = true
-			m.scopes.stop(e.owner)
 			if e.have {
 				retire(u, e, m.b.now())
 				m.revokeLease(id, u, e.lease, why)
@@ -438,7 +401,6 @@ func (m *mintService) audit(typ, sessionID string, u *upstream.Upstream, l upstr
 // leases held are left to their own expiry.
 func (m *mintService) close() {
 	m.timers.close()
-	m.scopes.close()
 	m.mu.Lock()
 	m.entries = nil
 	m.mu.Unlock()

@@ -118,14 +118,15 @@ func (s *Server) forwardWebSocket(w http.ResponseWriter, r *http.Request, c *bro
 		return
 	}
 	relay := &wsRelay{client: conn, up: upConn, scrub: resp.Scrub, max: u.MaxBody}
-	code := relay.run(brw.Reader, resp.Done(), func() string {
+	why := func() string { // the problem code of what cut the relay, or ""
 		if cut := resp.Interrupted(); cut != nil {
 			return problemFor(cut).Code
 		}
 		return ""
-	})
-	if cut := resp.Interrupted(); cut != nil {
-		code = problemFor(cut).Code
+	}
+	code := relay.run(brw.Reader, resp.Done(), why)
+	if cut := why(); cut != "" {
+		code = cut
 	}
 	c.SetPath(rec.Path, relay.in.Load())
 	c.Complete(http.StatusSwitchingProtocols, relay.out.Load(), code)

@@ -7,7 +7,6 @@ import (
 	"runtime"
 	"strings"
 	"testing"
-	"time"
 )
 
 // jsonAnswer is a realistic JSON answer of about size bytes, without a
@@ -39,24 +38,6 @@ func heldSecrets(n int) (*Secrets, []string) {
 	set.mu.Unlock()
 	set.rebuild() // the steady state: one automaton
 	return set, vs
-}
-
-// waitIdle waits for set's background rebuilds to end.
-func waitIdle(tb testing.TB, set *Secrets) {
-	tb.Helper()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		set.mu.Lock()
-		idle := !set.pending
-		set.mu.Unlock()
-		if idle {
-			return
-		}
-		if time.Now().After(deadline) {
-			tb.Fatal("background rebuild did not end")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // BenchmarkSecretsRebuild is the cost of rebuilding the large automaton
@@ -117,7 +98,7 @@ func BenchmarkSecretsSet(b *testing.B) {
 			}
 			b.ReportMetric(perSecret, "heap-B/secret")
 		})
-		waitIdle(b, set)
+		set.waitIdle()
 		b.Run(fmt.Sprintf("held=%d/remove", held), func(b *testing.B) {
 			i := 0
 			for b.Loop() {

@@ -80,9 +80,7 @@ func FuzzScrub(f *testing.F) {
 	}
 	s := NewScrubber(fuzzSecrets...)
 	f.Fuzz(func(t *testing.T, recipe []byte) {
-		if len(recipe) > 128 {
-			t.Skip("the reference is slow on long inputs")
-		}
+		recipe = recipe[:min(len(recipe), 128)] // the reference is slow on long inputs
 		b := fuzzInput(recipe)
 		want, _ := render(nil, b, referenceScrub(s, b, false), 0, len(b), 0)
 		if got := s.Bytes(b); string(got) != string(want) {

@@ -30,8 +30,9 @@ type Secrets struct {
 	stale   int    // values removed or replaced that the large automaton still holds
 	changed int    // values set since the large automaton's generation
 	total   int
-	baseGen uint64 // the generation the large automaton holds
-	pending bool   // a background rebuild is running or scheduled
+	baseGen uint64    // the generation the large automaton holds
+	pending bool      // a background rebuild is running or scheduled
+	idle    sync.Cond // signalled when pending ends (L: mu)
 	// While a rebuild runs, values it holds that are removed meanwhile
 	// (owners of generation rebuildGen or older) will be stale in it.
 	rebuildGen uint64
@@ -63,6 +64,7 @@ const (
 // NewSecrets returns an empty set.
 func NewSecrets() *Secrets {
 	s := &Secrets{units: newUnitTable(), owners: map[string]*owned{}}
+	s.idle.L = &s.mu
 	s.cur.Store(&snapshot{})
 	s.live = &Scrubber{live: &s.cur}
 	return s
@@ -129,6 +131,15 @@ func (s *Secrets) Remove(owner string) {
 		s.publish(g) // the small automaton no longer needs it
 	} else {
 		s.schedule(false)
+	}
+}
+
+// waitIdle returns once no background rebuild is running or scheduled.
+func (s *Secrets) waitIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for s.pending {
+		s.idle.Wait()
 	}
 }
 
@@ -216,6 +227,7 @@ func (s *Secrets) rebuild() {
 	}
 	now := s.gen
 	s.pending = false
+	s.idle.Broadcast()
 	s.mu.Unlock()
 	sn := &snapshot{}
 	sn.add(base)

@@ -174,9 +174,6 @@ func (u *Upstream) Credential(ctx context.Context) (Credential, error) {
 		c.Secret = sec
 	}
 	c.Scrub = u.scrubberFor(c)
-	if u.Secrets != nil {
-		c.Scrub = u.Secrets.Scrubber() // the whole set as it is now
-	}
 	return c, nil
 }
 
