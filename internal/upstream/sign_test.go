@@ -2,7 +2,10 @@ package upstream
 
 import (
 	"context"
+	"io"
 	"net/http"
+	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -100,6 +103,65 @@ func TestSignV4SignsAsTheSDK(t *testing.T) {
 			}
 			if err := sv.Verify(ours, tt.creds.SecretAccessKey, hash, at, time.Minute, s3); err != nil {
 				t.Fatalf("Verify: %v", err)
+			}
+		})
+	}
+}
+
+// What Do sends to an aws upstream, as the server receives it (the
+// transport's own headers added, Accept-Encoding set after signing),
+// verifies with the real secret key, for S3's and other services' URIs,
+// with and without a session token.
+func TestDoSignsWhatTheUpstreamVerifies(t *testing.T) {
+	type received struct {
+		err   error
+		token string
+	}
+	got := make(chan received, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		rc := received{token: r.Header.Get("X-Amz-Security-Token")}
+		s, err := ParseSigV4(r)
+		if err == nil && s.PayloadHash != sha256Hex(body) {
+			err = ErrSignature
+		}
+		if err == nil {
+			err = s.Verify(r, "CANARY-real-secret", s.PayloadHash, time.Now(), 5*time.Minute, s.Service == "s3")
+		}
+		rc.err = err
+		got <- rc
+	}))
+	defer srv.Close()
+	tests := []struct {
+		name    string
+		service string
+		creds   AWSCredentials
+		out     Outbound
+	}{
+		{name: "s3 put", service: "s3", creds: AWSCredentials{AccessKeyID: "AKIAREAL", SecretAccessKey: "CANARY-real-secret"},
+			out: Outbound{Method: "PUT", Path: "/reports/t-42/a%20b.csv", Query: "x-id=PutObject", Body: []byte("id,total\n"),
+				Header: http.Header{"Content-Type": {"text/csv"}, "X-Amz-Meta-Team": {"a"}}}},
+		{name: "s3 list, temporary keys", service: "s3", creds: AWSCredentials{AccessKeyID: "ASIATEMP", SecretAccessKey: "CANARY-real-secret", SessionToken: "CANARY-token"},
+			out: Outbound{Method: "GET", Path: "/reports", Query: "prefix=t-42%2F&list-type=2", Header: http.Header{}}},
+		{name: "dynamodb", service: "dynamodb", creds: AWSCredentials{AccessKeyID: "AKIAREAL", SecretAccessKey: "CANARY-real-secret"},
+			out: Outbound{Method: "POST", Path: "/", Body: []byte(`{"TableName":"t"}`),
+				Header: http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amz-Target": {"DynamoDB_20120810.GetItem"}}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			bu, _ := url.Parse(srv.URL)
+			u := &Upstream{Name: "aws", Kind: "aws", BaseURL: bu, AWS: &AWS{Service: tt.service, Region: "us-east-1"}, transport: NewTransport()}
+			resp, err := u.Do(t.Context(), &tt.out, Credential{Secret: NewSecret(tt.creds.SecretAccessKey), AWS: tt.creds})
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			rc := <-got
+			if rc.err != nil {
+				t.Fatalf("the upstream could not verify the request: %v", rc.err)
+			}
+			if rc.token != tt.creds.SessionToken {
+				t.Fatalf("X-Amz-Security-Token = %q, want %q", rc.token, tt.creds.SessionToken)
 			}
 		})
 	}
