@@ -18,6 +18,8 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
+var _ upstream.Minter = (*STSScoped)(nil)
+
 // STSScoped mints per session, through sts:AssumeRole, credentials scoped
 // to the session's grant (assume_role with scope_to_grant): an inline
 // session policy allowing exactly the actions and resources of the

@@ -28,6 +28,8 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
+var _ upstream.Minter = (*Minter)(nil)
+
 // Minter mints GitHub App installation tokens per session: an app JWT
 // (RS256, issued 60 s in the past for clock drift, valid 9 minutes) buys
 // POST /app/installations/{id}/access_tokens with the repositories and

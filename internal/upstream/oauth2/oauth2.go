@@ -20,6 +20,11 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
+var (
+	_ upstream.Minter         = (*ClientCredentials)(nil)
+	_ upstream.StatefulMinter = (*Refresh)(nil)
+)
+
 // ClientCredentials mints an OAuth2 access token per session with
 // the client_credentials grant (RFC 6749 §4.4): the client authenticates
 // with HTTP basic (client_secret_basic, §2.3.1), the scopes are those the

@@ -11,6 +11,11 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
+var (
+	_ upstream.Minter                 = (*AWSEngine)(nil)
+	_ upstream.AWSCredentialsProvider = AWSCredentials{}
+)
+
 // AWSEngine mints AWS credentials per session from Vault's AWS secrets
 // engine (credential source vault_aws): <mount>/creds/<role> (an IAM user's
 // keys, leased: renewed through sys/leases/renew, revoked through

@@ -22,6 +22,11 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
+var (
+	_ upstream.Source     = (*KV)(nil)
+	_ upstream.Observable = (*KV)(nil)
+)
+
 // Config says how the broker reaches and logs in to Vault.
 type Config struct {
 	Address   string
