@@ -18,13 +18,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"go.yaml.in/yaml/v3"
 
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/awscred"
+	vaultcred "github.com/airlock-broker/airlock/internal/upstream/vault"
 )
 
 // Config is the broker's configuration file.
@@ -197,14 +198,14 @@ type Credential struct {
 	Mount string `yaml:"mount"` // the engine's mount (default aws)
 	Role  string `yaml:"role"`  // the engine's role
 	Type  string `yaml:"type"`  // creds (IAM user keys, leased) or sts (default creds)
-	// github_app: installation tokens minted per session (upstream.GitHubApp)
+	// github_app: installation tokens minted per session (githubapp.Minter)
 	AppID          string            `yaml:"app_id"`
 	InstallationID string            `yaml:"installation_id"`
 	PrivateKeyFile string            `yaml:"private_key_file"` // the app's PEM key (PKCS#1 or PKCS#8)
 	APIURL         string            `yaml:"api_url"`          // default https://api.github.com
 	Repositories   []string          `yaml:"repositories"`     // bound every token (names, without the owner)
 	Permissions    map[string]string `yaml:"permissions"`      // bound every token ({contents: read, ...})
-	// oauth2: an access token minted per session (upstream.OAuth2ClientCredentials, OAuth2Refresh)
+	// oauth2: an access token minted per session (oauth2.ClientCredentials, oauth2.Refresh)
 	TokenURL     string      `yaml:"token_url"`
 	ClientID     string      `yaml:"client_id"`
 	ClientSecret *Credential `yaml:"client_secret"` // any of env, file, vault
@@ -214,7 +215,7 @@ type Credential struct {
 	// token, from env, file or vault; rotated ones are stored sealed.
 	RefreshToken *Credential `yaml:"refresh_token"`
 	// ScopesFor narrows the scopes a session's token asks to those its
-	// rules need: {"GET /repos/**": [repo:read]} (upstream.OAuth2Scopes).
+	// rules need: {"GET /repos/**": [repo:read]} (oauth2.Scopes).
 	ScopesFor map[string][]string `yaml:"scopes_for"`
 	// RevocationURL (optional) is the RFC 7009 endpoint where a session's
 	// access token is revoked when the session ends.
@@ -783,13 +784,13 @@ func (u *Upstream) validateAWS(f string) error {
 	return nil
 }
 
-func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func(string) string, vault *upstream.Vault) (*upstream.AWS, upstream.Source, upstream.Minter, error) {
-	var p aws.CredentialsProvider
+func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func(string) string, vault *vaultcred.Client) (*upstream.AWS, upstream.Source, upstream.Minter, error) {
+	var p upstream.AWSCredentialsProvider
 	desc := "aws:" + u.Credential.Source
 	awsCfg := &upstream.AWS{Service: u.Service, Region: u.Region, AllowDotKeys: u.AllowDotKeys}
 	switch u.Credential.Source {
 	case "vault_aws":
-		m, err := vault.VaultAWS(u.Credential.Mount, u.Credential.Role, u.Credential.Type)
+		m, err := vault.AWSEngine(u.Credential.Mount, u.Credential.Role, u.Credential.Type)
 		if err != nil {
 			return nil, nil, nil, fieldErr(f+".credential", "%v", err)
 		}
@@ -806,21 +807,21 @@ func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func
 			return nil, nil, nil, fieldErr(f+".credential.path", "%v", err)
 		}
 		sk, _ := vault.KV(u.Credential.Path, u.Credential.SecretKeyField, u.Credential.Version, u.Credential.Refresh)
-		p, desc = upstream.VaultAWSCredentials{Access: ak, Secret: sk}, sk.Describe()
+		p, desc = vaultcred.AWSCredentials{Access: ak, Secret: sk}, sk.Describe()
 	case "aws":
 		var err error
-		if p, err = upstream.DefaultAWSCredentials(ctx, u.Region); err != nil {
+		if p, err = awscred.Default(ctx, u.Region); err != nil {
 			return nil, nil, nil, fieldErr(f+".credential", "%v", err)
 		}
 		desc = "aws:default-chain"
 	}
 	ar := u.Credential.AssumeRole
 	if ar.RoleARN != "" && ar.ScopeToGrant {
-		m := upstream.NewSTSScoped(p, u.Region, ar.RoleARN, ar.STSEndpoint, ar.MaxDuration, desc)
+		m := awscred.NewSTSScoped(p, u.Region, ar.RoleARN, ar.STSEndpoint, ar.MaxDuration, desc)
 		return awsCfg, upstream.MintedSource(m), m, nil
 	}
 	if role := ar.RoleARN; role != "" {
-		p = upstream.AssumeRole(p, u.Region, role, ar.STSEndpoint)
+		p = awscred.AssumeRole(p, u.Region, role, ar.STSEndpoint)
 		desc += " assume " + role
 	}
 	awsCfg.Creds = p
@@ -829,13 +830,13 @@ func (c *Config) buildAWS(ctx context.Context, f string, u Upstream, getenv func
 
 // Build makes the runtime upstreams, resolving credential sources, and the
 // Vault client they share (nil when none uses Vault; Close it when done).
-func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string]*upstream.Upstream, *upstream.Vault, error) {
+func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string]*upstream.Upstream, *vaultcred.Client, error) {
 	out := make(map[string]*upstream.Upstream, len(c.Upstreams))
-	var vault *upstream.Vault
+	var vault *vaultcred.Client
 	if v := c.Vault; v != nil {
 		var err error
-		vault, err = upstream.NewVault(upstream.VaultConfig{Address: v.Address, Namespace: v.Namespace, CACert: v.CACert, Timeout: v.Timeout,
-			Auth: upstream.VaultAuth{Method: v.Auth.Method, Token: v.Auth.Token, RoleID: v.Auth.RoleID, SecretID: v.Auth.SecretID,
+		vault, err = vaultcred.New(vaultcred.Config{Address: v.Address, Namespace: v.Namespace, CACert: v.CACert, Timeout: v.Timeout,
+			Auth: vaultcred.Auth{Method: v.Auth.Method, Token: v.Auth.Token, RoleID: v.Auth.RoleID, SecretID: v.Auth.SecretID,
 				SecretIDFile: v.Auth.SecretIDFile, Role: v.Auth.Role, JWTFile: v.Auth.JWTFile, Mount: v.Auth.Mount}}, log.With("component", "vault"))
 		if err != nil {
 			return nil, nil, fieldErr("vault", "%v", err)

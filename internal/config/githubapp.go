@@ -9,7 +9,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
-	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/githubapp"
 )
 
 // DefaultGitHubAPIURL is github_app's api_url by default.
@@ -52,7 +52,7 @@ func (c *Credential) validateGitHubApp(f string) error {
 	return nil
 }
 
-func (c *Credential) buildGitHubApp(f string, tlsConf *tls.Config) (*upstream.GitHubApp, error) {
+func (c *Credential) buildGitHubApp(f string, tlsConf *tls.Config) (*githubapp.Minter, error) {
 	pem, err := os.ReadFile(c.PrivateKeyFile)
 	if err != nil {
 		return nil, fieldErr(f+".private_key_file", "cannot read the key file")
@@ -62,7 +62,7 @@ func (c *Credential) buildGitHubApp(f string, tlsConf *tls.Config) (*upstream.Gi
 		return nil, fieldErr(f+".private_key_file", "is not an RSA private key in PEM")
 	}
 	au, _ := url.Parse(c.APIURL)
-	return &upstream.GitHubApp{
+	return &githubapp.Minter{
 		AppID: c.AppID, InstallationID: c.InstallationID, Key: key, APIURL: au,
 		Repositories: c.Repositories, Permissions: c.Permissions,
 		Client: tokenClient(tlsConf),

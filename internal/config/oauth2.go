@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
+	vaultcred "github.com/airlock-broker/airlock/internal/upstream/vault"
 )
 
 func (c *Credential) validateOAuth2(f string) error {
@@ -38,7 +40,7 @@ func (c *Credential) validateOAuth2(f string) error {
 		}
 	}
 	for k, scopes := range c.ScopesFor {
-		if _, err := upstream.ParseScopeRule(k, scopes); err != nil {
+		if _, err := oauth2.ParseScopeRule(k, scopes); err != nil {
 			return fieldErr(f+".scopes_for", "%q %v", k, err)
 		}
 		for _, s := range scopes {
@@ -91,7 +93,7 @@ func (c *Credential) validateValueSource(f string) error {
 }
 
 // valueSource builds a validated single-value source.
-func (c *Credential) valueSource(f string, getenv func(string) string, vault *upstream.Vault) (upstream.Source, error) {
+func (c *Credential) valueSource(f string, getenv func(string) string, vault *vaultcred.Client) (upstream.Source, error) {
 	switch c.Source {
 	case "env":
 		s, err := upstream.NewEnvSource(c.Name, getenv)
@@ -126,7 +128,7 @@ func tokenClient(tlsConf *tls.Config) *http.Client {
 	}
 }
 
-func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *upstream.Vault, tlsConf *tls.Config) (upstream.Minter, error) {
+func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *vaultcred.Client, tlsConf *tls.Config) (upstream.Minter, error) {
 	var secret upstream.Source
 	if c.ClientSecret != nil {
 		s, err := c.ClientSecret.valueSource(f+".client_secret", getenv, vault)
@@ -135,14 +137,14 @@ func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *up
 		}
 		secret = s
 	}
-	var scopesFor []upstream.ScopeRule
+	var scopesFor []oauth2.ScopeRule
 	keys := make([]string, 0, len(c.ScopesFor))
 	for k := range c.ScopesFor {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
 	for _, k := range keys {
-		sr, err := upstream.ParseScopeRule(k, c.ScopesFor[k])
+		sr, err := oauth2.ParseScopeRule(k, c.ScopesFor[k])
 		if err != nil {
 			return nil, fieldErr(f+".scopes_for", "%q %v", k, err)
 		}
@@ -158,12 +160,12 @@ func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *up
 		if err != nil {
 			return nil, err
 		}
-		return &upstream.OAuth2Refresh{
+		return &oauth2.Refresh{
 			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Initial: rt,
 			Scopes: c.Scopes, ScopesFor: scopesFor, RevocationURL: ru, Client: tokenClient(tlsConf),
 		}, nil
 	}
-	return &upstream.OAuth2ClientCredentials{
+	return &oauth2.ClientCredentials{
 		TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Scopes: c.Scopes, ScopesFor: scopesFor,
 		RevocationURL: ru, Client: tokenClient(tlsConf),
 	}, nil
