@@ -6,21 +6,22 @@ package approval
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // Errors of decisions.
 var (
-	ErrNotFound        = errors.New("action not found")
-	ErrDecided         = errors.New("action already decided")
-	ErrExpired         = errors.New("action expired")
-	ErrSelfApproval    = errors.New("a reviewer cannot approve a session they created")
-	ErrAlreadyDecided  = errors.New("this reviewer already decided on this action")
-	ErrNotExecuted     = errors.New("action not executed")
-	ErrInvalidDecision = errors.New("verdict must be approve or deny")
+	ErrNotFound        = fault.Hidden(fault.NotFound, "action not found")
+	ErrDecided         = fault.New(fault.Conflict, "action already decided")
+	ErrExpired         = fault.New(fault.DecidedTooLate, "action expired")
+	ErrSelfApproval    = fault.New(fault.Forbidden, "a reviewer cannot approve a session they created")
+	ErrAlreadyDecided  = fault.New(fault.Conflict, "this reviewer already decided on this action")
+	ErrNotExecuted     = fault.New(fault.Conflict, "action not executed")
+	ErrInvalidDecision = fault.New(fault.BadRequest, "verdict must be approve or deny")
 )
 
 // Status of an action.

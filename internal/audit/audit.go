@@ -10,12 +10,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // ErrUnavailable means a record could not be written durably; the action it
 // describes must not happen (fail closed).
-var ErrUnavailable = errors.New("audit log unavailable")
+var ErrUnavailable = fault.Hidden(fault.AuditUnavailable, "audit log unavailable")
 
 // Event types.
 const (

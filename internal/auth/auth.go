@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // Roles.
@@ -31,7 +33,7 @@ func ValidRole(r string) bool {
 
 // Errors.
 var (
-	ErrInvalidToken = errors.New("invalid API token")
+	ErrInvalidToken = fault.Hidden(fault.InvalidToken, "invalid API token")
 	ErrNotFound     = errors.New("token not found")
 	ErrExpired      = errors.New("token expired")
 )

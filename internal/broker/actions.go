@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -22,9 +21,9 @@ import (
 
 // Errors a sandbox sees about its gated calls.
 var (
-	ErrActionDenied  = errors.New("the reviewer denied this action")
-	ErrActionExpired = errors.New("the action expired before a decision")
-	ErrActionFailed  = errors.New("the approved action could not be executed")
+	ErrActionDenied  = fault.New(fault.ApprovalDenied, "the reviewer denied this action")
+	ErrActionExpired = fault.New(fault.ApprovalExpired, "the action expired before a decision")
+	ErrActionFailed  = fault.New(fault.ActionFailed, "the approved action could not be executed")
 )
 
 // Audit event types of the human gate.
@@ -36,9 +35,6 @@ const (
 	typeActionExecuted = "action.executed"
 	typeActionFailed   = "action.failed"
 )
-
-// maxResultBody bounds the stored answer of an executed action.
-const maxResultBody = 1 << 20
 
 // approvals is the human gate's service: whether a call must wait (gated),
 // the actions awaiting or after approval (its ActionStore), what each
@@ -78,13 +74,10 @@ type gateDeps struct {
 	live     func(id string) (*Live, bool)        // a session in memory (sessionService)
 	grant    func(id string) (*grants.Live, bool) // a grant of a session in memory (sessionService)
 	engaged  func() bool                          // the global kill-switch
-	stale    func() bool                          // this replica cannot confirm it is current (changes.go)
 	standing func(l *Live) session.RuleOfTwo      // the session's Rule-of-Two standing now
-	upstream func(name string) bool               // whether an upstream is configured
-	// send sends an approved action's stored request through the call
-	// pipeline (see Broker.sendApproved): its use, consumed on g, is
-	// refunded when it is not sent.
-	send func(ctx context.Context, a approval.Action, l *Live, g *grants.Live) (*Response, error)
+	// run runs an approved action's stored request through the call
+	// pipeline (see Broker.runAction).
+	run func(a approval.Action, claim func(*grants.Live) error) (*approval.Result, bool, error)
 }
 
 // auditAppender writes durable audit records (the audit log's writer).
@@ -140,15 +133,10 @@ func (s *approvals) close() {
 	s.sweepMu.Unlock()
 }
 
-// Gated reports whether an allowed call must wait for a human: one of its
+// gated reports whether an allowed call must wait for a human: one of its
 // decisions (the one that reserved its use, and those of further
-// permissions it needs, see Permit) is an irreversible rule under Rule of
-// Two (A∧B∧C) or of a grant with approval: always.
-func (b *Broker) Gated(l *Live, d *grants.Decision, also ...*grants.Decision) bool {
-	return b.appr.gated(l, d, also...)
-}
-
-// gated: see Broker.Gated.
+// permissions it needs, see Broker.permit) is an irreversible rule under
+// Rule of Two (A∧B∧C) or of a grant with approval: always.
 func (s *approvals) gated(l *Live, d *grants.Decision, also ...*grants.Decision) bool {
 	gated := func(d *grants.Decision) bool {
 		return d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || s.gate.standing(l).Gated())
@@ -162,18 +150,6 @@ func (s *approvals) gated(l *Live, d *grants.Decision, also ...*grants.Decision)
 		}
 	}
 	return false
-}
-
-// Hold turns a gated call into a pending action that stores the request
-// exactly as it will be sent. The action keeps the decision's reservation
-// (one use and its budgeted amounts count against the grant while it is
-// pending) and takes a slot of the session's pending limit; it refuses with
-// ErrTooManyPending when none is left. See pending.go. also are the
-// decisions of further permissions the request needs (see Permit): the
-// action names their grants, and execute runs it only while each of them
-// still permits (live, unexpired, not exhausted).
-func (b *Broker) Hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord, also ...*grants.Decision) (approval.Action, error) {
-	return b.appr.hold(ctx, l, d, out, rec, also...)
 }
 
 // DecideAction records a reviewer's verdict. The final approval executes the
@@ -209,7 +185,14 @@ func (b *Broker) WaitAction(ctx context.Context, id string, d time.Duration) (ap
 // session, for live pages.
 func (b *Broker) Changes() <-chan struct{} { return b.appr.notifier.Any() }
 
-// hold: see Broker.Hold.
+// hold turns a gated call into a pending action that stores the request
+// exactly as it will be sent. The action keeps the decision's reservation
+// (one use and its budgeted amounts count against the grant while it is
+// pending) and takes a slot of the session's pending limit; it refuses with
+// ErrTooManyPending when none is left. See pending.go. also are the
+// decisions of further permissions the request needs (see Broker.permit): the
+// action names their grants, and execute runs it only while each of them
+// still permits (live, unexpired, not exhausted).
 func (s *approvals) hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord, also ...*grants.Decision) (approval.Action, error) {
 	if !l.takePendingSlot(s.maxPending) {
 		d.Release()
@@ -343,7 +326,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
 			s.unsent(a, held)
-			s.finish(a.ID, &approval.Result{Code: "audit_unavailable", ExecutedAt: s.now().UTC()}, approval.Failed, "audit unavailable")
+			s.finish(a.ID, &approval.Result{Code: fault.AuditUnavailable.Code(), ExecutedAt: s.now().UTC()}, approval.Failed, "audit unavailable")
 		}
 		return a, err
 	}
@@ -355,117 +338,48 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	return a, nil
 }
 
-// execute sends an approved action's stored request once. The action's
-// reservation on its grant (held since Hold, when held: on this replica)
-// becomes usage when it is sent, and is released when it is not. While it
-// runs, this replica renews its claim's lease; a replica that stops
-// renewing (it died) leaves the action to be failed by another once the
-// lease ends (sweep), never sent again.
+// execute sends an approved action's stored request once, through the
+// call pipeline (Broker.runAction: the same checks, codes and records as a
+// live call). The action's reservation on its grant (held since Hold, when
+// held: on this replica) becomes usage when it is sent, and is released
+// when it is not. While it runs, this replica renews its claim's lease; a
+// replica that stops renewing (it died) leaves the action to be failed by
+// another once the lease ends (sweep), never sent again.
 func (s *approvals) execute(a approval.Action, held bool) {
 	start := s.now()
 	stopRenewal := s.renewLease(a.ID)
-	fail := func(code, reason string) {
-		stopRenewal()
-		s.finish(a.ID, &approval.Result{Code: code, ExecutedAt: s.now().UTC()}, approval.Failed, reason)
-	}
 	reserved := held
-	unsent := func(code, reason string) {
-		s.unsent(a, reserved)
-		fail(code, reason)
-	}
-	if s.gate.engaged() {
-		unsent("killswitch_engaged", "kill-switch engaged")
-		return
-	}
-	if s.gate.stale() {
-		unsent("broker_unavailable", "this replica could not confirm it is current")
-		return
-	}
-	l, ok := s.gate.live(a.SessionID)
-	if !ok || l.revoked.Load() || !s.now().Before(l.Session.ExpiresAt) {
-		unsent("session_revoked", "the session ended before execution")
-		return
-	}
-	grantOf := func(id string) *grants.Live {
-		for _, x := range l.Grants() {
-			if x.Grant.ID == id {
-				return x
-			}
+	res, claimed, err := s.gate.run(a, func(g *grants.Live) error {
+		if !reserved { // held by the replica that created it: counted here now
+			g.RestorePending(a.Amounts)
+			reserved = true
 		}
-		return nil
-	}
-	g := grantOf(a.GrantID)
-	if g == nil || g.Revoked() || !s.now().Before(g.Grant.ExpiresAt) {
-		unsent("grant_expired", "the grant ended before execution")
-		return
-	}
-	// The further permissions the request needs must still hold: a grant
-	// revoked or expired since the call was held permits nothing. (Such a
-	// grant never limits its uses: see grants.Permit.)
-	for _, id := range a.PermitGrants {
-		pg := grantOf(id)
-		if pg == nil || pg.Revoked() || !s.now().Before(pg.Grant.ExpiresAt) {
-			unsent("grant_expired", "a grant the request needs ended before execution")
-			return
-		}
-	}
-	if !s.gate.upstream(a.Upstream) {
-		unsent("upstream_error", "the upstream is no longer configured")
-		return
-	}
-	if !reserved { // held by the replica that created it: counted here now
-		g.RestorePending(a.Amounts)
-		reserved = true
-	}
-	if err := g.ConsumePending(a.Amounts); err != nil {
-		code := "grant_exhausted"
-		if errors.Is(err, grants.ErrBudgetExceeded) {
-			code = "budget_exceeded"
-		}
-		unsent(code, err.Error())
-		return
-	}
-	resp, err := s.gate.send(context.Background(), a, l, g)
-	if err != nil {
-		switch {
-		case errors.Is(err, ErrNoCredential):
-			fail("credential_unavailable", "credential unavailable")
-		case errors.Is(err, ErrNotRecorded):
-			fail("audit_unavailable", "audit unavailable")
-		default:
-			code := "upstream_error"
-			switch {
-			case errors.Is(err, ErrKillswitch):
-				code = "killswitch_engaged"
-			case errors.Is(err, session.ErrRevoked):
-				code = "session_revoked"
-			case errors.Is(err, session.ErrExpired):
-				code = "session_expired"
-			case errors.Is(err, grants.ErrGrantRevoked):
-				code = "grant_revoked"
-			case errors.Is(err, grants.ErrGrantExpired):
-				code = "grant_expired"
-			case errors.Is(err, upstream.ErrTimeout):
-				code = "upstream_timeout"
-			}
-			fail(code, "the upstream call failed")
-		}
-		return
-	}
-	defer resp.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Scrub.Reader(resp.Body), maxResultBody+1))
-	if err != nil {
-		fail("upstream_error", "reading the upstream's answer failed")
-		return
-	}
-	res := &approval.Result{Status: resp.StatusCode, Header: http.Header{}, ExecutedAt: s.now().UTC(), LatencyUS: s.now().Sub(start).Microseconds()}
-	resp.CopyHeader(res.Header)
-	if len(body) > maxResultBody {
-		body, res.Truncated = body[:maxResultBody], true
-	}
-	res.Body = body
+		return g.ConsumePending(a.Amounts)
+	})
 	stopRenewal()
+	if err != nil {
+		if !claimed {
+			s.unsent(a, reserved)
+		}
+		s.finish(a.ID, &approval.Result{Code: fault.Of(err).Code(), ExecutedAt: s.now().UTC()}, approval.Failed, reasonOf(err))
+		return
+	}
+	res.ExecutedAt, res.LatencyUS = s.now().UTC(), s.now().Sub(start).Microseconds()
 	s.finish(a.ID, res, approval.Executed, "")
+}
+
+// reasonOf is what an action's failure says of err: its text, or for a
+// private kind (whose text may name what the sandbox must not learn) the
+// kind's own message.
+func reasonOf(err error) string {
+	f := fault.Find(err)
+	switch {
+	case f == nil:
+		return "failed"
+	case f.Private:
+		return f.Msg
+	}
+	return err.Error()
 }
 
 // finish stores the outcome of an execution and wakes waiters.

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
@@ -36,11 +37,11 @@ import (
 
 // Errors of broker operations (besides those of session, grants, upstream, audit).
 var (
-	ErrKillswitch      = errors.New("global kill-switch engaged")
-	ErrNotFound        = errors.New("not found")
-	ErrForbidden       = errors.New("forbidden")
-	ErrConflict        = errors.New("conflict")
-	ErrUnknownUpstream = errors.New("unknown upstream")
+	ErrKillswitch      = fault.New(fault.KillswitchEngaged, "global kill-switch engaged")
+	ErrNotFound        = fault.Hidden(fault.NotFound, "not found")
+	ErrForbidden       = fault.New(fault.Forbidden, "forbidden")
+	ErrConflict        = fault.New(fault.Conflict, "conflict")
+	ErrUnknownUpstream = fault.New(fault.NotFound, "unknown upstream")
 )
 
 // Options configure a Broker.
@@ -113,6 +114,7 @@ type Broker struct {
 	auditLog auditLog       // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
+	calls   *callMetrics // the sandbox calls' series (the pipeline's)
 	feed    *follower    // other replicas' changes, or nil (the only replica)
 	mint    *mintService // credentials minted per session (minted.go)
 	// secrets is every secret the broker holds (each upstream's credential,
@@ -268,10 +270,9 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
 		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil, usage: o.Usage,
 		gate: gateDeps{
-			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load, stale: b.stale,
+			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load,
 			standing: func(l *Live) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
-			upstream: func(name string) bool { _, ok := b.upstreams[name]; return ok },
-			send:     b.sendApproved,
+			run:      b.runAction,
 		},
 	})
 	b.toks = tokenService{
@@ -279,6 +280,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.appr.notifier,
 	}
 	b.metrics = newMetrics(o.Metrics, b)
+	b.calls = newCallMetrics(o.Metrics, b.upstreams)
 	b.secrets = secrets
 	b.mint = newMintService(b, o.Clock)
 	if o.Metrics != nil {

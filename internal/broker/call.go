@@ -12,26 +12,24 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// The call pipeline. Every sandbox call is one Call, whichever door it came
-// in by (the REST proxy, the AWS door, the execution of an approved action):
+// The steps of a call, in order (Do runs them, see pipeline.go):
 //
-//	c := b.NewCall(upstream, method)     // request id, clock, audit record
-//	c.Admit(caller)                      // kill-switch, identity, session state, source, rate
-//	c.Authorize(&Request{...})           // decide, build the outbound request, further permissions
-//	c.Gated() → c.Hold(ctx)              // wait for a human
-//	c.Send(ctx) → *Response              // credential, durable "allowed" record, upstream call
-//	c.Complete(status, bytes, code)      // the outcome, once the door wrote the answer
+//	c := b.newCall(upstream, method)     // request id, clock, audit record
+//	c.admit(caller)                      // kill-switch, identity, session state, source, rate
+//	c.egress(host, port, tunnel)         // the proxy door: the destination's upstream
+//	c.authorize(&Request{...})           // decide, build the outbound request, further permissions
+//	c.gated() → c.hold(ctx)              // wait for a human
+//	c.send(ctx) → *response              // credential, durable "allowed" record, upstream call
+//	c.complete(status, bytes, code)      // the outcome, once the door wrote the answer
 //
-// A refusal at any step is c.Refuse(ctx, err, code): the durable "denied"
-// record. The proxy door adds one step after Admit: c.Egress(host, port),
-// which maps a destination to its upstream (see egress.go). A door only parses its protocol into a Request and writes the
-// Response (or the error, through its problem table) back in it; each step
-// gives back what it reserved when it fails.
+// A refusal at any step is c.refuse(ctx, err, code): the durable "denied"
+// record. Each step gives back what it reserved when it fails.
 
 // Caller is who makes a sandbox call: a bearer of a session token, or a
 // SigV4 signer whose access key id is the session id (its signature is
@@ -83,7 +81,7 @@ func (e *stepError) Error() string   { return e.cause.Error() }
 func (e *stepError) Unwrap() []error { return []error{e.cause, e.step} }
 
 // Call is one sandbox call on its way through the broker (see above).
-type Call struct {
+type call struct {
 	b     *Broker
 	name  string     // the upstream as the door named it
 	rec   CallRecord // what the audit records say of the call
@@ -100,8 +98,12 @@ type Call struct {
 	grant    *grants.Live
 	amounts  map[string]float64
 	actionID string
+	action   *approval.Action // the action executed (its session, when the session is gone)
 
-	resp Response // Send's answer, kept here: no allocation of its own
+	dest Destination    // the proxy door's destination (egress)
+	wait *time.Duration // how long a gated call waits, when the door's parse set it
+
+	resp response // send's answer, kept here: no allocation of its own
 
 	step callStep // how far the call got: the steps run only in order
 }
@@ -124,9 +126,9 @@ var ErrOutOfOrder = errors.New("call pipeline steps out of order")
 // NewCall starts a call to the named upstream: its request id (a door
 // answers it at once, so even a refusal carries it), its clock and its
 // audit record.
-func (b *Broker) NewCall(upstreamName, method string) *Call {
+func (b *Broker) newCall(upstreamName, method string) *call {
 	start := time.Now()
-	return &Call{b: b, name: upstreamName, start: start,
+	return &call{b: b, name: upstreamName, start: start,
 		rec: CallRecord{RequestID: NewRequestID(), Upstream: clip(upstreamName, 64), Method: clip(method, 16)}}
 }
 
@@ -138,33 +140,15 @@ func clip(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// RequestID is the call's request id.
-func (c *Call) RequestID() string { return c.rec.RequestID }
-
-// Record is what the audit records say of the call.
-func (c *Call) Record() CallRecord { return c.rec }
-
 // Elapsed is the time since the call began (wall clock).
-func (c *Call) Elapsed() time.Duration { return time.Since(c.start) }
-
-// Grant is the grant the call depends on once authorized (its decision's), or nil.
-func (c *Call) Grant() *grants.Live { return c.grant }
-
-// Live is the caller's session once Admit identified it, or nil.
-func (c *Call) Live() *Live { return c.l }
+func (c *call) elapsed() time.Duration { return time.Since(c.start) }
 
 // SessionID is the caller's session id once identified, or "".
-func (c *Call) SessionID() string {
+func (c *call) sessionID() string {
 	if c.l == nil {
 		return ""
 	}
 	return c.l.Session.ID
-}
-
-// SetPath records the call's path and the size of its body as the door
-// read them (before Authorize, so that refusals on the way carry them).
-func (c *Call) SetPath(path string, bytesIn int64) {
-	c.rec.Path, c.rec.BytesIn = path, bytesIn
 }
 
 // Admit checks the caller, in this order: the global kill-switch
@@ -174,7 +158,7 @@ func (c *Call) SetPath(path string, bytesIn int64) {
 // address (session.ErrWrongSource); the session's call rate
 // (ErrRateLimited). The session, once identified, stays on the call for the
 // refusal's record.
-func (c *Call) Admit(caller Caller) error {
+func (c *call) admit(caller Caller) error {
 	if c.step != stepNew {
 		return ErrOutOfOrder
 	}
@@ -214,17 +198,6 @@ func (b *Broker) admit(c Caller) (*Live, error) {
 	return l, nil
 }
 
-// AWSSecret is the admitted session's SigV4 signing secret (see
-// Broker.AWSSecret).
-func (c *Call) AWSSecret() string { return c.b.AWSSecret(c.l.Session.ID) }
-
-// VerifySigV4 verifies the signature of an admitted SigV4 caller's request
-// over payloadHash (the hash the signature covers, see upstream.SigV4),
-// and its time against the broker's clock.
-func (c *Call) VerifySigV4(sig *upstream.SigV4, r *http.Request, payloadHash string, s3 bool) error {
-	return sig.Verify(r, c.AWSSecret(), payloadHash, c.b.now(), clockSkew, s3)
-}
-
 // Request is a canonical sandbox request as a door parsed it (DESIGN §4):
 // what the grants judge, and what the request sent is built from.
 type Request struct {
@@ -250,11 +223,11 @@ type AWSRequest struct {
 // Decide; on success one use and any budget of the grant is reserved),
 // builds the request to send from what was checked, and checks the further
 // permissions it needs (see Permit). On failure nothing stays reserved.
-func (c *Call) Authorize(req *Request) error {
+func (c *call) authorize(req *Request) error {
 	if c.step != stepAdmitted {
 		return ErrOutOfOrder
 	}
-	d, err := c.b.Decide(c.l, c.name, &req.Call)
+	d, err := c.b.decide(c.l, c.name, &req.Call)
 	if err != nil {
 		return err
 	}
@@ -280,7 +253,7 @@ func (c *Call) Authorize(req *Request) error {
 	for _, p := range req.AWS.Also {
 		also := &grants.Call{Method: req.Method, Action: p.Action, Resource: p.Resource, Query: d.Query, Header: out.Header,
 			Body: d.Body, BodyJSON: req.BodyJSON, HasBody: req.HasBody}
-		pd, err := c.b.Permit(c.l, c.name, also, d)
+		pd, err := c.b.permit(c.l, c.name, also, d)
 		if err != nil {
 			d.Release()
 			return fmt.Errorf("%s on %s (required by %s): %w", p.Action, p.Resource, p.Because, err)
@@ -384,7 +357,7 @@ func awsForwardHeaders(in, pinned http.Header) http.Header {
 
 // Gated reports whether the authorized call must wait for a human (see
 // Broker.Gated): then Hold it, else Send it.
-func (c *Call) Gated() bool {
+func (c *call) gated() bool {
 	if c.step != stepAuthorized {
 		return true // nothing to clear: Send refuses it anyway
 	}
@@ -397,7 +370,7 @@ func (c *Call) Gated() bool {
 
 // Hold turns the gated call into a pending action (see Broker.Hold), which
 // keeps the call's reservation.
-func (c *Call) Hold(ctx context.Context) (approval.Action, error) {
+func (c *call) hold(ctx context.Context) (approval.Action, error) {
 	if c.step != stepAuthorized {
 		return approval.Action{}, ErrOutOfOrder
 	}
@@ -408,7 +381,7 @@ func (c *Call) Hold(ctx context.Context) (approval.Action, error) {
 // Response is an upstream's answer to a sent call, its body decoded (see
 // upstream.Upstream.Do): the door writes it, scrubbed with Scrub, then
 // calls Close and the call's Complete.
-type Response struct {
+type response struct {
 	*http.Response
 	Scrub  *upstream.Scrubber
 	bound  context.Context
@@ -420,24 +393,24 @@ type Response struct {
 // CopyHeader copies the answer's headers for the sandbox (see
 // upstream.ResponseHeader): hop-by-hop headers, cookies and headers named
 // by a secret dropped, every value scrubbed.
-func (r *Response) CopyHeader(dst http.Header) {
+func (r *response) CopyHeader(dst http.Header) {
 	upstream.ResponseHeader(dst, r.Response.Header, r.Scrub)
 }
 
 // Interrupted is why a kill or a lifetime cut the call (see
 // broker.Interrupted), or nil.
-func (r *Response) Interrupted() error { return Interrupted(r.bound) }
+func (r *response) Interrupted() error { return Interrupted(r.bound) }
 
 // Done is closed when the call's standing ends: the door's request, the
 // session's kill or expiry, its grant's revocation or expiry, or the
 // kill-switch (see BoundTo). A relay (WebSocket) ends with it.
-func (r *Response) Done() <-chan struct{} { return r.bound.Done() }
+func (r *response) Done() <-chan struct{} { return r.bound.Done() }
 
 // UpstreamTime is the time since the request was sent (wall clock).
-func (r *Response) UpstreamTime() time.Duration { return time.Since(r.sent) }
+func (r *response) UpstreamTime() time.Duration { return time.Since(r.sent) }
 
 // Close ends the answer: its body, and the call's deadline and kill watch.
-func (r *Response) Close() {
+func (r *response) Close() {
 	r.Response.Body.Close()
 	r.cancel()
 	r.stop()
@@ -450,7 +423,7 @@ func (r *Response) Close() {
 // credential (ErrNoCredential) or the record (ErrNotRecorded) nothing is
 // sent and the call's reservation is released. A failed upstream call is
 // ErrNoAnswer. The caller must Close the Response.
-func (c *Call) Send(parent context.Context) (*Response, error) {
+func (c *call) send(parent context.Context) (*response, error) {
 	if c.step != stepCleared {
 		// Never sent without the gate's say, nor twice (a door's bug): an
 		// authorized call's reservation is given back, a sent one's kept.
@@ -462,7 +435,7 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 	c.step = stepSent
 	bound, stop := c.b.BoundTo(parent, c.l, c.grant)
 	ctx, cancel := context.WithTimeout(bound, c.u.Timeout)
-	fail := func(step, cause error) (*Response, error) {
+	fail := func(step, cause error) (*response, error) {
 		cancel()
 		stop()
 		return nil, &stepError{step: step, cause: cause}
@@ -511,26 +484,12 @@ func (c *Call) Send(parent context.Context) (*Response, error) {
 		}
 		return fail(ErrNoAnswer, err)
 	}
-	c.resp = Response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop}
+	c.resp = response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop}
 	return &c.resp, nil
 }
 
-// sendApproved sends an approved action's stored request (the approvals
-// service's execution, see gateDeps.send): the call is built exactly from
-// what Hold stored and is cleared by the reviewers' approval; its use,
-// consumed on g, is refunded if it is not sent.
-func (b *Broker) sendApproved(ctx context.Context, a approval.Action, l *Live, g *grants.Live) (*Response, error) {
-	out := &upstream.Outbound{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header.Clone(), Body: a.Request.Body}
-	if out.Header == nil {
-		out.Header = http.Header{}
-	}
-	c := &Call{b: b, name: a.Upstream, start: time.Now(), l: l, u: b.upstreams[a.Upstream], out: out, grant: g, amounts: a.Amounts, actionID: a.ID, step: stepCleared,
-		rec: CallRecord{RequestID: a.RequestID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, BytesIn: int64(len(a.Request.Body))}}
-	return c.Send(ctx)
-}
-
 // cut is why a kill or a lifetime ended the call's standing, or nil.
-func (c *Call) cut(bound context.Context) error {
+func (c *call) cut(bound context.Context) error {
 	switch {
 	case c.b.ks.engaged.Load():
 		return ErrKillswitch
@@ -556,7 +515,7 @@ func (c *Call) cut(bound context.Context) error {
 // session (session_revoked) or its grant (the grant is skipped as revoked:
 // no_matching_grant). Unreadable or none of them: session_revoked. Only
 // refused calls pay these reads.
-func (c *Call) killedBy(parent context.Context) error {
+func (c *call) killedBy(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 2*time.Second)
 	defer cancel()
 	if data, err := c.b.ks.store.Meta(ctx, metaKillswitch); err == nil {
@@ -575,7 +534,7 @@ func (c *Call) killedBy(parent context.Context) error {
 }
 
 // unreserve gives back what the call reserved on its grant, when it is not sent.
-func (c *Call) unreserve() {
+func (c *call) unreserve() {
 	if c.d != nil {
 		c.d.Release()
 		return
@@ -598,7 +557,7 @@ type CallRecord struct {
 // sequenced after it cannot replace it in the store). If it cannot be
 // written the reservation is released and the error wraps
 // audit.ErrUnavailable: the call must not happen.
-func (c *Call) recordAllowed(ctx context.Context) error {
+func (c *call) recordAllowed(ctx context.Context) error {
 	ev := callEvent(c.l, c.rec)
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
@@ -618,8 +577,12 @@ func (c *Call) recordAllowed(ctx context.Context) error {
 // Refuse writes the durable record of the refused call, with the code the
 // door answered: a refusal at any step (admission, authorization, a
 // pending limit, a credential that could not be fetched).
-func (c *Call) Refuse(ctx context.Context, cause error, code string) error {
+func (c *call) refuse(ctx context.Context, cause error, code string) error {
 	ev := callEvent(c.l, c.rec)
+	ev.ActionID = c.actionID
+	if c.l == nil && c.action != nil {
+		ev.Actor.ID, ev.SessionID, ev.TaskID = c.action.SessionID, c.action.SessionID, c.action.TaskID
+	}
 	ev.Type, ev.Decision, ev.Code = audit.TypeCallDenied, "deny", code
 	if errors.Is(cause, ErrEgressDenied) {
 		ev.Type = audit.TypeEgressDenied
@@ -633,9 +596,10 @@ func (c *Call) Refuse(ctx context.Context, cause error, code string) error {
 // decision is already durable): the status the client got (0 when the
 // upstream gave none), the bytes of the answer it got, and the code of a
 // failure.
-func (c *Call) Complete(status int, bytesOut int64, code string) {
+func (c *call) complete(status int, bytesOut int64, code string) {
 	ev := callEvent(c.l, c.rec)
 	ev.Type, ev.Status, ev.LatencyUS, ev.BytesOut, ev.Code = audit.TypeCallCompleted, status, time.Since(c.start).Microseconds(), bytesOut, code
+	ev.ActionID = c.actionID
 	if c.grant != nil {
 		ev.GrantID = c.grant.Grant.ID
 	}
@@ -654,25 +618,20 @@ func callEvent(l *Live, c CallRecord) audit.Event {
 	return ev
 }
 
-// denialReason is the audit's reason: the error text for domain errors (they
-// name parameters and constraints, never values or secrets).
+// denialReason is the audit's reason: the error's text for a bad request,
+// a constraint or a destination (they name parameters, constraints and
+// hosts, never values or secrets), else the message of its kind's error.
 func denialReason(err error) string {
 	var v *grants.Violation
 	if errors.As(err, &v) {
 		return v.Error()
 	}
-	if errors.Is(err, grants.ErrBadRequest) || errors.Is(err, ErrEgressDenied) {
+	f := fault.Find(err)
+	switch {
+	case f == nil:
+		return "refused"
+	case f.Kind == fault.BadRequest || f.Kind == fault.EgressDenied:
 		return err.Error()
 	}
-	if err == nil {
-		return ""
-	}
-	for _, known := range []error{ErrKillswitch, ErrRateLimited, ErrTooManyPending, ErrUnknownUpstream, grants.ErrNoMatchingGrant,
-		grants.ErrGrantExpired, grants.ErrGrantExhausted, grants.ErrBudgetExceeded, session.ErrInvalidToken,
-		session.ErrExpired, session.ErrRevoked, session.ErrWrongSource} {
-		if errors.Is(err, known) {
-			return known.Error()
-		}
-	}
-	return "refused"
+	return f.Msg
 }

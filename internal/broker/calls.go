@@ -2,11 +2,11 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 )
@@ -52,7 +52,7 @@ func (b *Broker) standing(l *Live, remote netip.Addr) error {
 }
 
 // ErrRateLimited means the session called faster than its limit.
-var ErrRateLimited = errors.New("session call rate exceeded")
+var ErrRateLimited = fault.New(fault.RateLimited, "session call rate exceeded")
 
 // Check admits a bearer of a session token (see Call.Admit): the global
 // kill-switch, the token and session (see Verify), the session's call rate.
@@ -60,20 +60,20 @@ func (b *Broker) Check(token string, remote netip.Addr) (*Live, error) {
 	return b.admit(BearerCaller(token, remote))
 }
 
-// Decide evaluates a canonical call of a verified session against its
+// decide evaluates a canonical call of a verified session against its
 // grants. On success one use (and any budget) of the grant is reserved;
 // Release it if the call does not happen. Whether the call must wait for a
-// human is Gated's answer.
-func (b *Broker) Decide(l *Live, upstreamName string, call *grants.Call) (*grants.Decision, error) {
+// human is the gate's answer (approvals.gated).
+func (b *Broker) decide(l *Live, upstreamName string, call *grants.Call) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}
 	return b.decideFresh(l, upstreamName, call)
 }
 
-// Permit checks a further permission a call needs (see grants.Permit)
+// permit checks a further permission a call needs (see grants.Permit)
 // against the session's grants, reserving nothing.
-func (b *Broker) Permit(l *Live, upstreamName string, call *grants.Call, held *grants.Decision) (*grants.Decision, error) {
+func (b *Broker) permit(l *Live, upstreamName string, call *grants.Call, held *grants.Decision) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/session"
 )
 
@@ -58,7 +59,7 @@ const DefaultStaleAfter = 2 * time.Second
 // ErrStale refuses sandbox calls on a replica whose change feed has not
 // confirmed for StaleAfter that it is current: a kill made elsewhere might
 // be unknown here (problem code broker_unavailable, 503).
-var ErrStale = errors.New("this broker cannot confirm it is current with the other replicas; retry on another")
+var ErrStale = fault.New(fault.BrokerUnavailable, "this broker cannot confirm it is current with the other replicas; retry on another")
 
 // follower applies a ChangeFeed to this broker and says whether it is current.
 type follower struct {

@@ -1,12 +1,12 @@
 package broker
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -14,7 +14,7 @@ import (
 // not a valid host, a host no upstream names, or a host of an upstream the
 // session holds no live grant on. Refuse records it as egress.denied, with
 // the destination as the record's path.
-var ErrEgressDenied = errors.New("egress denied")
+var ErrEgressDenied = fault.New(fault.EgressDenied, "egress denied")
 
 // Destination is where a proxy-door client asked to go, as the broker read it.
 type Destination struct {
@@ -37,7 +37,7 @@ func (d Destination) String() string { return net.JoinHostPort(d.Host, strconv.I
 // never resolves or dials the destination: it maps it to the upstream,
 // whose configured base URL the call goes to. On success the call is a call
 // to that upstream.
-func (c *Call) Egress(host string, port int, tunnel bool) (Destination, error) {
+func (c *call) egress(host string, port int, tunnel bool) (Destination, error) {
 	c.rec.Path = clip(net.JoinHostPort(host, strconv.Itoa(port)), 300)
 	if c.step != stepAdmitted {
 		return Destination{}, ErrOutOfOrder
@@ -68,6 +68,7 @@ func (c *Call) Egress(host string, port int, tunnel bool) (Destination, error) {
 	// A grant another broker added is read through, as a refused call's is
 	// (decideFresh): a grant made on one replica opens the door on all.
 	if c.l.liveGrantOn(u.Name, now) || c.b.resync(c.l) && c.l.liveGrantOn(u.Name, now) {
+		c.dest = d
 		return d, nil
 	}
 	return d, fmt.Errorf("%w: the session holds no live grant on upstream %q (%s)", ErrEgressDenied, u.Name, d)

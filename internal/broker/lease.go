@@ -8,6 +8,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // DefaultActionLease is how long an executing action's claim holds unless
@@ -74,7 +75,7 @@ func (s *approvals) failExecuting(id string, always bool, reason string) {
 			return errUnchanged
 		}
 		a.Status, a.Reason = approval.Failed, reason
-		a.Result = &approval.Result{Code: "upstream_error", ExecutedAt: s.now().UTC()}
+		a.Result = &approval.Result{Code: fault.UpstreamError.Code(), ExecutedAt: s.now().UTC()}
 		return nil
 	})
 	if err != nil {

@@ -173,7 +173,7 @@ var ErrTooManyStreams = fmt.Errorf("%w: the session holds as many streams (WebSo
 // then ended, its reservation given back (the door refuses it), and a
 // sent one's answer is not to be relayed (the door completes it with the
 // refusal's code). Other sessions' slots are their own.
-func (c *Call) Stream() (release func(), err error) {
+func (c *call) stream() (release func(), err error) {
 	if c.l == nil {
 		return nil, ErrOutOfOrder
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -125,4 +126,88 @@ func (b *Broker) sessionEnded(l *Live, at time.Time) {
 		why = "session killed"
 	}
 	b.mint.endSession(l.Session.ID, why)
+}
+
+// callMetrics are the series of sandbox calls, counted by the pipeline
+// (pipeline.go) alone.
+type callMetrics struct {
+	calls           *prometheus.CounterVec
+	overhead        *prometheus.HistogramVec
+	upstreamLatency *prometheus.HistogramVec
+	limitHits       *prometheus.CounterVec
+	waiters         prometheus.Gauge
+	known           map[string]*upstream.Upstream // configured upstreams: the only label values
+}
+
+// unknownUpstream is the label of every name that is not configured: label
+// values come from configuration only, so no request can add a series.
+const unknownUpstream = "unknown"
+
+func newCallMetrics(reg prometheus.Registerer, known map[string]*upstream.Upstream) *callMetrics {
+	m := &callMetrics{
+		known: known,
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_calls_total", Help: "Sandbox calls by upstream, decision (allow, deny, error) and problem code.",
+		}, []string{"upstream", "decision", "code"}),
+		overhead: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_broker_overhead_seconds", Help: "Time a sandbox call spends in the broker, upstream time excluded.",
+			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
+		}, []string{"upstream"}),
+		upstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "airlock_upstream_seconds", Help: "Upstream call time, from sending to the last byte of the answer.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"upstream"}),
+		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_limit_hits_total", Help: "Calls refused by a cap or limit: constraint, budget, max_uses, rate, pending.",
+		}, []string{"kind"}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "airlock_decision_waiters", Help: "Sandbox requests holding their connection for a reviewer's decision (Prefer: wait, or the proxy door's proxy_wait).",
+		}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.limitHits, m.waiters)
+	}
+	return m
+}
+
+func (m *callMetrics) label(name string) string {
+	if _, ok := m.known[name]; ok {
+		return name
+	}
+	return unknownUpstream
+}
+
+// limitHit is the cap or limit a refusal of kind k hit (the "resource-cap
+// hits" KPI), or "".
+func limitHit(k fault.Kind) string {
+	switch k {
+	case fault.ConstraintViolated:
+		return "constraint"
+	case fault.BudgetExceeded:
+		return "budget"
+	case fault.GrantExhausted:
+		return "max_uses"
+	case fault.RateLimited:
+		return "rate"
+	case fault.TooManyPending:
+		return "pending"
+	}
+	return ""
+}
+
+// observe counts a call's decision with its code ("" when allowed or
+// held), and the broker's time on it.
+func (m *callMetrics) observe(name, decision, code string, overhead time.Duration) {
+	name = m.label(name)
+	m.calls.WithLabelValues(name, decision, code).Inc()
+	if code != "" {
+		if hit := limitHit(fault.KindOf(code)); hit != "" {
+			m.limitHits.WithLabelValues(hit).Inc()
+		}
+	}
+	m.overhead.WithLabelValues(name).Observe(overhead.Seconds())
+}
+
+func (m *callMetrics) upstream(name string, d time.Duration) {
+	m.upstreamLatency.WithLabelValues(m.label(name)).Observe(d.Seconds())
 }

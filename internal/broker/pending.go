@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // DefaultMaxPending bounds a session's pending actions unless configured
@@ -13,7 +14,7 @@ const DefaultMaxPending = 16
 
 // ErrTooManyPending refuses a gated call when its session already has its
 // limit of pending actions.
-var ErrTooManyPending = errors.New("the session has too many pending actions")
+var ErrTooManyPending = fault.New(fault.TooManyPending, "the session has too many pending actions")
 
 // A pending action holds two things until it leaves pending: a slot of its
 // session's pending limit (Live.pending) and its grant's reservation of one

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -13,7 +14,7 @@ import (
 
 // ErrNoProxyCA means the session has no CA: the proxy door was off when it
 // was created. It is an ErrNotFound.
-var ErrNoProxyCA = fmt.Errorf("%w: the session has no proxy CA", ErrNotFound)
+var ErrNoProxyCA = &fault.Error{Kind: fault.NotFound, Msg: "the session has no proxy CA", Err: ErrNotFound}
 
 // newProxyCA makes session s's CA and stores it sealed in s (before s is
 // stored). The open CA is returned to go live with the session.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 )
 
@@ -45,7 +46,7 @@ type UsageStore interface {
 
 // ErrUsageUnavailable: a grant's limits could not be counted (the usage
 // store did not answer); the call is refused, nothing was taken.
-var ErrUsageUnavailable = errors.New("grant usage unavailable")
+var ErrUsageUnavailable = fault.Hidden(fault.UsageUnavailable, "grant usage unavailable")
 
 // usageTimeout bounds one reservation or release. A sandbox call's
 // reservation is not cut by its request's end: it completes or fails

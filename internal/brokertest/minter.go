@@ -177,23 +177,12 @@ func (c MinterContract) Run(t *testing.T) {
 		return v
 	}
 	call := func(v broker.SessionView) (string, error) {
-		cl := b.NewCall(u.Name, c.Request().Method)
-		if err := cl.Admit(broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1"))); err != nil {
-			return "", err
-		}
-		if err := cl.Authorize(c.Request()); err != nil {
-			return "", err
-		}
-		if cl.Gated() {
+		res := Do(ctx, b, broker.Inbound{Upstream: u.Name, Method: c.Request().Method,
+			Caller: broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1")), Parse: Request(c.Request())})
+		if res.Held {
 			t.Fatal("the contract's grant must not be gated")
 		}
-		resp, err := cl.Send(ctx)
-		if err != nil {
-			return "", err
-		}
-		defer resp.Close()
-		body, _ := io.ReadAll(resp.Scrub.Reader(resp.Body))
-		return string(body), nil
+		return res.Body, res.Err
 	}
 	mustCall := func(v broker.SessionView) string {
 		t.Helper()

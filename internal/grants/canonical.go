@@ -3,18 +3,19 @@ package grants
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // ErrBadRequest is returned (wrapped) when a sandbox request cannot be
 // canonicalized: it is refused before any rule is consulted.
-var ErrBadRequest = errors.New("bad request")
+var ErrBadRequest = fault.New(fault.BadRequest, "bad request")
 
 func badRequest(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrBadRequest}, args...)...)

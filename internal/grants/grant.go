@@ -17,19 +17,21 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // Errors returned by Evaluate and Reserve. Each maps to one problem code.
 var (
-	ErrNoMatchingGrant    = errors.New("no grant rule allows this call")
-	ErrConstraintViolated = errors.New("constraint violated")
-	ErrGrantExpired       = errors.New("grant expired")
-	ErrGrantExhausted     = errors.New("grant exhausted")
-	ErrBudgetExceeded     = errors.New("budget exceeded")
+	ErrNoMatchingGrant    = fault.New(fault.NoMatchingGrant, "no grant rule allows this call")
+	ErrConstraintViolated = fault.New(fault.ConstraintViolated, "constraint violated")
+	ErrGrantExpired       = fault.New(fault.GrantExpired, "grant expired")
+	ErrGrantExhausted     = fault.New(fault.GrantExhausted, "grant exhausted")
+	ErrBudgetExceeded     = fault.New(fault.BudgetExceeded, "budget exceeded")
 	// ErrGrantRevoked is why work in flight on a grant ended when the
 	// grant was revoked (see Live.Standing); a call that starts after the
 	// revocation finds no usable grant (ErrNoMatchingGrant).
-	ErrGrantRevoked = errors.New("grant revoked")
+	ErrGrantRevoked = fault.New(fault.GrantRevoked, "grant revoked")
 )
 
 // Approval modes of a grant.
@@ -135,6 +137,9 @@ type FieldError struct {
 }
 
 func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Unwrap makes a FieldError a bad request (ErrBadRequest).
+func (e *FieldError) Unwrap() error { return ErrBadRequest }
 
 // UpstreamKind answers the type ("http" or "aws") of a configured upstream.
 type UpstreamKind func(name string) (kind string, ok bool)

@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -12,7 +11,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
-	"github.com/airlock-broker/airlock/internal/grants"
 )
 
 // maxWait bounds Prefer: wait=N.
@@ -120,76 +118,6 @@ func (s *Server) reviewerAction(a approval.Action) actionJSON {
 	return out
 }
 
-// hold answers a gated call: 202 with the pending action, or with
-// Prefer: wait=N the executed upstream answer if the decision comes in time.
-// failed writes a refusal in the protocol of the door the call came through.
-func (s *Server) hold(w http.ResponseWriter, r *http.Request, c *broker.Call, failed func(Problem), wait time.Duration) {
-	rec := c.Record()
-	a, err := c.Hold(r.Context())
-	if errors.Is(err, broker.ErrTooManyPending) { // a refusal like any other: audited with its code
-		failed(s.refuse(r, c, err))
-		return
-	}
-	if err != nil {
-		s.metrics.call(rec.Upstream, "deny", problemFor(err).Code, c.Elapsed())
-		s.failWith(r, err, rec.RequestID, failed)
-		return
-	}
-	s.metrics.call(rec.Upstream, "hold", "", c.Elapsed())
-	if wait > 0 {
-		if _, ok := preferWait(r); ok {
-			w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		}
-		if a, err = s.awaitDecision(r, c.Live(), c.Grant(), a.ID, wait); err != nil {
-			if broker.IsCut(err) {
-				// The held call ended with its session or grant: its outcome says why.
-				p := problemFor(err)
-				c.Complete(p.Status, 0, p.Code)
-			}
-			s.failWith(r, err, rec.RequestID, failed)
-			return
-		}
-	}
-	switch a.Status {
-	case approval.Denied, approval.Expired, approval.Failed:
-		failed(problemFor(broker.ActionError(a)))
-		return
-	}
-	s.answerAction(w, r, a, rec.RequestID)
-}
-
-// awaitDecision long-polls an action of the session for up to wait; a kill
-// or the expiry of the session, the revocation or expiry of the action's
-// grant g (nil: the session's alone) or the kill-switch ends the wait with
-// its error.
-func (s *Server) awaitDecision(r *http.Request, l *broker.Live, g *grants.Live, id string, wait time.Duration) (approval.Action, error) {
-	ctx, stop := s.b.BoundTo(r.Context(), l, g)
-	defer stop()
-	s.metrics.waiters.Inc()
-	defer s.metrics.waiters.Dec()
-	a, err := s.b.WaitAction(ctx, id, wait)
-	if cut := broker.Interrupted(ctx); cut != nil && err == nil && (!a.Status.Terminal() || a.Status == approval.Denied) {
-		// An action that ran is answered as it finished; one denied by
-		// the same end (its session or grant gone) says why.
-		err = cut
-	}
-	return a, err
-}
-
-// answerAction writes the executed answer, the refusal, or 202 pending.
-func (s *Server) answerAction(w http.ResponseWriter, r *http.Request, a approval.Action, requestID string) {
-	switch a.Status {
-	case approval.Executed:
-		writeResult(w, a.Result)
-		return
-	case approval.Denied, approval.Expired, approval.Failed:
-		writeProblem(w, problemFor(broker.ActionError(a)), requestID)
-		return
-	}
-	w.Header().Set("Location", "/v1/actions/"+a.ID)
-	writeJSON(w, http.StatusAccepted, toActionJSON(a, false))
-}
-
 func writeResult(w http.ResponseWriter, res *approval.Result) {
 	for k, vs := range res.Header {
 		w.Header()[k] = vs
@@ -221,7 +149,7 @@ func (s *Server) getAction(w http.ResponseWriter, r *http.Request) error {
 	}
 	if wait, ok := preferWait(r); ok && wait > 0 && !a.Status.Terminal() {
 		w.Header().Set("Preference-Applied", "wait="+strconv.Itoa(int(wait/time.Second)))
-		if a, err = s.awaitDecision(r, l, nil, a.ID, wait); err != nil {
+		if a, err = s.b.AwaitAction(r.Context(), l, a.ID, wait); err != nil {
 			return err
 		}
 	}

@@ -12,82 +12,89 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5"
 
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
 // errAWSSignature is a SigV4 request that does not verify.
-var errAWSSignature = errors.New("the request signature does not match (check the session's aws_credentials)")
+var errAWSSignature = fault.Hidden(fault.InvalidSignature, "the request signature does not match (check the session's aws_credentials)")
 
 // awsProxy is ANY /v1/aws/{upstream}/...: the stock AWS SDK or CLI pointed
 // at the broker (AWS_ENDPOINT_URL), signing with the session's
 // aws_credentials. The caller is named by the signature's access key.
 func (s *Server) awsProxy(w http.ResponseWriter, r *http.Request) {
-	c, name := s.beginCall(w, r)
+	name := chi.URLParam(r, "upstream")
 	u, _ := s.b.Upstream(name)
 	rest := strings.TrimPrefix(r.URL.EscapedPath(), "/v1/aws/"+name)
 	if rest == "" {
 		rest = "/"
 	}
-	s.serveAWS(w, r, c, u, rest, func(sig *upstream.SigV4) error {
-		return c.Admit(broker.SigV4Caller(sig.AccessKey, remoteAddr(r)))
-	})
+	in := broker.Inbound{Upstream: name, Method: r.Method, Wait: awsWait(r)}
+	var sig *upstream.SigV4
+	if u == nil || u.AWS == nil {
+		in.Refused = broker.ErrUnknownUpstream
+	} else if parsed, err := upstream.ParseSigV4(r); err != nil {
+		in.Refused = errors.Join(errAWSSignature, err)
+	} else {
+		sig, in.Caller = parsed, broker.SigV4Caller(parsed.AccessKey, remoteAddr(r))
+	}
+	in.Parse = func(a *broker.Admitted) (*broker.Request, error) { return readAWS(r, a, sig, rest) }
+	out := s.outcomes(w, r, awsProblem(u))
+	s.b.Do(r.Context(), in, out.write)
+	out.end()
 }
 
-// serveAWS drives one SigV4 request through the call pipeline (see
-// broker.Call), whichever door it came in by: it verifies the signature
-// against the request as the client sent and signed it (its Host and
-// path), maps rest (the escaped path below the upstream, path-style for
-// S3) to an action and resource, and hands it on; the pipeline checks the
-// grant, re-signs with the real credentials for the configured endpoint
-// and forwards. admit admits the call (or checks the admitted caller) once
-// the signature is parsed. u may be nil (no such upstream). Refusals answer
-// in the protocol the client speaks.
-func (s *Server) serveAWS(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, rest string, admit func(*upstream.SigV4) error) {
-	reqID := c.RequestID()
-	deny := func(err error) {
-		p := s.refuse(r, c, err)
-		writeAWSError(w, u, p, reqID, errors.Is(err, errAWSSignature) || errors.Is(err, upstream.ErrSignature))
+// awsWait is how long a gated AWS call waits: AWS clients cannot follow a
+// 202, so the call holds its connection for the decision (Prefer: wait=60
+// unless the client asked otherwise).
+func awsWait(r *http.Request) time.Duration {
+	if r.Header.Get("Prefer") == "" {
+		r.Header.Set("Prefer", "wait=60")
 	}
-	if u == nil || u.AWS == nil {
-		deny(broker.ErrUnknownUpstream)
-		return
+	wait, _ := preferWait(r)
+	return wait
+}
+
+// awsProblem writes errors in the AWS protocol of upstream u (nil: none).
+func awsProblem(u *upstream.Upstream) func(http.ResponseWriter, error, string) {
+	return func(w http.ResponseWriter, err error, requestID string) {
+		writeAWSError(w, u, problemFor(err), requestID)
 	}
-	sig, err := upstream.ParseSigV4(r)
+}
+
+// readAWS reads one admitted SigV4 request, whichever door it came in by:
+// it verifies the signature against the request as the client sent and
+// signed it (its Host and path), maps rest (the escaped path below the
+// upstream, path-style for S3) to an action and resource, and builds the
+// canonical request; the pipeline checks the grant, re-signs with the real
+// credentials for the configured endpoint and forwards.
+func readAWS(r *http.Request, a *broker.Admitted, sig *upstream.SigV4, rest string) (*broker.Request, error) {
+	u := a.Upstream()
+	body, payloadHash, err := readAWSBody(r, sig, a.AWSSecret(), u.MaxBody, u.AWS.S3())
 	if err != nil {
-		deny(errors.Join(errAWSSignature, err))
-		return
+		return nil, err
 	}
-	if err := admit(sig); err != nil {
-		deny(err)
-		return
-	}
-	body, payloadHash, err := readAWSBody(r, sig, c.AWSSecret(), u.MaxBody, u.AWS.S3())
-	if err != nil {
-		deny(err)
-		return
-	}
-	if err := c.VerifySigV4(sig, r, payloadHash, u.AWS.S3()); err != nil {
-		deny(errors.Join(errAWSSignature, err))
-		return
+	if err := a.VerifySigV4(sig, r, payloadHash, u.AWS.S3()); err != nil {
+		return nil, errors.Join(errAWSSignature, err)
 	}
 	decoded, err := url.PathUnescape(rest)
 	if err != nil || !strings.HasPrefix(decoded, "/") || strings.ContainsRune(decoded, 0) {
-		deny(grants.ErrBadRequest)
-		return
+		return nil, grants.ErrBadRequest
 	}
-	c.SetPath(rest, int64(len(body)))
+	a.SetPath(rest, int64(len(body)))
 	query, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		deny(grants.ErrBadRequest)
-		return
+		return nil, grants.ErrBadRequest
 	}
 	params, err := grants.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		deny(err)
-		return
+		return nil, err
 	}
 	var form url.Values
 	if !u.AWS.S3() && len(body) > 0 && formBody(r.Header.Get("Content-Type")) {
@@ -95,13 +102,12 @@ func (s *Server) serveAWS(w http.ResponseWriter, r *http.Request, c *broker.Call
 	}
 	op, err := u.AWS.Operation(upstream.AWSRequest{Method: r.Method, Path: decoded, Query: query, Header: r.Header, Form: form, Body: body})
 	if err != nil {
-		deny(err)
-		return
+		return nil, err
 	}
 	if op.SendPath != "" {
 		rest = op.SendPath // built from the checked bucket and key: the upstream reads what was checked
 	}
-	c.SetPath(rest, int64(len(body)))
+	a.SetPath(rest, int64(len(body)))
 	req := &broker.Request{Call: grants.Call{Method: r.Method, Action: op.Action, Resource: op.Resource, Query: params, Header: r.Header, HasBody: len(body) > 0},
 		Raw: body, AWS: &broker.AWSRequest{Path: rest, RawQuery: r.URL.RawQuery, Also: op.Also}}
 	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
@@ -109,21 +115,7 @@ func (s *Server) serveAWS(w http.ResponseWriter, r *http.Request, c *broker.Call
 			req.Body, req.BodyJSON = v, true
 		}
 	}
-	if err := c.Authorize(req); err != nil {
-		deny(err)
-		return
-	}
-	failed := func(p Problem) { writeAWSError(w, u, p, reqID, false) }
-	if c.Gated() {
-		// AWS clients cannot follow a 202: hold the call open for the decision.
-		if r.Header.Get("Prefer") == "" {
-			r.Header.Set("Prefer", "wait=60")
-		}
-		wait, _ := preferWait(r)
-		s.hold(w, r, c, failed, wait)
-		return
-	}
-	s.forward(w, r, c, deny, failed)
+	return req, nil
 }
 
 // formBody reports whether a body of this Content-Type may be read as a
@@ -193,19 +185,8 @@ func readAWSBody(r *http.Request, sig *upstream.SigV4, secret string, limit int6
 // writeAWSError answers in the client's protocol, so the SDK shows the
 // Airlock code instead of failing to parse: S3's XML error, or a JSON error
 // for JSON-protocol services.
-func writeAWSError(w http.ResponseWriter, u *upstream.Upstream, p Problem, reqID string, signature bool) {
-	code := map[int]string{400: "InvalidRequest", 401: "AccessDenied", 403: "AccessDenied", 404: "NoSuchUpstream", 405: "MethodNotAllowed",
-		409: "Conflict", 413: "EntityTooLarge", 429: "SlowDown", 502: "InternalError", 503: "ServiceUnavailable", 504: "RequestTimeout"}[p.Status]
-	if code == "" {
-		code = "InternalError"
-	}
-	if p.Code == "too_many_pending" {
-		code = "TooManyPendingActions" // not a throttling code: the SDK must not retry it on its own
-	}
-	if signature {
-		code = "SignatureDoesNotMatch"
-		p.Status, p.Code = http.StatusForbidden, "invalid_token"
-	}
+func writeAWSError(w http.ResponseWriter, u *upstream.Upstream, p Problem, reqID string) {
+	code := awsCode(p.kind)
 	msg := "airlock " + p.Code + ": " + p.Detail
 	h := w.Header()
 	h.Set("X-Airlock-Code", p.Code)
@@ -231,4 +212,38 @@ func writeAWSError(w http.ResponseWriter, u *upstream.Upstream, p Problem, reqID
 	h.Set("X-Amzn-ErrorType", code)
 	w.WriteHeader(p.Status)
 	_ = json.NewEncoder(w).Encode(map[string]string{"__type": code, "message": msg})
+}
+
+// awsCode is the AWS error code a kind is answered with: one the SDKs
+// know how to treat (SlowDown is retried, AccessDenied is not), never a
+// throttling code for too many pending actions (the SDK must not retry it
+// on its own).
+func awsCode(k fault.Kind) string {
+	switch k {
+	case fault.InvalidSignature:
+		return "SignatureDoesNotMatch"
+	case fault.TooManyPending:
+		return "TooManyPendingActions"
+	}
+	switch k.Status() {
+	case 400:
+		return "InvalidRequest"
+	case 401, 403:
+		return "AccessDenied"
+	case 404:
+		return "NoSuchUpstream"
+	case 405:
+		return "MethodNotAllowed"
+	case 409:
+		return "Conflict"
+	case 413:
+		return "EntityTooLarge"
+	case 429:
+		return "SlowDown"
+	case 503:
+		return "ServiceUnavailable"
+	case 504:
+		return "RequestTimeout"
+	}
+	return "InternalError"
 }

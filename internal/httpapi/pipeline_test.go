@@ -447,7 +447,7 @@ func TestPipelineThroughEachDoor(t *testing.T) {
 		{name: "credential unavailable", op: "Ok", prepare: noCredential, want: map[string]pipeOutcome{
 			"rest":    {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
 			"aws":     {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
-			"execute": {Status: "failed", Code: "credential_unavailable"},
+			"execute": {Status: "failed", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
 		}},
 		{name: "audit unavailable", op: "Ok", prepare: noAudit, want: map[string]pipeOutcome{
 			"rest":    {Status: "503", Code: "audit_unavailable"},

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -70,10 +71,10 @@ type ProxyDoor struct {
 
 // Errors of the proxy door.
 var (
-	errProxyAuth        = errors.New("proxy authentication required: Proxy-Authorization: Basic with the session token as the password")
+	errProxyAuth        = fault.New(fault.ProxyAuthRequired, "proxy authentication required: Proxy-Authorization: Basic with the session token as the password")
 	errNotProxyRequest  = fmt.Errorf("%w: this is the broker's proxy door: send CONNECT host:443 or an absolute-form http:// request", grants.ErrBadRequest)
 	errProxyScheme      = fmt.Errorf("%w: only http:// requests (and CONNECT for https) go through the proxy door", grants.ErrBadRequest)
-	errHostMismatch     = fmt.Errorf("%w: the request's Host is not the host the tunnel was opened to", grants.ErrBadRequest)
+	errHostMismatch     = fault.New(fault.Misdirected, "bad request: the request's Host is not the host the tunnel was opened to")
 	errSNIMismatch      = errors.New("the TLS server name is not the CONNECT host")
 	errTooManyTunnels   = fmt.Errorf("%w: the session holds as many tunnels open as proxy_max_tunnels allows; reuse or close one", broker.ErrRateLimited)
 	proxyHandshakeLimit = 10 * time.Second
@@ -155,10 +156,10 @@ func (c *tunnelConn) Close() error {
 	return err
 }
 
-// openTunnel takes one of the session's places for a tunnel; the func
+// claimTunnel takes one of the session's places for a tunnel; the func
 // frees it (once, whoever calls it). ok is false when the session holds
 // maxTunnels already.
-func (p *ProxyDoor) openTunnel(sessionID string) (release func(), ok bool) {
+func (p *ProxyDoor) claimTunnel(sessionID string) (release func(), ok bool) {
 	p.tunnelsMu.Lock()
 	defer p.tunnelsMu.Unlock()
 	if p.tunnels[sessionID] >= p.maxTunnels {
@@ -224,27 +225,18 @@ func writeProxyProblem(w http.ResponseWriter, p Problem, requestID string) {
 	writeProblem(w, p, requestID)
 }
 
-// admitProxy starts a call on the proxy listener and admits its caller by
-// the Proxy-Authorization token; false when it was refused (and answered).
-func (p *ProxyDoor) admitProxy(w http.ResponseWriter, r *http.Request) (*broker.Call, string, bool) {
-	c := p.s.b.NewCall("", r.Method)
-	w.Header().Set("X-Airlock-Request-Id", c.RequestID())
+// proxyInbound is a call on the proxy listener, its caller admitted by
+// the Proxy-Authorization token, to the destination the request names.
+func proxyInbound(r *http.Request, tunnel bool) (broker.Inbound, string) {
+	host, port, _ := proxyTarget(r)
+	in := broker.Inbound{Method: r.Method, Egress: &broker.Egress{Host: host, Port: port, Tunnel: tunnel}}
 	tok, ok := proxyToken(r)
-	var err error
-	if !ok {
-		err = errProxyAuth
+	if ok {
+		in.Caller = broker.BearerCaller(tok, remoteAddr(r))
 	} else {
-		err = c.Admit(broker.BearerCaller(tok, remoteAddr(r)))
+		in.Refused = errProxyAuth
 	}
-	if err != nil {
-		// The destination goes in the record too.
-		if host, port, ok := proxyTarget(r); ok {
-			c.SetPath(net.JoinHostPort(host, strconv.Itoa(port)), 0)
-		}
-		writeProxyProblem(w, p.s.refuse(r, c, err), c.RequestID())
-		return nil, "", false
-	}
-	return c, tok, true
+	return in, tok
 }
 
 // proxyTarget is the destination a CONNECT or absolute-form request names
@@ -272,21 +264,27 @@ func proxyTarget(r *http.Request) (host string, port int, ok bool) {
 // terminate TLS with a leaf of the session's CA, and hand the connection to
 // the inner server.
 func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
-	c, tok, ok := p.admitProxy(w, r)
+	in, tok := proxyInbound(r, true)
+	answered := false // the connection was taken over (or answered): a refusal is recorded, not written
+	p.s.b.Open(r.Context(), in, func(a *broker.Admitted) error {
+		return p.openTunnel(w, r, a, tok, &answered)
+	}, func(o *broker.Outcome) {
+		if !answered {
+			w.Header().Set("X-Airlock-Request-Id", o.RequestID)
+			writeProxyProblem(w, problemFor(o.Err), o.RequestID)
+		}
+	})
+}
+
+// openTunnel opens the admitted tunnel: one of its session's tunnel slots,
+// 200, the TLS handshake with a leaf of the session's CA for the CONNECT
+// host (the client's server name must be it), then the connection to the
+// inner server. An error is a refusal for the pipeline to record.
+func (p *ProxyDoor) openTunnel(w http.ResponseWriter, r *http.Request, a *broker.Admitted, tok string, answered *bool) error {
+	dest, sessionID := a.Destination(), a.SessionID()
+	release, ok := p.claimTunnel(sessionID)
 	if !ok {
-		return
-	}
-	host, port, _ := proxyTarget(r)
-	dest, err := c.Egress(host, port, true)
-	if err != nil {
-		writeProxyProblem(w, p.s.refuse(r, c, err), c.RequestID())
-		return
-	}
-	sessionID := c.SessionID()
-	release, ok := p.openTunnel(sessionID)
-	if !ok {
-		writeProxyProblem(w, p.s.refuse(r, c, errTooManyTunnels), c.RequestID())
-		return
+		return errTooManyTunnels
 	}
 	handedOver := false
 	defer func() {
@@ -294,15 +292,16 @@ func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
 			release()
 		}
 	}()
+	*answered = true
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		p.log.Error("proxy door: hijack failed", "err", err)
-		writeProblem(w, problemFor(errors.New("hijack")), c.RequestID())
-		return
+		writeProblem(w, problemFor(errors.New("hijack")), a.RequestID())
+		return nil
 	}
-	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\nX-Airlock-Request-Id: "+c.RequestID()+"\r\n\r\n"); err != nil {
+	if _, err := io.WriteString(conn, "HTTP/1.1 200 Connection established\r\nX-Airlock-Request-Id: "+a.RequestID()+"\r\n\r\n"); err != nil {
 		conn.Close()
-		return
+		return nil
 	}
 	var raw net.Conn = conn
 	if n := brw.Reader.Buffered(); n > 0 { // the client's hello, sent without waiting for the 200
@@ -334,17 +333,17 @@ func (p *ProxyDoor) connect(w http.ResponseWriter, r *http.Request) {
 		tlsConn.Close()
 		if errors.Is(err, errSNIMismatch) {
 			// An attack or a confused client: recorded like a refused destination.
-			p.s.refuse(r, c, fmt.Errorf("%w: %w", broker.ErrEgressDenied, errSNIMismatch))
-		} else {
-			p.log.Info("proxy door: TLS handshake failed", "request_id", c.RequestID(), "session_id", sessionID, "destination", dest.String(), "err", err)
+			return fmt.Errorf("%w: %w", broker.ErrEgressDenied, errSNIMismatch)
 		}
-		return
+		p.log.Info("proxy door: TLS handshake failed", "request_id", a.RequestID(), "session_id", sessionID, "destination", dest.String(), "err", err)
+		return nil
 	}
 	handedOver = true
 	if !p.conns.push(&tunnelConn{Conn: tlsConn, t: newTunnel(tok, remoteAddr(r), dest), release: release}) {
 		tlsConn.Close()
 		release()
 	}
+	return nil
 }
 
 // innerProtos is the ALPN the door offers inside a tunnel.
@@ -393,82 +392,101 @@ func (p *ProxyDoor) serveTunneled(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problemFor(errNotProxyRequest), "")
 		return
 	}
-	c := p.s.b.NewCall(t.dest.Upstream, r.Method)
-	w.Header().Set("X-Airlock-Request-Id", c.RequestID())
-	if err := c.Admit(broker.BearerCaller(t.token, t.remote)); err != nil {
-		w.Header().Set("Connection", "close") // the tunnel's token is no good any more
-		writeProblem(w, p.s.refuse(r, c, err), c.RequestID())
-		return
+	in := broker.Inbound{Upstream: t.dest.Upstream, Method: r.Method, Caller: broker.BearerCaller(t.token, t.remote), Wait: p.wait}
+	c := p.newCall(w, r)
+	in.Parse = func(a *broker.Admitted) (*broker.Request, error) {
+		c.admitted = true
+		if !hostMatches(r.Host, t) {
+			return nil, errHostMismatch
+		}
+		return c.parse(a, r.URL.EscapedPath())
 	}
-	if !hostMatches(r.Host, t) {
-		w.Header().Set("Connection", "close")
-		writeProblem(w, p.s.refuse(r, c, errHostMismatch), c.RequestID())
-		return
-	}
-	p.call(w, r, c, r.URL.EscapedPath())
+	p.s.b.Do(r.Context(), in, c.write)
+	c.out.end()
 }
 
 // plain is an absolute-form http:// request on the proxy listener: the
 // same destination check as CONNECT, then the call.
 func (p *ProxyDoor) plain(w http.ResponseWriter, r *http.Request) {
-	c, _, ok := p.admitProxy(w, r)
-	if !ok {
-		return
+	in, _ := proxyInbound(r, false)
+	in.Wait = p.wait
+	c := p.newCall(w, r)
+	c.admitted = true // the connection is not a tunnel's: it stays open
+	in.Parse = func(a *broker.Admitted) (*broker.Request, error) {
+		if r.URL.Scheme != "http" {
+			return nil, errProxyScheme
+		}
+		return c.parse(a, r.URL.EscapedPath())
 	}
-	if r.URL.Scheme != "http" {
-		writeProblem(w, p.s.refuse(r, c, errProxyScheme), c.RequestID())
-		return
-	}
-	host, port, _ := proxyTarget(r)
-	if _, err := c.Egress(host, port, false); err != nil {
-		writeProblem(w, p.s.refuse(r, c, err), c.RequestID())
-		return
-	}
-	p.call(w, r, c, r.URL.EscapedPath())
+	p.s.b.Do(r.Context(), in, c.write)
+	c.out.end()
 }
 
-// call is the REST door's pipeline for an admitted call to its upstream:
-// the sandbox's Authorization (a placeholder) and Proxy-Authorization are
-// dropped, the request read canonically, authorized, held for a human
-// (for up to the proxy wait) or forwarded.
-func (p *ProxyDoor) call(w http.ResponseWriter, r *http.Request, c *broker.Call, escapedPath string) {
-	s := p.s
-	failed := func(pr Problem) { writeProblem(w, pr, c.RequestID()) }
-	deny := func(err error) { failed(s.refuse(r, c, err)) }
-	name := c.Record().Upstream
-	u, ok := s.b.Upstream(name)
-	if !ok {
-		deny(broker.ErrUnknownUpstream)
+// proxyCall is one call on the proxy door: its parse and its writer.
+type proxyCall struct {
+	p        *ProxyDoor
+	w        http.ResponseWriter
+	r        *http.Request
+	out      *outcomeWriter
+	admitted bool               // the caller was admitted: the tunnel's token still holds
+	aws      *upstream.Upstream // the call is an AWS upstream's: errors in its protocol
+}
+
+func (p *ProxyDoor) newCall(w http.ResponseWriter, r *http.Request) *proxyCall {
+	c := &proxyCall{p: p, w: w, r: r}
+	c.out = p.s.outcomes(w, r, c.problem)
+	return c
+}
+
+// problem writes a refusal: in the AWS protocol for an AWS upstream's
+// call, else as the proxy door does. A refusal of the tunnel's token (or
+// of a request for another host) ends the tunnel's connection.
+func (c *proxyCall) problem(w http.ResponseWriter, err error, requestID string) {
+	if !c.admitted || errors.Is(err, errHostMismatch) {
+		w.Header().Set("Connection", "close")
+	}
+	if c.aws != nil {
+		writeAWSError(w, c.aws, problemFor(err), requestID)
 		return
 	}
+	writeProblem(w, problemFor(err), requestID)
+}
+
+func (c *proxyCall) write(o *broker.Outcome) broker.Written { return c.out.write(o) }
+
+// parse reads an admitted call to its upstream: the sandbox's
+// Authorization (a placeholder) and Proxy-Authorization are dropped, and
+// the request is read as the REST door reads it, or for an AWS upstream
+// as the AWS door does.
+func (c *proxyCall) parse(a *broker.Admitted, escapedPath string) (*broker.Request, error) {
+	r, u := c.r, a.Upstream()
 	if !slices.Contains(proxyMethods, r.Method) { // CONNECT inside a tunnel, TRACE, ...: as the REST door
-		deny(errMethod)
-		return
+		return nil, errMethod
 	}
 	r.Header.Del("Proxy-Authorization")
 	if u.AWS != nil {
 		if _, err := upgradeRequest(r); err != nil || r.Header.Get("Upgrade") != "" {
-			deny(errUpgrade)
-			return
+			return nil, errUpgrade
 		}
 		// Authorization is the SDK's SigV4 signature, verified (never
 		// forwarded: the pipeline signs anew).
-		s.proxyAWS(w, r, c, u)
-		return
+		c.aws = u
+		a.SetWait(awsWait(r))
+		return readProxyAWS(r, a, u)
 	}
 	r.Header.Del("Authorization")
-	s.restCall(w, r, c, u, escapedPath, p.wait)
+	return readREST(c.w, r, a, escapedPath)
 }
 
-// proxyAWS is an AWS upstream through the proxy door: the stock SDK or CLI
-// reaching the real AWS host name (no endpoint override), signing for it
-// with the session's aws_credentials. The call, admitted by the proxy
-// token, goes through the AWS door's steps (serveAWS): the signature
-// verifies against the host and path the client signed and must be the
-// admitted session's; the operation map sees the path-style request (a
-// virtual-hosted bucket moves from the host into the path); the broker
+// readProxyAWS reads an AWS upstream's call through the proxy door: the
+// stock SDK or CLI reaching the real AWS host name (no endpoint override),
+// signing for it with the session's aws_credentials. The call, admitted by
+// the proxy token, is read as the AWS door reads it (readAWS): the
+// signature verifies against the host and path the client signed and must
+// be the admitted session's; the operation map sees the path-style request
+// (a virtual-hosted bucket moves from the host into the path); the broker
 // signs anew for the configured endpoint.
-func (s *Server) proxyAWS(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream) {
+func readProxyAWS(r *http.Request, a *broker.Admitted, u *upstream.Upstream) (*broker.Request, error) {
 	host := r.Host
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
@@ -484,15 +502,16 @@ func (s *Server) proxyAWS(w http.ResponseWriter, r *http.Request, c *broker.Call
 		}
 	}
 	if err != nil {
-		writeAWSError(w, u, s.refuse(r, c, err), c.RequestID(), false)
-		return
+		return nil, err
 	}
-	s.serveAWS(w, r, c, u, rest, func(sig *upstream.SigV4) error {
-		if sig.AccessKey != c.SessionID() {
-			return errors.Join(errAWSSignature, errAWSOtherSession)
-		}
-		return nil
-	})
+	sig, err := upstream.ParseSigV4(r)
+	if err != nil {
+		return nil, errors.Join(errAWSSignature, err)
+	}
+	if sig.AccessKey != a.SessionID() {
+		return nil, errors.Join(errAWSSignature, errAWSOtherSession)
+	}
+	return readAWS(r, a, sig, rest)
 }
 
 // errAWSOtherSession: the proxy token names one session, the signature's

@@ -56,7 +56,7 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{b: b, log: log, metrics: newMetrics(reg, func(name string) bool { _, ok := b.Upstream(name); return ok }), reg: reg, ui: ui, pprof: o.Pprof, idle: o.BodyIdleTimeout}
+	s := &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg, ui: ui, pprof: o.Pprof, idle: o.BodyIdleTimeout}
 	s.SetProxyURL(o.ProxyURL)
 	return s, nil
 }
@@ -194,16 +194,11 @@ func (s *Server) handle(fn func(http.ResponseWriter, *http.Request) error) http.
 }
 
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, requestID string) {
-	s.failWith(r, err, requestID, func(p Problem) { writeProblem(w, p, requestID) })
-}
-
-// failWith is fail for a door with its own error format.
-func (s *Server) failWith(r *http.Request, err error, requestID string, write func(Problem)) {
 	p := problemFor(err)
 	if p.Status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "route", routePattern(r), "code", p.Code, "request_id", requestID, "err", err)
 	}
-	write(p)
+	writeProblem(w, p, requestID)
 }
 
 // as authenticates a control-plane bearer token and checks its role.

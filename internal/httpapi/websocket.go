@@ -14,17 +14,18 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
 // WebSocket upgrades (RFC 6455), for the REST door and the proxy door
-// alike (restCall): a GET carrying Upgrade: websocket passes only where a
+// alike (readREST): a GET carrying Upgrade: websocket passes only where a
 // rule says websocket: true; any other upgrade is refused. The handshake
 // goes through the pipeline as any call (admit, authorize, the durable
 // "allowed" record, the credential injected); on 101 the client's
 // connection is taken over and the two are relayed until either side
-// closes or the call's standing ends (Response.Done: the session's kill
+// closes or the call's standing ends (Relay.Done: the session's kill
 // or expiry, its grant's revocation or expiry, the kill-switch): then the
 // sandbox gets a close frame (1008, the reason the problem code that
 // says why) and both connections close. Frames from the upstream are parsed and their
@@ -35,8 +36,6 @@ import (
 var (
 	errUpgrade          = fmt.Errorf("%w: protocol upgrades other than WebSocket (h2c, ...) are not supported", grants.ErrBadRequest)
 	errWebSocketRequest = fmt.Errorf("%w: a WebSocket upgrade is a GET without a body, with Connection: upgrade, Sec-WebSocket-Version: 13 and one Sec-WebSocket-Key", grants.ErrBadRequest)
-	errWebSocketRule    = fmt.Errorf("%w: no rule allows a WebSocket upgrade here (a GET rule with websocket: true)", grants.ErrBadRequest)
-	errWebSocketGated   = fmt.Errorf("%w: a WebSocket upgrade cannot wait for a human", grants.ErrBadRequest)
 )
 
 // upgradeRequest reports whether r asks for a WebSocket upgrade (checked:
@@ -72,67 +71,32 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
-// forwardWebSocket sends an authorized WebSocket handshake and, on 101,
-// relays the connection; any other answer is written as forward would
-// (its stream slot, release, given back first: it is no relay).
-func (s *Server) forwardWebSocket(w http.ResponseWriter, r *http.Request, c *broker.Call, u *upstream.Upstream, deny func(error), failed func(Problem), release func()) {
-	resp, ok := s.send(r, c, deny, failed)
-	if !ok {
-		return
-	}
-	if resp.StatusCode != http.StatusSwitchingProtocols {
-		release()
-		s.answer(w, r, c, resp, failed)
-		return
-	}
-	defer resp.Close()
-	rec := c.Record()
-	upConn, ok := resp.Body.(io.ReadWriteCloser)
-	if !ok || !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket") || resp.Header.Get("Sec-Websocket-Extensions") != "" {
-		// Not a WebSocket, or frames the broker could not read (it asked for no extension).
-		p := problemFor(upstream.ErrUpstream)
-		c.Complete(p.Status, 0, p.Code)
-		s.metrics.call(rec.Upstream, "error", p.Code, c.Elapsed())
-		failed(p)
-		return
-	}
+// relayWebSocket relays an upgraded WebSocket (the pipeline's Answer):
+// the handshake's answer to the sandbox, then frames both ways until either
+// side ends or the call's standing does. It says what it relayed.
+func relayWebSocket(w http.ResponseWriter, a *broker.Answer) broker.Written {
+	reqID := a.Header.Get("X-Airlock-Request-Id")
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		p := problemFor(upstream.ErrUpstream)
-		c.Complete(p.Status, 0, p.Code)
-		failed(p)
-		return
+		writeProblem(w, problemFor(upstream.ErrUpstream), reqID)
+		return broker.Written{Status: fault.UpstreamError.Status(), Code: fault.UpstreamError.Code()}
 	}
 	_ = conn.SetDeadline(time.Time{}) // the server's deadlines do not apply to the relay
 	var hs strings.Builder
 	hs.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n")
 	for _, name := range []string{"Sec-Websocket-Accept", "Sec-Websocket-Protocol"} {
-		if v := resp.Header.Get(name); v != "" && !strings.ContainsAny(v, "\r\n") {
-			hs.WriteString(name + ": " + resp.Scrub.String(v) + "\r\n")
+		if v := a.Header.Get(name); v != "" {
+			hs.WriteString(name + ": " + v + "\r\n")
 		}
 	}
-	hs.WriteString("X-Airlock-Request-Id: " + rec.RequestID + "\r\n\r\n")
+	hs.WriteString("X-Airlock-Request-Id: " + reqID + "\r\n\r\n")
 	if _, err := io.WriteString(conn, hs.String()); err != nil {
 		conn.Close()
-		c.Complete(http.StatusSwitchingProtocols, 0, "client_gone")
-		return
+		return broker.Written{Code: "client_gone"}
 	}
-	relay := &wsRelay{client: conn, up: upConn, scrub: resp.Scrub, max: u.MaxBody}
-	why := func() string { // the problem code of what cut the relay, or ""
-		if cut := resp.Interrupted(); cut != nil {
-			return problemFor(cut).Code
-		}
-		return ""
-	}
-	code := relay.run(brw.Reader, resp.Done(), why)
-	if cut := why(); cut != "" {
-		code = cut
-	}
-	c.SetPath(rec.Path, relay.in.Load())
-	c.Complete(http.StatusSwitchingProtocols, relay.out.Load(), code)
-	s.metrics.call(rec.Upstream, "allow", "", c.Elapsed())
-	s.log.Info("websocket relay ended", "request_id", rec.RequestID, "session_id", c.SessionID(), "upstream", rec.Upstream,
-		"path", rec.Path, "bytes_in", relay.in.Load(), "bytes_out", relay.out.Load(), "code", code)
+	relay := &wsRelay{client: conn, up: a.Relay.Conn, scrub: a.Relay.Scrub, max: a.Relay.MaxMessage}
+	code := relay.run(brw.Reader, a.Relay.Done, a.Relay.Cut)
+	return broker.Written{Bytes: relay.out.Load(), BytesIn: relay.in.Load(), Code: code}
 }
 
 // wsRelay relays one upgraded connection.

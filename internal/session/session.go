@@ -3,18 +3,19 @@
 package session
 
 import (
-	"errors"
 	"net/netip"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // Errors of token verification and session state.
 var (
-	ErrInvalidToken  = errors.New("invalid token")
-	ErrExpired       = errors.New("session expired")
-	ErrRevoked       = errors.New("session revoked")
-	ErrWrongSource   = errors.New("token not valid from this address")
-	ErrIsolationWeak = errors.New("declared isolation is weaker than required")
+	ErrInvalidToken  = fault.Hidden(fault.InvalidToken, "invalid token")
+	ErrExpired       = fault.Hidden(fault.SessionExpired, "session expired")
+	ErrRevoked       = fault.Hidden(fault.SessionRevoked, "session revoked")
+	ErrWrongSource   = fault.New(fault.InvalidToken, "token not valid from this address")
+	ErrIsolationWeak = fault.New(fault.IsolationTooWeak, "declared isolation is weaker than required")
 )
 
 // Isolation is a sandbox isolation tier, ordered from weakest to strongest.

@@ -2,18 +2,19 @@ package upstream
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // ErrCredentialUnavailable means the credential could not be had; the call
 // must not be made without it (fail closed).
-var ErrCredentialUnavailable = errors.New("credential unavailable")
+var ErrCredentialUnavailable = fault.Hidden(fault.CredentialUnavailable, "credential unavailable")
 
 // Secret holds a credential. It redacts itself everywhere it could be
 // printed; Reveal is the one way to the value.

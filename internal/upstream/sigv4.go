@@ -6,7 +6,6 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -18,10 +17,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // ErrSignature is a SigV4 request that does not verify.
-var ErrSignature = errors.New("signature does not verify")
+var ErrSignature = fault.Hidden(fault.InvalidSignature, "signature does not verify")
 
 // Payload hash values with a meaning of their own.
 const (

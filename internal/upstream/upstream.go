@@ -18,6 +18,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // nowUTC is the signing clock of outbound SigV4 requests. It stays the
@@ -27,8 +29,8 @@ func nowUTC() time.Time { return time.Now().UTC() }
 
 // Errors of an outbound call.
 var (
-	ErrUpstream = errors.New("upstream error")
-	ErrTimeout  = errors.New("upstream timeout")
+	ErrUpstream = fault.Hidden(fault.UpstreamError, "upstream error")
+	ErrTimeout  = fault.Hidden(fault.UpstreamTimeout, "upstream timeout")
 )
 
 // Injection says where the credential goes: a header with a format

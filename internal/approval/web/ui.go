@@ -29,6 +29,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 //go:embed templates/*.html static/*
@@ -61,15 +62,15 @@ type KillswitchView struct {
 // like every other error.
 var (
 	// ErrLoginRequired: a form was posted without a live log-in.
-	ErrLoginRequired = errors.New("log in again to do this")
+	ErrLoginRequired = fault.New(fault.Forbidden, "log in again to do this")
 	// ErrForgedForm: a state-changing form failed the cross-origin check
 	// or carried a wrong CSRF token (or could not be parsed).
-	ErrForgedForm = errors.New("this form did not come from this page (CSRF check failed)")
+	ErrForgedForm = fault.New(fault.Forbidden, "this form did not come from this page (CSRF check failed)")
 	// ErrLoginRefused: the token typed into the log-in form is not a live
 	// reviewer's or admin's API token.
-	ErrLoginRefused = errors.New("that token is not a valid reviewer token")
+	ErrLoginRefused = fault.New(fault.InvalidToken, "that token is not a valid reviewer token")
 	// ErrNotConfirmed: the kill-switch form was posted without its confirmation.
-	ErrNotConfirmed = errors.New("tick the confirmation to engage the kill-switch")
+	ErrNotConfirmed = fault.New(fault.BadRequest, "tick the confirmation to engage the kill-switch")
 )
 
 // Problem is what the page shows of a failure: its HTTP status, stable
