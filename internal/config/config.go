@@ -150,7 +150,7 @@ type Upstream struct {
 	// proxyHosts are Hosts (or the default) as Validate resolved them.
 	proxyHosts []upstream.Host
 
-	// aws upstreams (not yet supported)
+	// aws upstreams: the service and region SigV4 signs for, and where to send
 	Service  string `yaml:"service"`
 	Region   string `yaml:"region"`
 	Endpoint string `yaml:"endpoint"`

@@ -2,8 +2,10 @@ package config
 
 import (
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -192,28 +194,25 @@ func (d *decoder) scalar(n *yaml.Node, v reflect.Value, path string) {
 		d.fail(path, "must be %s, not %s", want, d.describe(n))
 		return
 	}
+	val, tag := d.text(n), n.ShortTag()
+	isInt := v.Kind() >= reflect.Int && v.Kind() <= reflect.Uint64 && v.Type() != durationType
+	if isInt && tag == "!!float" {
+		if f, err := strconv.ParseFloat(n.Value, 64); err != nil || f != math.Trunc(f) {
+			d.fail(path, "not a whole number: %q", val) // yaml would cut it silently
+			return
+		}
+	}
 	if err := n.Decode(v.Addr().Interface()); err == nil {
 		return
 	}
-	val := d.text(n)
-	switch v.Kind() {
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		if v.Type() == durationType {
-			break
-		}
-		switch tag := n.ShortTag(); {
-		case tag == "!!float":
-			d.fail(path, "not a whole number: %q", val)
-			return
-		case tag == "!!int" && strings.HasPrefix(n.Value, "-") && v.Kind() >= reflect.Uint:
-			d.fail(path, "must not be negative: %q", val)
-			return
-		case tag == "!!int":
-			d.fail(path, "out of range: %q", val)
-			return
-		}
+	switch {
+	case isInt && tag == "!!int" && strings.HasPrefix(n.Value, "-") && v.Kind() >= reflect.Uint:
+		d.fail(path, "must not be negative: %q", val)
+	case isInt && (tag == "!!int" || tag == "!!float"):
+		d.fail(path, "out of range: %q", val)
+	default:
+		d.fail(path, "not %s: %q", want, val)
 	}
-	d.fail(path, "not %s: %q", want, val)
 }
 
 // kindName is how a user calls what a field of type t holds.
