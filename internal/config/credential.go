@@ -158,6 +158,9 @@ func (c *Credential) validateIn(f string, t sourceTable, hasVault bool) error {
 	case c.Source == nil:
 		return fieldErr(f+".source", "is required (%s)", t.names)
 	case !t.accepts(c.Source):
+		if _, ok := t.sources[c.Source.Source()]; ok { // built in Go with the other type's form
+			return fieldErr(f+".source", "%s: the form of another type of upstream", c.Source.Source())
+		}
 		return fieldErr(f+".source", "%s", t.refuse(c.Source.Source()))
 	}
 	return c.Source.validate(f, hasVault)
