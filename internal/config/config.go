@@ -118,13 +118,13 @@ type UI struct {
 // Upstream configures one upstream.
 type Upstream struct {
 	Name           string        `yaml:"name"`
-	Type           string        `yaml:"type"`
-	BaseURL        string        `yaml:"base_url"`
+	Type           string        `yaml:"type"`     // http (default) or aws
+	BaseURL        string        `yaml:"base_url"` // http upstreams (an aws one's calls go to Endpoint)
 	Sensitive      *bool         `yaml:"sensitive"`
 	Timeout        time.Duration `yaml:"timeout"`
 	MaxBody        int64         `yaml:"max_body"`
 	ForwardHeaders []string      `yaml:"forward_headers"`
-	Credential     Credential    `yaml:"credential"`
+	Credential     Credential    `yaml:"credential"` // the source its source: key selects
 	Inject         Inject        `yaml:"inject"`
 	Scrub          Scrub         `yaml:"scrub"` // rotation_grace: this upstream's (default: the top-level one)
 	// Placeholder gives sandbox clients that insist on a token one shaped
@@ -150,7 +150,8 @@ type Upstream struct {
 	// proxyHosts are Hosts (or the default) as Validate resolved them.
 	proxyHosts []upstream.Host
 
-	// aws upstreams: the service and region SigV4 signs for, and where to send
+	// aws upstreams: the service and region SigV4 signs for, and where
+	// calls go (default https://SERVICE.REGION.amazonaws.com).
 	Service  string `yaml:"service"`
 	Region   string `yaml:"region"`
 	Endpoint string `yaml:"endpoint"`

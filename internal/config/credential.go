@@ -2,7 +2,6 @@ package config
 
 import (
 	"reflect"
-	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -10,7 +9,8 @@ import (
 // Credential is an upstream's credential: the one source its source: key
 // selects, with that source's own keys beside it
 // ({source: env, name: GITHUB_TOKEN}). Which sources apply depends on the
-// upstream's type (sourcesFor).
+// upstream's type (sourcesFor). In Go:
+// Credential{Source: &FileCredential{Path: "/run/secrets/key"}}.
 type Credential struct {
 	Source CredentialSource // nil: none configured
 
@@ -135,7 +135,7 @@ func (c *Credential) resolve(d *decoder, t sourceTable) {
 	}
 	mk, ok := t.sources[name.Value]
 	if !ok {
-		d.fail(f, "%s", t.refuse(strings.TrimSpace(name.Value)))
+		d.fail(f, "%s", t.refuse(name.Value))
 		return
 	}
 	src := mk()

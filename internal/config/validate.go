@@ -1,7 +1,6 @@
 package config
 
 import (
-	"errors"
 	"net"
 	"net/url"
 	"os"
@@ -15,7 +14,8 @@ import (
 // mistakes joined (errors.Join), each a *FieldError.
 func (c *Config) Validate(getenv func(string) string) error {
 	c.applyDefaults()
-	return errors.Join(
+	var e errs
+	for _, err := range []error{
 		c.validateListeners(),
 		c.validateLimits(),
 		c.Store.validate("store"),
@@ -29,7 +29,10 @@ func (c *Config) Validate(getenv func(string) string) error {
 		c.Scrub.validate("scrub"),
 		c.validateUpstreams(),
 		c.Vault.validate("vault"),
-	)
+	} {
+		e.join(err)
+	}
+	return e.err()
 }
 
 // absoluteHTTP says whether s is an absolute http(s) URL.
