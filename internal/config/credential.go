@@ -119,7 +119,7 @@ func (c *Credential) resolve(d *decoder, t sourceTable) {
 	}
 	c.node = nil
 	var name *yaml.Node
-	ps, _ := pairs(n)
+	ps, _, _ := pairs(n, 0) // a bad merge: said by mapping
 	for _, p := range ps {
 		if p.key.Value == "source" {
 			name = p.value

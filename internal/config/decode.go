@@ -53,7 +53,7 @@ var durationType = reflect.TypeFor[time.Duration]()
 // decode stores n into v (settable).
 func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 	if n.Kind == yaml.AliasNode && n.Alias != nil {
-		n = n.Alias
+		n = n.Alias // an alias holding itself ends: no type of the config holds itself
 	}
 	if v.CanAddr() {
 		if nd, ok := v.Addr().Interface().(nodeDecoder); ok {
@@ -86,16 +86,21 @@ func (d *decoder) decode(n *yaml.Node, v reflect.Value, path string) {
 // pair is one key and value of a mapping.
 type pair struct{ key, value *yaml.Node }
 
+// maxMerge bounds nested merges (<<: *anchor), which may hold themselves.
+const maxMerge = 16
+
 // pairs lists a mapping's keys and values, merged mappings (<<: *anchor)
-// first so that the mapping's own keys win; explicit says which are its own.
-func pairs(n *yaml.Node) (ps []pair, explicit []bool) {
+// first so that the mapping's own keys win; explicit says which are its
+// own. ok is false when a merge is not of mappings, or nests too deep.
+func pairs(n *yaml.Node, depth int) (ps []pair, explicit []bool, ok bool) {
+	if depth > maxMerge {
+		return nil, nil, false
+	}
+	ok = true
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		if k.ShortTag() != "!!merge" {
 			continue
-		}
-		if v.Kind == yaml.AliasNode && v.Alias != nil {
-			v = v.Alias
 		}
 		merged := []*yaml.Node{v}
 		if v.Kind == yaml.SequenceNode {
@@ -105,11 +110,14 @@ func pairs(n *yaml.Node) (ps []pair, explicit []bool) {
 			if m.Kind == yaml.AliasNode && m.Alias != nil {
 				m = m.Alias
 			}
-			if m.Kind == yaml.MappingNode {
-				mp, _ := pairs(m)
-				ps = append(ps, mp...)
-				explicit = append(explicit, make([]bool, len(mp))...)
+			if m.Kind != yaml.MappingNode {
+				ok = false
+				continue
 			}
+			mp, _, mok := pairs(m, depth+1)
+			ps = append(ps, mp...)
+			explicit = append(explicit, make([]bool, len(mp))...)
+			ok = ok && mok
 		}
 	}
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -118,7 +126,16 @@ func pairs(n *yaml.Node) (ps []pair, explicit []bool) {
 			explicit = append(explicit, true)
 		}
 	}
-	return ps, explicit
+	return ps, explicit, ok
+}
+
+// badMerge records a merge key (<<) in the mapping at path that pairs refused.
+func (d *decoder) badMerge(path string) {
+	f := "<<"
+	if path != "" {
+		f = path + ".<<"
+	}
+	d.fail(f, "merges mappings only (<<: *anchor or <<: [*a, *b]), at most %d deep", maxMerge)
 }
 
 // mapping decodes a mapping node into the struct v, skipping the keys in
@@ -130,7 +147,10 @@ func (d *decoder) mapping(n *yaml.Node, v reflect.Value, path string, skip []str
 		return
 	}
 	fields := yamlFields(v.Type())
-	ps, explicit := pairs(n)
+	ps, explicit, ok := pairs(n, 0)
+	if !ok {
+		d.badMerge(path)
+	}
 	seen := map[string]bool{}
 	for i, p := range ps {
 		key := p.key.Value
@@ -173,7 +193,10 @@ func (d *decoder) dict(n *yaml.Node, v reflect.Value, path string) {
 		return
 	}
 	m := reflect.MakeMap(v.Type())
-	ps, _ := pairs(n)
+	ps, _, ok := pairs(n, 0)
+	if !ok {
+		d.badMerge(path)
+	}
 	for _, p := range ps {
 		f := keyPath(path, p.key.Value)
 		if p.key.Kind != yaml.ScalarNode {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -191,5 +192,22 @@ func TestParseNotAMapping(t *testing.T) {
 		if _, err := Parse([]byte(y), env(nil)); err == nil || len(Errors(err)) != 1 {
 			t.Errorf("%q: %v", y, err)
 		}
+	}
+}
+
+// An anchor that holds itself, or a merge of something else than
+// mappings, is an error, not a hang.
+func TestDecodeBadAliases(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"alias in itself", "upstreams: &u\n  - name: a\n    forward_headers: *u\n", "upstreams[0].forward_headers[0]: must be a string, not a mapping"},
+		{"merge of itself", "audit: &a\n  <<: *a\n", "audit.<<: merges mappings only (<<: *anchor or <<: [*a, *b]), at most 16 deep"},
+		{"merge of a value", "audit:\n  <<: 3\n", "audit.<<: merges mappings only (<<: *anchor or <<: [*a, *b]), at most 16 deep"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte("admin_token: 0123456789abcdef0\n"+tt.yaml), env(nil))
+			if got := mistakes(t, err); !slices.Contains(got, tt.want) {
+				t.Fatalf("got %q, want %q among them", got, tt.want)
+			}
+		})
 	}
 }
