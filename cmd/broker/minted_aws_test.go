@@ -20,7 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/awscred"
 )
 
 // scopedSTS is a loopback STS recording every AssumeRole form; it issues
@@ -115,7 +115,7 @@ func TestScopedSTSEndToEnd(t *testing.T) {
 	if len(forms) != 1 {
 		t.Fatalf("STS asked %d times for one session's two calls, want 1", len(forms))
 	}
-	want, _ := upstream.SessionPolicy([]grants.Rule{{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/t-42/*"}, {Action: "s3:PutObject", Resource: "arn:aws:s3:::reports/t-42/*"}})
+	want, _ := awscred.SessionPolicy([]grants.Rule{{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/t-42/*"}, {Action: "s3:PutObject", Resource: "arn:aws:s3:::reports/t-42/*"}})
 	// The session's remaining life, in whole seconds: its 40 minutes less what the test took.
 	secs, _ := strconv.Atoi(forms[0].Get("DurationSeconds"))
 	if forms[0].Get("Policy") != want || secs < 2300 || secs > 2400 || forms[0].Get("RoleSessionName") != "airlock-"+s.ID {

@@ -20,6 +20,8 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/githubapp"
+	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
 )
 
 // fakeIssuer is a loopback token issuer's book: tokens issued, with the
@@ -105,7 +107,7 @@ func TestMinterContractGitHubApp(t *testing.T) {
 	}))
 	defer gh.Close()
 	api, _ := url.Parse(gh.URL)
-	m := &upstream.GitHubApp{AppID: "7", InstallationID: "42", Key: key, APIURL: api,
+	m := &githubapp.Minter{AppID: "7", InstallationID: "42", Key: key, APIURL: api,
 		Repositories: []string{"widgets", "gadgets"}, Permissions: map[string]string{"issues": "write"},
 		Client: &http.Client{Transport: upstream.NewTransport(), Timeout: 10 * time.Second}}
 	brokertest.MinterContract{
@@ -191,17 +193,17 @@ func oauth2Contract(m upstream.Minter, iss *fakeIssuer) brokertest.MinterContrac
 	}
 }
 
-func oauth2Scopes(t *testing.T) []upstream.ScopeRule {
+func oauth2Scopes(t *testing.T) []oauth2.ScopeRule {
 	t.Helper()
-	read, err := upstream.ParseScopeRule("GET /items/**", []string{"items:read"})
+	read, err := oauth2.ParseScopeRule("GET /items/**", []string{"items:read"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	write, err := upstream.ParseScopeRule("POST /items/**", []string{"items:write"})
+	write, err := oauth2.ParseScopeRule("POST /items/**", []string{"items:write"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return []upstream.ScopeRule{read, write}
+	return []oauth2.ScopeRule{read, write}
 }
 
 // TestMinterContractOAuth2ClientCredentials runs the lifecycle contract
@@ -212,7 +214,7 @@ func TestMinterContractOAuth2ClientCredentials(t *testing.T) {
 	srv := fakeOAuth2(t, iss)
 	tu, _ := url.Parse(srv.URL + "/token")
 	ru, _ := url.Parse(srv.URL + "/revoke")
-	m := &upstream.OAuth2ClientCredentials{TokenURL: tu, RevocationURL: ru, ClientID: "client",
+	m := &oauth2.ClientCredentials{TokenURL: tu, RevocationURL: ru, ClientID: "client",
 		ClientSecret: fixedSource("client-secret-contract"),
 		Scopes:       []string{"items:read", "items:write", "admin"}, ScopesFor: oauth2Scopes(t),
 		Client: &http.Client{Transport: upstream.NewTransport(), Timeout: 10 * time.Second}}
@@ -232,7 +234,7 @@ func TestMinterContractOAuth2Refresh(t *testing.T) {
 	srv := fakeOAuth2(t, iss)
 	tu, _ := url.Parse(srv.URL + "/token")
 	ru, _ := url.Parse(srv.URL + "/revoke")
-	m := &upstream.OAuth2Refresh{TokenURL: tu, RevocationURL: ru, ClientID: "client",
+	m := &oauth2.Refresh{TokenURL: tu, RevocationURL: ru, ClientID: "client",
 		ClientSecret: fixedSource("client-secret-contract"),
 		Initial:      fixedSource("rt-contract-0"),
 		Scopes:       []string{"items:read", "items:write"}, ScopesFor: oauth2Scopes(t),

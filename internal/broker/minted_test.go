@@ -20,6 +20,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/awscred"
 )
 
 // fakeMinter issues tokens living a minute (never past the session),
@@ -149,7 +150,7 @@ func TestMinterContractSTSScoped(t *testing.T) {
 </AssumeRoleResult></AssumeRoleResponse>`, n, n, n, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
 	}))
 	defer sts.Close()
-	m := upstream.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", sts.URL, 0, "aws:env")
+	m := awscred.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", sts.URL, 0, "aws:env")
 	get := grants.Rule{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/*"}
 	list := grants.Rule{Action: "s3:ListBucket", Resource: "arn:aws:s3:::reports"}
 	brokertest.MinterContract{
@@ -167,8 +168,8 @@ func TestMinterContractSTSScoped(t *testing.T) {
 	}.Run(t)
 	mu.Lock()
 	defer mu.Unlock()
-	one, _ := upstream.SessionPolicy([]grants.Rule{get})
-	two, _ := upstream.SessionPolicy([]grants.Rule{get, list})
+	one, _ := awscred.SessionPolicy([]grants.Rule{get})
+	two, _ := awscred.SessionPolicy([]grants.Rule{get, list})
 	if forms[0].Get("Policy") != one || forms[0].Get("DurationSeconds") != "1800" {
 		t.Fatalf("first AssumeRole: policy %s duration %s", forms[0].Get("Policy"), forms[0].Get("DurationSeconds"))
 	}

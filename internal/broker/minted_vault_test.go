@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/testvault"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/vault"
 )
 
 // fakeIAM is a loopback IAM and STS (AWS's query protocol) for Vault's AWS
@@ -99,7 +100,7 @@ func (f *fakeIAM) asked(prefix string) bool {
 
 // vaultAWS starts the real Vault dev server with the AWS engine at aws/,
 // its IAM and STS endpoints the loopback fake, and a role of credType.
-func vaultAWS(t *testing.T, fake *fakeIAM, credType string) (*testvault.Server, *upstream.Vault) {
+func vaultAWS(t *testing.T, fake *fakeIAM, credType string) (*testvault.Server, *vault.Client) {
 	v := testvault.Start(t, "root-token-mint")
 	c := v.Client()
 	if err := c.Sys().Mount("aws", &vaultapi.MountInput{Type: "aws"}); err != nil {
@@ -120,7 +121,7 @@ func vaultAWS(t *testing.T, fake *fakeIAM, credType string) (*testvault.Server, 
 	} else {
 		write("aws/roles/reports", map[string]any{"credential_type": "iam_user", "policy_document": policy})
 	}
-	vc, err := upstream.NewVault(upstream.VaultConfig{Address: v.Addr, Auth: upstream.VaultAuth{Method: "token", Token: v.Token}}, brokertest.Discard())
+	vc, err := vault.New(vault.Config{Address: v.Addr, Auth: vault.Auth{Method: "token", Token: v.Token}}, brokertest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +154,7 @@ func s3Contract(m upstream.Minter, gone func(context.Context, upstream.Lease) bo
 func TestMinterContractVaultAWSCreds(t *testing.T) {
 	fake := newFakeIAM(t)
 	v, vc := vaultAWS(t, fake, "creds")
-	m, err := vc.VaultAWS("aws", "reports", "creds")
+	m, err := vc.AWSEngine("aws", "reports", "creds")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,7 +175,7 @@ func TestMinterContractVaultAWSCreds(t *testing.T) {
 func TestMinterContractVaultAWSSTS(t *testing.T) {
 	fake := newFakeIAM(t)
 	v, vc := vaultAWS(t, fake, "sts")
-	m, err := vc.VaultAWS("aws", "reports", "sts")
+	m, err := vc.AWSEngine("aws", "reports", "sts")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,13 +226,13 @@ path "sys/leases/revoke" { capabilities = ["update"] }`); err != nil {
 		t.Fatal(err)
 	}
 	secretID := write("auth/approle/role/broker/secret-id", nil)
-	vc, err := upstream.NewVault(upstream.VaultConfig{Address: v.Addr, Auth: upstream.VaultAuth{Method: "approle",
+	vc, err := vault.New(vault.Config{Address: v.Addr, Auth: vault.Auth{Method: "approle",
 		RoleID: roleID.Data["role_id"].(string), SecretID: secretID.Data["secret_id"].(string)}}, brokertest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(vc.Close)
-	m, err := vc.VaultAWS("aws", "reports", "creds")
+	m, err := vc.AWSEngine("aws", "reports", "creds")
 	if err != nil {
 		t.Fatal(err)
 	}

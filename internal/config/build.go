@@ -8,31 +8,30 @@ import (
 	"net/http"
 	"net/url"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-
 	"github.com/airlock-broker/airlock/internal/upstream"
+	vaultcred "github.com/airlock-broker/airlock/internal/upstream/vault"
 )
 
 // builder is what a credential source's build needs.
 type builder struct {
 	ctx    context.Context
 	getenv func(string) string
-	vault  *upstream.Vault // nil without a vault: section
-	tls    *tls.Config     // the upstream's ca_cert, trusted alone (nil: the system roots)
-	region string          // an aws upstream's
+	vault  *vaultcred.Client // nil without a vault: section
+	tls    *tls.Config       // the upstream's ca_cert, trusted alone (nil: the system roots)
+	region string            // an aws upstream's
 }
 
 // built is what a credential source makes for its upstream.
 type built struct {
 	source   upstream.Source
-	minter   upstream.Minter         // per-session credentials, or nil
-	awsCreds aws.CredentialsProvider // an aws upstream's shared key pair, or nil when minted
+	minter   upstream.Minter                 // per-session credentials, or nil
+	awsCreds upstream.AWSCredentialsProvider // an aws upstream's shared key pair, or nil when minted
 }
 
 // Build makes the runtime upstreams, resolving credential sources, and the
 // Vault client they share (nil when none uses Vault; Close it when done).
 // Its error joins every upstream's.
-func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string]*upstream.Upstream, *upstream.Vault, error) {
+func (c *Config) Build(getenv func(string) string, log *slog.Logger) (map[string]*upstream.Upstream, *vaultcred.Client, error) {
 	b := builder{ctx: context.Background(), getenv: getenv}
 	if c.Vault != nil {
 		v, err := c.Vault.build(log.With("component", "vault"))

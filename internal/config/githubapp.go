@@ -9,7 +9,7 @@ import (
 )
 
 // GitHubAppCredential (source: github_app) mints an installation token
-// per session (upstream.GitHubApp).
+// per session (githubapp.Minter).
 type GitHubAppCredential struct {
 	AppID          string            `yaml:"app_id"`
 	InstallationID string            `yaml:"installation_id"`

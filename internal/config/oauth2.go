@@ -5,11 +5,11 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
 )
 
 // OAuth2Credential (source: oauth2) mints an access token per session
-// (upstream.OAuth2ClientCredentials, upstream.OAuth2Refresh).
+// (oauth2.ClientCredentials, oauth2.Refresh).
 type OAuth2Credential struct {
 	TokenURL     string      `yaml:"token_url"`
 	ClientID     string      `yaml:"client_id"`
@@ -20,13 +20,13 @@ type OAuth2Credential struct {
 	// token, from env, file or vault; rotated ones are stored sealed.
 	RefreshToken *Credential `yaml:"refresh_token"`
 	// ScopesFor narrows the scopes a session's token asks to those its
-	// rules need: {"GET /repos/**": [repo:read]} (upstream.OAuth2Scopes).
+	// rules need: {"GET /repos/**": [repo:read]} (oauth2.Scopes).
 	ScopesFor map[string][]string `yaml:"scopes_for"`
 	// RevocationURL (optional) is the RFC 7009 endpoint where a session's
 	// access token is revoked when the session ends.
 	RevocationURL string `yaml:"revocation_url"`
 
-	scopeRules []upstream.ScopeRule // ScopesFor as validate parsed it, by key
+	scopeRules []oauth2.ScopeRule // ScopesFor as validate parsed it, by key
 }
 
 func (*OAuth2Credential) Source() string { return "oauth2" }
@@ -80,7 +80,7 @@ func (c *OAuth2Credential) validateScopesFor(f string) error {
 	c.scopeRules = nil
 	for _, k := range slices.Sorted(maps.Keys(c.ScopesFor)) {
 		scopes := c.ScopesFor[k]
-		sr, err := upstream.ParseScopeRule(k, scopes)
+		sr, err := oauth2.ParseScopeRule(k, scopes)
 		if err != nil {
 			e.add(f, "%q %v", k, err)
 			continue

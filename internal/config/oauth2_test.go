@@ -21,6 +21,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
 )
 
 const oauthHead = "admin_token: ${ADMIN}\nupstreams:\n  - name: billing\n    base_url: https://api.billing.example\n"
@@ -73,11 +74,11 @@ func TestOAuth2RefreshConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, ok := ups["billing"].Minter.(*upstream.OAuth2Refresh)
+	m, ok := ups["billing"].Minter.(*oauth2.Refresh)
 	if !ok || m.ClientSecret != nil || m.RevocationURL == nil || m.Describe() != "oauth2:refresh_token:auth.example/public-client" {
 		t.Fatalf("minter %#v", ups["billing"].Minter)
 	}
-	got, err := upstream.OAuth2Scopes([]grants.Rule{{Method: "POST", Path: "/z/1"}, {Method: "GET", Path: "/a"}}, m.Scopes, m.ScopesFor)
+	got, err := oauth2.Scopes([]grants.Rule{{Method: "POST", Path: "/z/1"}, {Method: "GET", Path: "/a"}}, m.Scopes, m.ScopesFor)
 	if err != nil {
 		t.Fatal(err)
 	}

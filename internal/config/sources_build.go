@@ -8,26 +8,30 @@ import (
 	"os"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/awscred"
+	"github.com/airlock-broker/airlock/internal/upstream/githubapp"
+	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
+	vaultcred "github.com/airlock-broker/airlock/internal/upstream/vault"
 )
 
 // Building the credential sources: each source's one call of its
-// constructor in internal/upstream.
+// constructor in internal/upstream or its subpackages (vault, awscred,
+// oauth2, githubapp).
 
 // build makes the Vault client the vault sources share.
-func (v *Vault) build(log *slog.Logger) (*upstream.Vault, error) {
+func (v *Vault) build(log *slog.Logger) (*vaultcred.Client, error) {
 	a := v.Auth
-	return upstream.NewVault(upstream.VaultConfig{Address: v.Address, Namespace: v.Namespace, CACert: v.CACert, Timeout: v.Timeout,
-		Auth: upstream.VaultAuth{Method: a.Method, Token: a.Token, RoleID: a.RoleID, SecretID: a.SecretID,
+	return vaultcred.New(vaultcred.Config{Address: v.Address, Namespace: v.Namespace, CACert: v.CACert, Timeout: v.Timeout,
+		Auth: vaultcred.Auth{Method: a.Method, Token: a.Token, RoleID: a.RoleID, SecretID: a.SecretID,
 			SecretIDFile: a.SecretIDFile, Role: a.Role, JWTFile: a.JWTFile, Mount: a.Mount}}, log)
 }
 
 // vaultClient is b's Vault client, or the error of a source at f that
 // needs one without a vault: section (Build of an unvalidated config).
-func (b *builder) vaultClient(f string) (*upstream.Vault, error) {
+func (b *builder) vaultClient(f string) (*vaultcred.Client, error) {
 	if b.vault == nil {
 		return nil, fieldErr(f+".source", "needs a top-level vault: section")
 	}
@@ -68,7 +72,7 @@ func (c *GitHubAppCredential) build(f string, b *builder) (built, error) {
 		return built{}, fieldErr(f+".private_key_file", "is not an RSA private key in PEM")
 	}
 	au, _ := url.Parse(c.APIURL)
-	g := &upstream.GitHubApp{
+	g := &githubapp.Minter{
 		AppID: c.AppID, InstallationID: c.InstallationID, Key: key, APIURL: au,
 		Repositories: c.Repositories, Permissions: c.Permissions,
 		Client: tokenClient(b.tls),
@@ -117,12 +121,12 @@ func (c *OAuth2Credential) build(f string, b *builder) (built, error) {
 		if err != nil {
 			return built{}, err
 		}
-		m = &upstream.OAuth2Refresh{
+		m = &oauth2.Refresh{
 			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Initial: rt,
 			Scopes: c.Scopes, ScopesFor: c.scopeRules, RevocationURL: ru, Client: tokenClient(b.tls),
 		}
 	} else {
-		m = &upstream.OAuth2ClientCredentials{
+		m = &oauth2.ClientCredentials{
 			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Scopes: c.Scopes, ScopesFor: c.scopeRules,
 			RevocationURL: ru, Client: tokenClient(b.tls),
 		}
@@ -151,11 +155,11 @@ func (c *AWSVaultCredential) build(f string, b *builder) (built, error) {
 	if err != nil {
 		return built{}, fieldErr(f+".path", "%v", err)
 	}
-	return c.AssumeRole.build(upstream.VaultAWSCredentials{Access: ak, Secret: sk}, sk.Describe(), b.region), nil
+	return c.AssumeRole.build(vaultcred.AWSCredentials{Access: ak, Secret: sk}, sk.Describe(), b.region), nil
 }
 
 func (c *AWSChainCredential) build(f string, b *builder) (built, error) {
-	p, err := upstream.DefaultAWSCredentials(b.ctx, b.region)
+	p, err := awscred.Default(b.ctx, b.region)
 	if err != nil {
 		return built{}, fieldErr(f, "%v", err)
 	}
@@ -167,7 +171,7 @@ func (c *VaultAWSCredential) build(f string, b *builder) (built, error) {
 	if err != nil {
 		return built{}, err
 	}
-	m, err := v.VaultAWS(c.Mount, c.Role, c.Type)
+	m, err := v.AWSEngine(c.Mount, c.Role, c.Type)
 	if err != nil {
 		return built{}, fieldErr(f, "%v", err)
 	}
@@ -176,13 +180,13 @@ func (c *VaultAWSCredential) build(f string, b *builder) (built, error) {
 
 // build has the key pair p (described by desc) assume the role, if any:
 // per session, scoped to its grant, or once, shared.
-func (a AssumeRole) build(p aws.CredentialsProvider, desc, region string) built {
+func (a AssumeRole) build(p upstream.AWSCredentialsProvider, desc, region string) built {
 	switch {
 	case a.RoleARN != "" && a.ScopeToGrant:
-		m := upstream.NewSTSScoped(p, region, a.RoleARN, a.STSEndpoint, a.MaxDuration, desc)
+		m := awscred.NewSTSScoped(p, region, a.RoleARN, a.STSEndpoint, a.MaxDuration, desc)
 		return built{source: upstream.MintedSource(m), minter: m}
 	case a.RoleARN != "":
-		p = upstream.AssumeRole(p, region, a.RoleARN, a.STSEndpoint)
+		p = awscred.AssumeRole(p, region, a.RoleARN, a.STSEndpoint)
 		desc += " assume " + a.RoleARN
 	}
 	return built{source: upstream.AWSSource(p, desc), awsCreds: p}

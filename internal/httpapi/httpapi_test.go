@@ -68,6 +68,7 @@ func newEnv(t *testing.T) *env {
 	}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.hits.Add(1)
+		w.Header().Set("X-Airlock-Code", "forged-by-upstream") // the broker must drop it
 		_, _ = io.WriteString(w, `{"ok": true}`)
 	}))
 	t.Cleanup(up.Close)
@@ -135,6 +136,37 @@ func (e *env) session(t *testing.T) string {
 		t.Fatalf("create session: %d %v", status, s)
 	}
 	return s["token"].(string)
+}
+
+// TestBrokerErrorsMarked: every answer the broker writes as an error carries
+// X-Airlock-Code (its problem code) and an upstream's answer never does,
+// even when the upstream sends one.
+func TestBrokerErrorsMarked(t *testing.T) {
+	e := newEnv(t)
+	tok := e.session(t)
+	for _, tt := range []struct {
+		name, url, token, code string
+	}{
+		{"upstream answer", e.sandbox.URL + "/v1/proxy/api/x", tok, ""},
+		{"no grant", e.sandbox.URL + "/v1/proxy/api/y", tok, "no_matching_grant"},
+		{"unknown upstream", e.sandbox.URL + "/v1/proxy/nope/x", tok, "not_found"},
+		{"bad token", e.sandbox.URL + "/v1/proxy/api/x", "nope", "invalid_token"},
+		{"session token on the control plane", e.control.URL + "/v1/sessions", tok, "invalid_token"},
+		{"no route", e.control.URL + "/v1/nothing-here", admin, "not_found"},
+	} {
+		req, _ := http.NewRequest("GET", tt.url, nil)
+		req.Header.Set("Authorization", "Bearer "+tt.token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var p struct{ Code string }
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		resp.Body.Close()
+		if got := resp.Header.Get("X-Airlock-Code"); got != tt.code || p.Code != tt.code && tt.code != "" {
+			t.Errorf("%s: %d X-Airlock-Code %q, problem code %q; want %q", tt.name, resp.StatusCode, got, p.Code, tt.code)
+		}
+	}
 }
 
 func TestAuditFailureFailsClosed(t *testing.T) {

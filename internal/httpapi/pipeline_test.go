@@ -65,12 +65,12 @@ func (s *pipeStore) WriteAudit(ctx context.Context, e []audit.Entry) (bool, erro
 // call: removing the file makes the credential unavailable.
 type pipeFileCreds string
 
-func (p pipeFileCreds) Retrieve(context.Context) (aws.Credentials, error) {
+func (p pipeFileCreds) Retrieve(context.Context) (upstream.AWSCredentials, error) {
 	data, err := os.ReadFile(string(p))
 	if err != nil {
-		return aws.Credentials{}, err
+		return upstream.AWSCredentials{}, err
 	}
-	return aws.Credentials{AccessKeyID: "AKIAPIPELINE0000", SecretAccessKey: strings.TrimSpace(string(data)), Source: "file"}, nil
+	return upstream.AWSCredentials{AccessKeyID: "AKIAPIPELINE0000", SecretAccessKey: strings.TrimSpace(string(data)), Source: "file"}, nil
 }
 
 type pipeEnv struct {

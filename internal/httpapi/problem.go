@@ -137,6 +137,7 @@ func writeProblem(w http.ResponseWriter, p Problem, requestID string) {
 	h := w.Header()
 	h.Set("Content-Type", "application/problem+json")
 	h.Set("Cache-Control", "no-store")
+	h.Set("X-Airlock-Code", p.Code) // a broker refusal, told apart from an upstream's own error
 	if p.Status == http.StatusTooManyRequests {
 		h.Set("Retry-After", "1")
 	}

@@ -6,14 +6,9 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
-	"github.com/aws/aws-sdk-go-v2/service/sts"
 )
 
 // AWS is what an aws upstream adds: the service and region it signs for
@@ -21,7 +16,7 @@ import (
 type AWS struct {
 	Service string // s3, dynamodb, sqs, ...
 	Region  string
-	Creds   aws.CredentialsProvider
+	Creds   AWSCredentialsProvider
 	// AllowDotKeys lets object keys (and, outside S3, paths) hold "." and
 	// ".." segments and empty segments ("a//b"), raw or percent-encoded.
 	// Off by default: an upstream or a proxy in front of it may resolve
@@ -32,57 +27,44 @@ type AWS struct {
 // S3 reports whether the upstream speaks S3's REST protocol.
 func (a *AWS) S3() bool { return a.Service == "s3" }
 
+// AWSCredentials are an AWS key set: an access key, its secret and, for
+// temporary credentials, the session token. (The SDK's aws.Credentials,
+// field for field, without the SDK: internal/upstream/awscred converts.)
+type AWSCredentials struct {
+	AccessKeyID     string
+	SecretAccessKey string
+	SessionToken    string
+	Source          string // where they came from, for operators
+	CanExpire       bool
+	Expires         time.Time
+}
+
+// AWSCredentialsProvider yields an aws upstream's real credentials: keys
+// from the environment (StaticAWSCredentials), from Vault
+// (internal/upstream/vault), the SDK's default chain or an assumed role
+// (internal/upstream/awscred). Retrieve may be called for every request:
+// a provider caches what is costly to get.
+type AWSCredentialsProvider interface {
+	Retrieve(ctx context.Context) (AWSCredentials, error)
+}
+
 // StaticAWSCredentials are keys read once (env).
-func StaticAWSCredentials(accessKey, secretKey string) aws.CredentialsProvider {
-	return aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(accessKey, secretKey, ""))
+func StaticAWSCredentials(accessKey, secretKey string) AWSCredentialsProvider {
+	return staticAWS{AWSCredentials{AccessKeyID: accessKey, SecretAccessKey: secretKey, Source: "static"}}
 }
 
-// DefaultAWSCredentials is the SDK's default chain (environment, shared
-// files, container and instance roles). Nothing is contacted until the
-// first call.
-func DefaultAWSCredentials(ctx context.Context, region string) (aws.CredentialsProvider, error) {
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region))
-	if err != nil {
-		return nil, fmt.Errorf("aws default credentials: %w", err)
-	}
-	return cfg.Credentials, nil
-}
+type staticAWS struct{ c AWSCredentials }
 
-// AssumeRole assumes roleARN through STS with base credentials (any
-// source: the default chain, keys from Vault or the environment); the
-// temporary keys are cached and refreshed before they expire.
-// endpoint overrides STS's (a VPC endpoint), or "".
-func AssumeRole(base aws.CredentialsProvider, region, roleARN, endpoint string) aws.CredentialsProvider {
-	opts := sts.Options{Region: region, Credentials: base}
-	if endpoint != "" {
-		opts.BaseEndpoint = aws.String(endpoint)
-	}
-	client := sts.New(opts)
-	return aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(client, roleARN, func(o *stscreds.AssumeRoleOptions) {
-		o.RoleSessionName = "airlock-broker"
-	}))
-}
+func (s staticAWS) Retrieve(context.Context) (AWSCredentials, error) { return s.c, nil }
 
-// VaultAWSCredentials reads static keys from two fields of a KV v2 secret.
-type VaultAWSCredentials struct{ Access, Secret *VaultKV }
+// MinSTSDuration is STS's shortest session: a temporary AWS credential is
+// never asked for less.
+const MinSTSDuration = 15 * time.Minute
 
-// Retrieve implements aws.CredentialsProvider.
-func (v VaultAWSCredentials) Retrieve(ctx context.Context) (aws.Credentials, error) {
-	ak, err := v.Access.Fetch(ctx)
-	if err != nil {
-		return aws.Credentials{}, err
-	}
-	sk, err := v.Secret.Fetch(ctx)
-	if err != nil {
-		return aws.Credentials{}, err
-	}
-	return aws.Credentials{AccessKeyID: ak.Reveal(), SecretAccessKey: sk.Reveal(), Source: "vault"}, nil
-}
-
-// sourceOf adapts an AWS credentials provider to the Source contract (the
+// awsSource adapts an AWS credentials provider to the Source contract (the
 // secret key is the secret; the rest rides in Credential.AWS).
 type awsSource struct {
-	p    aws.CredentialsProvider
+	p    AWSCredentialsProvider
 	desc string
 }
 
@@ -97,14 +79,11 @@ func (s awsSource) Fetch(ctx context.Context) (Secret, error) {
 func (s awsSource) Describe() string { return s.desc }
 
 // AWSSource wraps a provider as a Source (readiness, contract).
-func AWSSource(p aws.CredentialsProvider, desc string) Source { return awsSource{p: p, desc: desc} }
+func AWSSource(p AWSCredentialsProvider, desc string) Source { return awsSource{p: p, desc: desc} }
 
-// signAWS signs req for the upstream with the real credentials.
-func (u *Upstream) signAWS(ctx context.Context, req *http.Request, body []byte, c aws.Credentials) error {
-	hash := sha256Hex(body)
-	req.Header.Set("X-Amz-Content-Sha256", hash)
-	signer := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = u.AWS.S3() })
-	return signer.SignHTTP(ctx, c, req, hash, u.AWS.Service, u.AWS.Region, nowUTC())
+// signAWS signs req for the upstream with the real credentials (signV4).
+func (u *Upstream) signAWS(req *http.Request, body []byte, c AWSCredentials) {
+	signV4(req, sha256Hex(body), c, u.AWS.Service, u.AWS.Region, u.AWS.S3(), nowUTC())
 }
 
 // ErrAWSOperation is an AWS request whose operation the broker cannot name

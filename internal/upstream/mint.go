@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-
 	"github.com/airlock-broker/airlock/internal/grants"
 )
 
@@ -64,7 +62,7 @@ type Lease struct {
 	Secret Secret
 	// AWS is the key set for aws upstreams (Secret is then its secret
 	// access key); zero otherwise.
-	AWS aws.Credentials
+	AWS AWSCredentials
 	// Extra are further values the answers must not carry (a refresh
 	// token, a signing key): scrubbed, never injected.
 	Extra   []Secret
@@ -81,6 +79,24 @@ type Minter interface {
 	Revoke(ctx context.Context, l Lease) error
 	// Describe names the source for operators (never a value).
 	Describe() string
+}
+
+// MintState is a small durable value a Minter keeps across sessions and
+// broker restarts (oauth2.Refresh: the current refresh token). The broker
+// seals it at rest (AES-256-GCM under a key derived from the installation
+// secret, bound to the upstream) and stores it through its MetaStore.
+type MintState interface {
+	// Load returns the value last saved, or nil when none was.
+	Load(ctx context.Context) ([]byte, error)
+	// Save replaces the value; it is durable when it returns.
+	Save(ctx context.Context, value []byte) error
+}
+
+// StatefulMinter is a Minter that keeps durable state: the broker binds
+// it once, at start, before any mint. Unbound, the state lives in memory.
+type StatefulMinter interface {
+	Minter
+	BindState(MintState)
 }
 
 // MintedSource is the Source of an upstream whose credential is minted per

@@ -44,6 +44,18 @@ type Source interface {
 	Describe() string
 }
 
+// FetchInfo describes a credential fetch for the audit log (never the value).
+type FetchInfo struct {
+	Source  string
+	LeaseID string // to be HMAC'd by the recorder
+	Version int
+}
+
+// Observable sources report their fetches.
+type Observable interface {
+	SetObserver(func(FetchInfo))
+}
+
 // EnvSource is a credential read from an environment variable at start.
 type EnvSource struct {
 	name   string

@@ -18,8 +18,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
 // nowUTC is the signing clock of outbound SigV4 requests. It stays the
@@ -147,7 +145,7 @@ type Outbound struct {
 // of it that could come back.
 type Credential struct {
 	Secret Secret
-	AWS    aws.Credentials
+	AWS    AWSCredentials
 	Scrub  *Scrubber
 }
 
@@ -299,9 +297,7 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 	req.Header = out.Header
 	switch {
 	case u.AWS != nil:
-		if err := u.signAWS(ctx, req, out.Body, cred.AWS); err != nil {
-			return nil, fmt.Errorf("%w: signing failed", ErrUpstream)
-		}
+		u.signAWS(req, out.Body, cred.AWS)
 	case u.Inject.HMAC != nil:
 		req.Header.Set(u.Inject.HMAC.Header, u.Inject.HMAC.Sign(sec, SignedRequest{
 			// What goes on the wire: the request line's path and query.
@@ -340,14 +336,15 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 	return resp, nil
 }
 
-// hopHeaders are never passed back to the sandbox: hop-by-hop headers, and
+// hopHeaders are never passed back to the sandbox: hop-by-hop headers,
 // cookies (an upstream session the credential opened is the credential's
-// equal).
+// equal), and X-Airlock-Code (it marks the broker's own refusals: an upstream
+// may not forge one).
 var hopHeaders = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
 	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Set-Cookie": true,
 	"Set-Cookie2":    true, // RFC 2965, still honoured by Java's CookieManager
-	"Content-Length": true, "Proxy-Connection": true,
+	"Content-Length": true, "Proxy-Connection": true, "X-Airlock-Code": true,
 }
 
 // ResponseHeader copies an upstream's response headers for the sandbox:

@@ -1,4 +1,4 @@
-package upstream_test
+package githubapp_test
 
 import (
 	"testing"
@@ -6,7 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/githubapp"
 )
 
 func TestNarrowGitHub(t *testing.T) {
@@ -46,7 +46,7 @@ func TestNarrowGitHub(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			repos, gotPerms, err := upstream.NarrowGitHub(tt.rules, tt.repos, perms)
+			repos, gotPerms, err := githubapp.Narrow(tt.rules, tt.repos, perms)
 			if tt.wantErr {
 				if err == nil {
 					t.Fatalf("no error; repos %v", repos)

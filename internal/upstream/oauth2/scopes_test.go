@@ -1,4 +1,4 @@
-package upstream_test
+package oauth2_test
 
 import (
 	"testing"
@@ -6,19 +6,19 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
 )
 
 func TestOAuth2Scopes(t *testing.T) {
-	mustRule := func(key string, scopes ...string) upstream.ScopeRule {
+	mustRule := func(key string, scopes ...string) oauth2.ScopeRule {
 		t.Helper()
-		sr, err := upstream.ParseScopeRule(key, scopes)
+		sr, err := oauth2.ParseScopeRule(key, scopes)
 		if err != nil {
 			t.Fatal(err)
 		}
 		return sr
 	}
-	scopesFor := []upstream.ScopeRule{
+	scopesFor := []oauth2.ScopeRule{
 		mustRule("GET /repos/**", "repo:read"),
 		mustRule("POST /repos/*/*/issues", "issues:write"),
 		mustRule("* /user", "user"),
@@ -29,7 +29,7 @@ func TestOAuth2Scopes(t *testing.T) {
 		name      string
 		rules     []grants.Rule
 		scopes    []string
-		scopesFor []upstream.ScopeRule
+		scopesFor []oauth2.ScopeRule
 		want      []string
 		wantErr   bool
 	}{
@@ -48,7 +48,7 @@ func TestOAuth2Scopes(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := upstream.OAuth2Scopes(tt.rules, tt.scopes, tt.scopesFor)
+			got, err := oauth2.Scopes(tt.rules, tt.scopes, tt.scopesFor)
 			if (err != nil) != tt.wantErr {
 				t.Fatalf("err %v, wantErr %v", err, tt.wantErr)
 			}
@@ -61,11 +61,11 @@ func TestOAuth2Scopes(t *testing.T) {
 
 func TestParseScopeRule(t *testing.T) {
 	for _, key := range []string{"GET", "GET repos", "/repos/**", "GET /a/**/b", "GET /a/x*", "GET /{repo}"} {
-		if _, err := upstream.ParseScopeRule(key, []string{"s"}); err == nil {
+		if _, err := oauth2.ParseScopeRule(key, []string{"s"}); err == nil {
 			t.Errorf("%q parsed", key)
 		}
 	}
-	if _, err := upstream.ParseScopeRule("GET /a", nil); err == nil {
+	if _, err := oauth2.ParseScopeRule("GET /a", nil); err == nil {
 		t.Error("a pattern with no scope parsed")
 	}
 }

@@ -1,4 +1,4 @@
-package upstream
+package awscred
 
 import (
 	"context"
@@ -15,7 +15,10 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/upstream"
 )
+
+var _ upstream.Minter = (*STSScoped)(nil)
 
 // STSScoped mints per session, through sts:AssumeRole, credentials scoped
 // to the session's grant (assume_role with scope_to_grant): an inline
@@ -38,8 +41,8 @@ const DefaultSTSMaxDuration = time.Hour
 // NewSTSScoped assumes roleARN with base credentials through STS at
 // endpoint (or the regional one); maxDuration is the role's maximum
 // session duration (0: DefaultSTSMaxDuration).
-func NewSTSScoped(base aws.CredentialsProvider, region, roleARN, endpoint string, maxDuration time.Duration, desc string) *STSScoped {
-	opts := sts.Options{Region: region, Credentials: base}
+func NewSTSScoped(base upstream.AWSCredentialsProvider, region, roleARN, endpoint string, maxDuration time.Duration, desc string) *STSScoped {
+	opts := sts.Options{Region: region, Credentials: toSDK(base)}
 	if endpoint != "" {
 		opts.BaseEndpoint = aws.String(endpoint)
 	}
@@ -49,21 +52,21 @@ func NewSTSScoped(base aws.CredentialsProvider, region, roleARN, endpoint string
 	return &STSScoped{client: sts.New(opts), roleARN: roleARN, maxDur: maxDuration, desc: desc + " assume " + roleARN + " scoped to grant"}
 }
 
-// Describe implements Minter.
+// Describe implements upstream.Minter.
 func (m *STSScoped) Describe() string { return m.desc }
 
 // STSDuration is the duration asked of STS for a session with remaining
 // life left: at least STS's minimum, at most the role's maximum.
 func STSDuration(remaining, maxDur time.Duration) time.Duration {
 	d := min(remaining.Truncate(time.Second), maxDur)
-	return max(d, stsMinTTL)
+	return max(d, upstream.MinSTSDuration)
 }
 
-// Mint implements Minter.
-func (m *STSScoped) Mint(ctx context.Context, sc Scope) (Lease, error) {
+// Mint implements upstream.Minter.
+func (m *STSScoped) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
 	policy, err := SessionPolicy(sc.Rules)
 	if err != nil {
-		return Lease{}, fmt.Errorf("%s: %w", m.desc, err)
+		return upstream.Lease{}, fmt.Errorf("%s: %w", m.desc, err)
 	}
 	dur := STSDuration(sc.Remaining(), m.maxDur)
 	out, err := m.client.AssumeRole(ctx, &sts.AssumeRoleInput{
@@ -71,32 +74,32 @@ func (m *STSScoped) Mint(ctx context.Context, sc Scope) (Lease, error) {
 		Policy: aws.String(policy), DurationSeconds: aws.Int32(int32(dur / time.Second)),
 	})
 	if err != nil {
-		return Lease{}, fmt.Errorf("%s: AssumeRole failed: %s", m.desc, awsErrorCode(err))
+		return upstream.Lease{}, fmt.Errorf("%s: AssumeRole failed: %s", m.desc, awsErrorCode(err))
 	}
 	c := out.Credentials
 	if c == nil || aws.ToString(c.AccessKeyId) == "" || aws.ToString(c.SecretAccessKey) == "" {
-		return Lease{}, fmt.Errorf("%s: AssumeRole returned no credentials", m.desc)
+		return upstream.Lease{}, fmt.Errorf("%s: AssumeRole returned no credentials", m.desc)
 	}
-	l := Lease{Secret: NewSecret(aws.ToString(c.SecretAccessKey)), ID: aws.ToString(c.AccessKeyId),
-		AWS: aws.Credentials{AccessKeyID: aws.ToString(c.AccessKeyId), SecretAccessKey: aws.ToString(c.SecretAccessKey),
+	l := upstream.Lease{Secret: upstream.NewSecret(aws.ToString(c.SecretAccessKey)), ID: aws.ToString(c.AccessKeyId),
+		AWS: upstream.AWSCredentials{AccessKeyID: aws.ToString(c.AccessKeyId), SecretAccessKey: aws.ToString(c.SecretAccessKey),
 			SessionToken: aws.ToString(c.SessionToken), Source: m.desc}}
 	// The lease ends by the broker's clock: the duration asked from the mint.
 	l.Expires = sc.Now.Add(dur)
 	l.AWS.CanExpire, l.AWS.Expires = true, l.Expires
 	if l.AWS.SessionToken != "" {
-		l.Extra = []Secret{NewSecret(l.AWS.SessionToken)}
+		l.Extra = []upstream.Secret{upstream.NewSecret(l.AWS.SessionToken)}
 	}
 	return l, nil
 }
 
-// Renew implements Minter: STS credentials are minted anew.
-func (m *STSScoped) Renew(ctx context.Context, sc Scope, _ Lease) (Lease, error) {
+// Renew implements upstream.Minter: STS credentials are minted anew.
+func (m *STSScoped) Renew(ctx context.Context, sc upstream.Scope, _ upstream.Lease) (upstream.Lease, error) {
 	return m.Mint(ctx, sc)
 }
 
-// Revoke implements Minter: STS credentials cannot be revoked one by one;
+// Revoke implements upstream.Minter: STS credentials cannot be revoked one by one;
 // they end at their expiry.
-func (m *STSScoped) Revoke(context.Context, Lease) error { return nil }
+func (m *STSScoped) Revoke(context.Context, upstream.Lease) error { return nil }
 
 // stsSessionName is the RoleSessionName of a session (CloudTrail shows it):
 // [\w+=,.@-]{2,64}.

@@ -1,4 +1,4 @@
-package upstream_test
+package awscred_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/awscred"
 )
 
 func TestSessionPolicyFromRules(t *testing.T) {
@@ -45,7 +46,7 @@ func TestSessionPolicyFromRules(t *testing.T) {
 		}(), ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := upstream.SessionPolicy(tc.rules)
+			got, err := awscred.SessionPolicy(tc.rules)
 			if tc.want == "" {
 				if err == nil {
 					t.Fatalf("policy %s, want a refusal", got)
@@ -67,7 +68,7 @@ func TestSTSDurationIsTheSessions(t *testing.T) {
 		{3 * time.Hour, time.Hour, time.Hour},          // the role's maximum
 		{3 * time.Hour, 12 * time.Hour, 3 * time.Hour},
 	} {
-		if got := upstream.STSDuration(tc.remaining, tc.max); got != tc.want {
+		if got := awscred.STSDuration(tc.remaining, tc.max); got != tc.want {
 			t.Errorf("STSDuration(%v, %v) = %v, want %v", tc.remaining, tc.max, got, tc.want)
 		}
 	}
@@ -113,10 +114,10 @@ func (f *fakeSTS) last() (url.Values, string) {
 // STS's keys.
 func TestSTSScopedAsksForTheGrantsPolicy(t *testing.T) {
 	sts := newFakeSTS(t)
-	m := upstream.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", sts.URL, 0, "aws:env")
+	m := awscred.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", sts.URL, 0, "aws:env")
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 	rules := []grants.Rule{{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/*"}, {Action: "s3:ListBucket", Resource: "arn:aws:s3:::reports"}}
-	want, _ := upstream.SessionPolicy(rules)
+	want, _ := awscred.SessionPolicy(rules)
 	for _, tc := range []struct {
 		remaining time.Duration
 		seconds   string
@@ -136,7 +137,7 @@ func TestSTSScopedAsksForTheGrantsPolicy(t *testing.T) {
 		if !strings.HasPrefix(l.AWS.AccessKeyID, "ASIASCOPED") || l.Secret.Reveal() != l.AWS.SecretAccessKey || l.AWS.SessionToken == "" || l.ID != l.AWS.AccessKeyID {
 			t.Fatalf("lease: %+v", l.AWS.AccessKeyID)
 		}
-		wantEnd := now.Add(upstream.STSDuration(tc.remaining, time.Hour))
+		wantEnd := now.Add(awscred.STSDuration(tc.remaining, time.Hour))
 		if !l.Expires.Equal(wantEnd) {
 			t.Fatalf("lease expires %v, want %v", l.Expires, wantEnd)
 		}
@@ -162,7 +163,7 @@ func TestSTSScopedFailureNamesTheCode(t *testing.T) {
 <Message>User arn:aws:iam::123456789012:user/base is not authorized SECRET-IN-MESSAGE</Message></Error><RequestId>1</RequestId></ErrorResponse>`)
 	}))
 	t.Cleanup(srv.Close)
-	m := upstream.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", srv.URL, 0, "aws:env")
+	m := awscred.NewSTSScoped(upstream.StaticAWSCredentials("AKIABASE", "base-secret"), "us-east-1", "arn:aws:iam::123456789012:role/r", srv.URL, 0, "aws:env")
 	now := time.Now()
 	_, err := m.Mint(context.Background(), upstream.Scope{SessionID: "ses_1", Now: now, Expires: now.Add(time.Hour),
 		Rules: []grants.Rule{{Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/*"}}})

@@ -1,4 +1,8 @@
-package upstream
+// Package oauth2 mints OAuth2 access tokens per session (upstream.Minter):
+// the client_credentials grant (ClientCredentials) and a shared, rotating
+// refresh token (Refresh), each asking for the scopes the session's rules
+// need (Scopes).
+package oauth2
 
 import (
 	"context"
@@ -12,18 +16,25 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// OAuth2ClientCredentials mints an OAuth2 access token per session with
+var (
+	_ upstream.Minter         = (*ClientCredentials)(nil)
+	_ upstream.StatefulMinter = (*Refresh)(nil)
+)
+
+// ClientCredentials mints an OAuth2 access token per session with
 // the client_credentials grant (RFC 6749 §4.4): the client authenticates
 // with HTTP basic (client_secret_basic, §2.3.1), the scopes are those the
-// session's rules need (OAuth2Scopes). Renew asks for a new token; Revoke
+// session's rules need (Scopes). Renew asks for a new token; Revoke
 // revokes it at RevocationURL (RFC 7009) when set, else forgets it (it
 // lapses with its expires_in).
-type OAuth2ClientCredentials struct {
+type ClientCredentials struct {
 	TokenURL     *url.URL
 	ClientID     string
-	ClientSecret Source
+	ClientSecret upstream.Source
 	Scopes       []string
 	ScopesFor    []ScopeRule // narrows Scopes to the session's rules (none: Scopes)
 	// RevocationURL is the server's RFC 7009 endpoint, or nil.
@@ -31,52 +42,52 @@ type OAuth2ClientCredentials struct {
 	Client        *http.Client
 }
 
-// Describe implements Minter.
-func (o *OAuth2ClientCredentials) Describe() string {
+// Describe implements upstream.Minter.
+func (o *ClientCredentials) Describe() string {
 	return "oauth2:client_credentials:" + o.TokenURL.Host + "/" + o.ClientID
 }
 
-// Mint implements Minter.
-func (o *OAuth2ClientCredentials) Mint(ctx context.Context, sc Scope) (Lease, error) {
-	scopes, err := OAuth2Scopes(sc.Rules, o.Scopes, o.ScopesFor)
+// Mint implements upstream.Minter.
+func (o *ClientCredentials) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
+	scopes, err := Scopes(sc.Rules, o.Scopes, o.ScopesFor)
 	if err != nil {
-		return Lease{}, err
+		return upstream.Lease{}, err
 	}
 	secret, err := o.ClientSecret.Fetch(ctx)
 	if err != nil || secret.IsZero() {
-		return Lease{}, errors.New("the client secret is unavailable")
+		return upstream.Lease{}, errors.New("the client secret is unavailable")
 	}
 	form := url.Values{"grant_type": {"client_credentials"}}
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
 	}
-	out, err := oauth2Token(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
+	out, err := requestToken(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
 	if err != nil {
-		return Lease{}, err
+		return upstream.Lease{}, err
 	}
 	return out.lease(sc, "oauth2-", secret), nil
 }
 
-// Renew implements Minter: a new token.
-func (o *OAuth2ClientCredentials) Renew(ctx context.Context, sc Scope, _ Lease) (Lease, error) {
+// Renew implements upstream.Minter: a new token.
+func (o *ClientCredentials) Renew(ctx context.Context, sc upstream.Scope, _ upstream.Lease) (upstream.Lease, error) {
 	return o.Mint(ctx, sc)
 }
 
-// Revoke implements Minter (oauth2Revoke).
-func (o *OAuth2ClientCredentials) Revoke(ctx context.Context, l Lease) error {
-	return oauth2Revoke(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
+// Revoke implements upstream.Minter (revokeToken).
+func (o *ClientCredentials) Revoke(ctx context.Context, l upstream.Lease) error {
+	return revokeToken(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
 }
 
-// oauth2Revoke revokes a lease's access token at the RFC 7009 endpoint
+// revokeToken revokes a lease's access token at the RFC 7009 endpoint
 // (nil: nothing to call, the token lapses at its expiry), authenticating
 // the client as the token request does. The server answers 200 for a token
 // it no longer knows too (§2.2).
-func oauth2Revoke(ctx context.Context, client *http.Client, revURL *url.URL, clientID string, clientSecret Source, l Lease) error {
+func revokeToken(ctx context.Context, client *http.Client, revURL *url.URL, clientID string, clientSecret upstream.Source, l upstream.Lease) error {
 	if revURL == nil || l.Secret.IsZero() {
 		return nil
 	}
 	form := url.Values{"token": {l.Secret.Reveal()}, "token_type_hint": {"access_token"}}
-	var secret Secret
+	var secret upstream.Secret
 	if clientSecret != nil {
 		s, err := clientSecret.Fetch(ctx)
 		if err != nil || s.IsZero() {
@@ -107,8 +118,8 @@ func oauth2Revoke(ctx context.Context, client *http.Client, revURL *url.URL, cli
 	return nil
 }
 
-// oauth2Answer is a token endpoint's successful answer (RFC 6749 §5.1).
-type oauth2Answer struct {
+// answer is a token endpoint's successful answer (RFC 6749 §5.1).
+type answer struct {
 	AccessToken  string `json:"access_token"`
 	TokenType    string `json:"token_type"`
 	ExpiresIn    int64  `json:"expires_in"`
@@ -120,17 +131,17 @@ type oauth2Answer struct {
 // invalid_grant: a refresh token revoked, expired or already used).
 var errInvalidGrant = errors.New("the token endpoint answered invalid_grant")
 
-// oauth2Token posts form to the token endpoint, authenticating the client
+// requestToken posts form to the token endpoint, authenticating the client
 // with HTTP basic when secret is set (client_secret_basic, id and secret
 // form-encoded, §2.3.1) or naming it in the form otherwise (a public
 // client, §3.2.1). No secret is ever put in the error.
-func oauth2Token(ctx context.Context, client *http.Client, tokenURL *url.URL, clientID string, secret Secret, form url.Values) (oauth2Answer, error) {
+func requestToken(ctx context.Context, client *http.Client, tokenURL *url.URL, clientID string, secret upstream.Secret, form url.Values) (answer, error) {
 	if secret.IsZero() {
 		form.Set("client_id", clientID)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tokenURL.String(), strings.NewReader(form.Encode()))
 	if err != nil {
-		return oauth2Answer{}, errors.New("cannot build the token request")
+		return answer{}, errors.New("cannot build the token request")
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
@@ -139,34 +150,34 @@ func oauth2Token(ctx context.Context, client *http.Client, tokenURL *url.URL, cl
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return oauth2Answer{}, errors.New("the token request failed")
+		return answer{}, errors.New("the token request failed")
 	}
 	defer resp.Body.Close()
-	var out oauth2Answer
+	var out answer
 	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
 	if err := dec.Decode(&out); err != nil && resp.StatusCode == http.StatusOK {
-		return oauth2Answer{}, errors.New("the token answer is malformed")
+		return answer{}, errors.New("the token answer is malformed")
 	}
 	if resp.StatusCode != http.StatusOK || out.AccessToken == "" {
 		if out.Error == "invalid_grant" {
-			return oauth2Answer{}, fmt.Errorf("%w (%d)", errInvalidGrant, resp.StatusCode)
+			return answer{}, fmt.Errorf("%w (%d)", errInvalidGrant, resp.StatusCode)
 		}
 		code := out.Error
 		if len(code) > 40 || strings.ContainsFunc(code, func(r rune) bool { return r < '!' || r > '~' }) {
 			code = "?"
 		}
-		return oauth2Answer{}, fmt.Errorf("the token endpoint answered %d %s", resp.StatusCode, code)
+		return answer{}, fmt.Errorf("the token endpoint answered %d %s", resp.StatusCode, code)
 	}
 	if out.TokenType != "" && !strings.EqualFold(out.TokenType, "bearer") {
-		return oauth2Answer{}, errors.New("the token endpoint issued a token that is not a bearer token")
+		return answer{}, errors.New("the token endpoint issued a token that is not a bearer token")
 	}
 	return out, nil
 }
 
 // lease is the answer's access token as a session's lease, expiring with
 // expires_in and never past the session; extra are scrubbed with it.
-func (a oauth2Answer) lease(sc Scope, idPrefix string, extra ...Secret) Lease {
-	l := Lease{Secret: NewSecret(a.AccessToken)}
+func (a answer) lease(sc upstream.Scope, idPrefix string, extra ...upstream.Secret) upstream.Lease {
+	l := upstream.Lease{Secret: upstream.NewSecret(a.AccessToken)}
 	for _, x := range extra {
 		if !x.IsZero() {
 			l.Extra = append(l.Extra, x)

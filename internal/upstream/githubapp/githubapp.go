@@ -1,4 +1,7 @@
-package upstream
+// Package githubapp mints GitHub App installation tokens per session, each
+// narrowed to the repositories and permissions of the session's grants (an
+// upstream.Minter).
+package githubapp
 
 import (
 	"bytes"
@@ -21,16 +24,20 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/airlock-broker/airlock/internal/grants"
+
+	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// GitHubApp mints GitHub App installation tokens per session: an app JWT
+var _ upstream.Minter = (*Minter)(nil)
+
+// Minter mints GitHub App installation tokens per session: an app JWT
 // (RS256, issued 60 s in the past for clock drift, valid 9 minutes) buys
 // POST /app/installations/{id}/access_tokens with the repositories and
-// permissions of the session's scope (NarrowGitHub); GitHub's tokens live one
+// permissions of the session's scope (Narrow); GitHub's tokens live one
 // hour and cannot be extended, so Renew mints anew (the broker revokes the
 // one replaced); Revoke is DELETE /installation/token, authenticated by the
 // token itself.
-type GitHubApp struct {
+type Minter struct {
 	AppID          string
 	InstallationID string
 	Key            *rsa.PrivateKey
@@ -44,12 +51,12 @@ type GitHubApp struct {
 	Client      *http.Client
 }
 
-// GitHubAppJWTLife is the app JWT's validity (GitHub allows at most 10 min).
-const GitHubAppJWTLife = 9 * time.Minute
+// JWTLife is the app JWT's validity (GitHub allows at most 10 min).
+const JWTLife = 9 * time.Minute
 
-// Describe implements Minter.
-func (g *GitHubApp) Describe() string {
-	return "github_app:" + g.AppID + "/installation/" + g.InstallationID
+// Describe implements upstream.Minter.
+func (m *Minter) Describe() string {
+	return "github_app:" + m.AppID + "/installation/" + m.InstallationID
 }
 
 // ghScope is what one token is asked for.
@@ -58,7 +65,7 @@ type ghScope struct {
 	Permissions  map[string]string `json:"permissions,omitempty"`
 }
 
-// NarrowGitHub derives a token's repositories and permissions from the
+// Narrow derives a token's repositories and permissions from the
 // rules of the session's grants on the upstream and the upstream's bounds:
 //
 //   - A rule under /repos/{owner}/{repo}/... names its repositories when the
@@ -75,7 +82,7 @@ type ghScope struct {
 //     or OPTIONS, each "write" or "admin" level is lowered to "read".
 //
 // It fails when the rules name repositories and none of them is allowed.
-func NarrowGitHub(rules []grants.Rule, repos []string, perms map[string]string) (repositories []string, permissions map[string]string, err error) {
+func Narrow(rules []grants.Rule, repos []string, perms map[string]string) (repositories []string, permissions map[string]string, err error) {
 	named := map[string]bool{}
 	anyRepo, readOnly := false, true
 	for _, r := range rules {
@@ -156,48 +163,48 @@ func segmentValues(seg string, cs map[string]grants.Constraint) ([]string, bool)
 
 // appJWT is the app's JWT at now (the broker's clock, which GitHub checks
 // against its own).
-func (g *GitHubApp) appJWT(now time.Time) (string, error) {
+func (m *Minter) appJWT(now time.Time) (string, error) {
 	t := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.RegisteredClaims{
-		Issuer:    g.AppID,
+		Issuer:    m.AppID,
 		IssuedAt:  jwt.NewNumericDate(now.Add(-60 * time.Second)),
-		ExpiresAt: jwt.NewNumericDate(now.Add(GitHubAppJWTLife)),
+		ExpiresAt: jwt.NewNumericDate(now.Add(JWTLife)),
 	})
-	return t.SignedString(g.Key)
+	return t.SignedString(m.Key)
 }
 
-// Mint implements Minter.
-func (g *GitHubApp) Mint(ctx context.Context, sc Scope) (Lease, error) {
-	repos, perms, err := NarrowGitHub(sc.Rules, g.Repositories, g.Permissions)
+// Mint implements upstream.Minter.
+func (m *Minter) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
+	repos, perms, err := Narrow(sc.Rules, m.Repositories, m.Permissions)
 	if err != nil {
-		return Lease{}, err
+		return upstream.Lease{}, err
 	}
-	tok, err := g.appJWT(sc.Now)
+	tok, err := m.appJWT(sc.Now)
 	if err != nil {
-		return Lease{}, errors.New("cannot sign the app JWT")
+		return upstream.Lease{}, errors.New("cannot sign the app JWT")
 	}
 	body, _ := json.Marshal(ghScope{Repositories: repos, Permissions: perms})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, g.endpoint("/app/installations/"+url.PathEscape(g.InstallationID)+"/access_tokens"), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint("/app/installations/"+url.PathEscape(m.InstallationID)+"/access_tokens"), bytes.NewReader(body))
 	if err != nil {
-		return Lease{}, errors.New("cannot build the token request")
+		return upstream.Lease{}, errors.New("cannot build the token request")
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Accept", "application/vnd.github+json")
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
-	resp, err := g.Client.Do(req)
+	resp, err := m.Client.Do(req)
 	if err != nil {
-		return Lease{}, errors.New("the token request failed")
+		return upstream.Lease{}, errors.New("the token request failed")
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return Lease{}, fmt.Errorf("GitHub answered %d to the token request", resp.StatusCode)
+		return upstream.Lease{}, fmt.Errorf("GitHub answered %d to the token request", resp.StatusCode)
 	}
 	var out struct {
 		Token     string    `json:"token"`
 		ExpiresAt time.Time `json:"expires_at"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil || out.Token == "" || out.ExpiresAt.IsZero() {
-		return Lease{}, errors.New("GitHub's token answer is malformed")
+		return upstream.Lease{}, errors.New("GitHub's token answer is malformed")
 	}
 	exp := out.ExpiresAt
 	if !sc.Expires.IsZero() && sc.Expires.Before(exp) {
@@ -205,29 +212,29 @@ func (g *GitHubApp) Mint(ctx context.Context, sc Scope) (Lease, error) {
 	}
 	var id [8]byte
 	_, _ = rand.Read(id[:])
-	return Lease{Secret: NewSecret(out.Token), ID: "ghs-" + g.InstallationID + "-" + hex.EncodeToString(id[:]), Expires: exp}, nil
+	return upstream.Lease{Secret: upstream.NewSecret(out.Token), ID: "ghs-" + m.InstallationID + "-" + hex.EncodeToString(id[:]), Expires: exp}, nil
 }
 
-// Renew implements Minter: installation tokens cannot be extended, so a
+// Renew implements upstream.Minter: installation tokens cannot be extended, so a
 // new one is minted.
-func (g *GitHubApp) Renew(ctx context.Context, sc Scope, _ Lease) (Lease, error) {
-	return g.Mint(ctx, sc)
+func (m *Minter) Renew(ctx context.Context, sc upstream.Scope, _ upstream.Lease) (upstream.Lease, error) {
+	return m.Mint(ctx, sc)
 }
 
-// Revoke implements Minter: DELETE /installation/token with the token. A
+// Revoke implements upstream.Minter: DELETE /installation/token with the token. A
 // token GitHub no longer knows (401) is already dead.
-func (g *GitHubApp) Revoke(ctx context.Context, l Lease) error {
+func (m *Minter) Revoke(ctx context.Context, l upstream.Lease) error {
 	if l.Secret.IsZero() {
 		return nil
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, g.endpoint("/installation/token"), nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, m.endpoint("/installation/token"), nil)
 	if err != nil {
 		return errors.New("cannot build the revocation")
 	}
 	req.Header.Set("Authorization", "Bearer "+l.Secret.Reveal())
 	req.Header.Set("Accept", "application/vnd.github+json")
 	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
-	resp, err := g.Client.Do(req)
+	resp, err := m.Client.Do(req)
 	if err != nil {
 		return errors.New("the revocation failed")
 	}
@@ -238,6 +245,6 @@ func (g *GitHubApp) Revoke(ctx context.Context, l Lease) error {
 	return nil
 }
 
-func (g *GitHubApp) endpoint(p string) string {
-	return g.APIURL.Scheme + "://" + g.APIURL.Host + strings.TrimSuffix(g.APIURL.EscapedPath(), "/") + p
+func (m *Minter) endpoint(p string) string {
+	return m.APIURL.Scheme + "://" + m.APIURL.Host + strings.TrimSuffix(m.APIURL.EscapedPath(), "/") + p
 }

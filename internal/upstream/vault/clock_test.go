@@ -1,4 +1,4 @@
-package upstream_test
+package vault_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/testvault"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/vault"
 )
 
 // The Vault KV cache's refresh bound is measured on the injected clock: a
@@ -20,8 +21,8 @@ func TestVaultCacheOnInjectedClock(t *testing.T) {
 	v := testvault.Start(t, "test-root-token")
 	v.PutKV("secret", "github", map[string]any{"token": "CANARY-vault-v1"})
 	clk := clock.NewFake(time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC))
-	c, err := upstream.NewVault(upstream.VaultConfig{Address: v.Addr, Timeout: 2 * time.Second, Now: clk.Now,
-		Auth: upstream.VaultAuth{Method: "token", Token: v.Token}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := vault.New(vault.Config{Address: v.Addr, Timeout: 2 * time.Second, Now: clk.Now,
+		Auth: vault.Auth{Method: "token", Token: v.Token}}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package upstream
+package oauth2
 
 import (
 	"context"
@@ -9,32 +9,16 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+
+	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// MintState is a small durable value a Minter keeps across sessions and
-// broker restarts (OAuth2Refresh: the current refresh token). The broker
-// seals it at rest (AES-256-GCM under a key derived from the installation
-// secret, bound to the upstream) and stores it through its MetaStore.
-type MintState interface {
-	// Load returns the value last saved, or nil when none was.
-	Load(ctx context.Context) ([]byte, error)
-	// Save replaces the value; it is durable when it returns.
-	Save(ctx context.Context, value []byte) error
-}
-
-// StatefulMinter is a Minter that keeps durable state: the broker binds
-// it once, at start, before any mint. Unbound, the state lives in memory.
-type StatefulMinter interface {
-	Minter
-	BindState(MintState)
-}
-
-// OAuth2Refresh mints an OAuth2 access token per session with the
+// Refresh mints an OAuth2 access token per session with the
 // refresh_token grant (RFC 6749 §6). The refresh token is per upstream:
 // one chain shared by every session (and every replica on one store),
 // used under a lock, so two sessions never present a refresh token the
 // server rotated away. When the server rotates it (answers a new
-// refresh_token), the new one is saved (MintState, sealed by the broker)
+// refresh_token), the new one is saved (upstream.MintState, sealed by the broker)
 // before the access token is used: the next refresh, and a broker restart,
 // use it. The configured refresh token (Initial) is used only until a
 // rotated one is stored, and again once the operator configures another
@@ -42,11 +26,11 @@ type StatefulMinter interface {
 // the stored token (another replica may have rotated it) and retries once;
 // otherwise it fails closed. Every refresh token the lease's refresh used
 // or got, and the client secret, are scrubbed with the access token.
-type OAuth2Refresh struct {
+type Refresh struct {
 	TokenURL     *url.URL
 	ClientID     string
-	ClientSecret Source // nil: a public client (client_id in the form)
-	Initial      Source // the refresh token the operator configured
+	ClientSecret upstream.Source // nil: a public client (client_id in the form)
+	Initial      upstream.Source // the refresh token the operator configured
 	Scopes       []string
 	ScopesFor    []ScopeRule
 	// RevocationURL is the server's RFC 7009 endpoint, or nil; only a
@@ -55,16 +39,16 @@ type OAuth2Refresh struct {
 	Client        *http.Client
 
 	mu      sync.Mutex // one refresh at a time: the chain is single-use
-	state   MintState
-	current Secret // the chain's latest refresh token, once known
-	origin  string // SHA-256 of the configured token the chain started from
+	state   upstream.MintState
+	current upstream.Secret // the chain's latest refresh token, once known
+	origin  string          // SHA-256 of the configured token the chain started from
 }
 
-// BindState implements StatefulMinter.
-func (o *OAuth2Refresh) BindState(s MintState) { o.state = s }
+// BindState implements upstream.StatefulMinter.
+func (o *Refresh) BindState(s upstream.MintState) { o.state = s }
 
-// Describe implements Minter.
-func (o *OAuth2Refresh) Describe() string {
+// Describe implements upstream.Minter.
+func (o *Refresh) Describe() string {
 	return "oauth2:refresh_token:" + o.TokenURL.Host + "/" + o.ClientID
 }
 
@@ -73,10 +57,10 @@ func (o *OAuth2Refresh) Describe() string {
 // configured token than today's is not used: an operator who configures a
 // new refresh token (after a revocation) starts a new chain. reload skips
 // memory. origin identifies the configured token the chain started from.
-func (o *OAuth2Refresh) refreshToken(ctx context.Context, reload bool) (rt Secret, origin string, err error) {
+func (o *Refresh) refreshToken(ctx context.Context, reload bool) (rt upstream.Secret, origin string, err error) {
 	initial, err := o.Initial.Fetch(ctx)
 	if err != nil || initial.IsZero() {
-		return Secret{}, "", errors.New("the refresh token is unavailable")
+		return upstream.Secret{}, "", errors.New("the refresh token is unavailable")
 	}
 	sum := sha256.Sum256([]byte(initial.Reveal()))
 	origin = hex.EncodeToString(sum[:])
@@ -86,10 +70,10 @@ func (o *OAuth2Refresh) refreshToken(ctx context.Context, reload bool) (rt Secre
 	if o.state != nil {
 		v, err := o.state.Load(ctx)
 		if err != nil {
-			return Secret{}, "", errors.New("the stored refresh token is unreadable")
+			return upstream.Secret{}, "", errors.New("the stored refresh token is unreadable")
 		}
 		if from, tok, ok := strings.Cut(string(v), "\n"); ok && from == origin && tok != "" {
-			return NewSecret(tok), origin, nil
+			return upstream.NewSecret(tok), origin, nil
 		}
 	}
 	if reload && o.origin == origin && !o.current.IsZero() {
@@ -98,23 +82,23 @@ func (o *OAuth2Refresh) refreshToken(ctx context.Context, reload bool) (rt Secre
 	return initial, origin, nil
 }
 
-// Mint implements Minter.
-func (o *OAuth2Refresh) Mint(ctx context.Context, sc Scope) (Lease, error) {
-	scopes, err := OAuth2Scopes(sc.Rules, o.Scopes, o.ScopesFor)
+// Mint implements upstream.Minter.
+func (o *Refresh) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
+	scopes, err := Scopes(sc.Rules, o.Scopes, o.ScopesFor)
 	if err != nil {
-		return Lease{}, err
+		return upstream.Lease{}, err
 	}
-	var secret Secret
+	var secret upstream.Secret
 	if o.ClientSecret != nil {
 		if secret, err = o.ClientSecret.Fetch(ctx); err != nil || secret.IsZero() {
-			return Lease{}, errors.New("the client secret is unavailable")
+			return upstream.Lease{}, errors.New("the client secret is unavailable")
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	rt, origin, err := o.refreshToken(ctx, false)
 	if err != nil {
-		return Lease{}, err
+		return upstream.Lease{}, err
 	}
 	out, err := o.refresh(ctx, secret, rt, scopes)
 	if errors.Is(err, errInvalidGrant) {
@@ -124,38 +108,38 @@ func (o *OAuth2Refresh) Mint(ctx context.Context, sc Scope) (Lease, error) {
 		}
 	}
 	if err != nil {
-		return Lease{}, err
+		return upstream.Lease{}, err
 	}
 	o.current, o.origin = rt, origin
-	var rotated Secret
+	var rotated upstream.Secret
 	if out.RefreshToken != "" && out.RefreshToken != rt.Reveal() {
-		rotated = NewSecret(out.RefreshToken)
+		rotated = upstream.NewSecret(out.RefreshToken)
 		o.current = rotated // in memory first: the old one is dead either way
 		if o.state != nil {
 			if err := o.state.Save(ctx, []byte(origin+"\n"+out.RefreshToken)); err != nil {
-				return Lease{}, errors.New("the rotated refresh token could not be stored")
+				return upstream.Lease{}, errors.New("the rotated refresh token could not be stored")
 			}
 		}
 	}
 	return out.lease(sc, "oauth2rt-", rt, rotated, secret), nil
 }
 
-func (o *OAuth2Refresh) refresh(ctx context.Context, secret, rt Secret, scopes []string) (oauth2Answer, error) {
+func (o *Refresh) refresh(ctx context.Context, secret, rt upstream.Secret, scopes []string) (answer, error) {
 	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt.Reveal()}}
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
 	}
-	return oauth2Token(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
+	return requestToken(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
 }
 
-// Renew implements Minter: a new access token from the chain.
-func (o *OAuth2Refresh) Renew(ctx context.Context, sc Scope, _ Lease) (Lease, error) {
+// Renew implements upstream.Minter: a new access token from the chain.
+func (o *Refresh) Renew(ctx context.Context, sc upstream.Scope, _ upstream.Lease) (upstream.Lease, error) {
 	return o.Mint(ctx, sc)
 }
 
-// Revoke implements Minter: the access token at RevocationURL when set
+// Revoke implements upstream.Minter: the access token at RevocationURL when set
 // (else it lapses at its expiry); the refresh token is the upstream's, not
 // the session's, and is kept.
-func (o *OAuth2Refresh) Revoke(ctx context.Context, l Lease) error {
-	return oauth2Revoke(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
+func (o *Refresh) Revoke(ctx context.Context, l upstream.Lease) error {
+	return revokeToken(ctx, o.Client, o.RevocationURL, o.ClientID, o.ClientSecret, l)
 }

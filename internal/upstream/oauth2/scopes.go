@@ -1,4 +1,4 @@
-package upstream
+package oauth2
 
 import (
 	"errors"
@@ -69,13 +69,13 @@ func (s ScopeRule) covers(r grants.Rule) bool {
 	return len(segs) == len(s.Path)
 }
 
-// OAuth2Scopes are the scopes a token for rules asks: with no scopes_for,
+// Scopes are the scopes a token for rules asks: with no scopes_for,
 // the configured scopes; otherwise the union, over the rules, of the scopes
 // of every pattern covering each rule (a rule no pattern covers needs all
 // the configured scopes), intersected with the configured ones when any
 // are configured, in their order. It fails when that leaves none (asking
 // for no scope would get the server's default, often everything).
-func OAuth2Scopes(rules []grants.Rule, scopes []string, scopesFor []ScopeRule) ([]string, error) {
+func Scopes(rules []grants.Rule, scopes []string, scopesFor []ScopeRule) ([]string, error) {
 	if len(scopesFor) == 0 {
 		return scopes, nil
 	}

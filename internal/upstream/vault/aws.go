@@ -1,4 +1,4 @@
-package upstream
+package vault
 
 import (
 	"context"
@@ -6,40 +6,46 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	vaultapi "github.com/hashicorp/vault/api"
+
+	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// VaultAWS mints AWS credentials per session from Vault's AWS secrets
+var (
+	_ upstream.Minter                 = (*AWSEngine)(nil)
+	_ upstream.AWSCredentialsProvider = AWSCredentials{}
+)
+
+// AWSEngine mints AWS credentials per session from Vault's AWS secrets
 // engine (credential source vault_aws): <mount>/creds/<role> (an IAM user's
 // keys, leased: renewed through sys/leases/renew, revoked through
 // sys/leases/revoke, which deletes the user) or <mount>/sts/<role> (STS
 // credentials, not renewable: minted anew, their ttl the session's
 // remaining life, within the role's maximum).
-type VaultAWS struct {
-	v     *Vault
+type AWSEngine struct {
+	v     *Client
 	mount string
 	role  string
 	sts   bool
 }
 
-// VaultAWS is the minter of role on the AWS engine mounted at mount;
+// AWSEngine is the minter of role on the AWS engine mounted at mount;
 // credType is "creds" (IAM user keys) or "sts".
-func (v *Vault) VaultAWS(mount, role, credType string) (*VaultAWS, error) {
+func (v *Client) AWSEngine(mount, role, credType string) (*AWSEngine, error) {
 	if mount == "" || role == "" {
 		return nil, errors.New("vault_aws needs mount and role")
 	}
 	switch credType {
 	case "", "creds":
-		return &VaultAWS{v: v, mount: mount, role: role}, nil
+		return &AWSEngine{v: v, mount: mount, role: role}, nil
 	case "sts":
-		return &VaultAWS{v: v, mount: mount, role: role, sts: true}, nil
+		return &AWSEngine{v: v, mount: mount, role: role, sts: true}, nil
 	}
 	return nil, fmt.Errorf("vault_aws type must be creds or sts, not %q", credType)
 }
 
-// Describe implements Minter.
-func (m *VaultAWS) Describe() string {
+// Describe implements upstream.Minter.
+func (m *AWSEngine) Describe() string {
 	kind := "creds"
 	if m.sts {
 		kind = "sts"
@@ -47,17 +53,16 @@ func (m *VaultAWS) Describe() string {
 	return "vault_aws:" + m.mount + "/" + kind + "/" + m.role
 }
 
-// stsMinTTL is STS's shortest session.
-const stsMinTTL = 15 * time.Minute
-
-// Mint implements Minter.
-func (m *VaultAWS) Mint(ctx context.Context, sc Scope) (Lease, error) {
-	fail := func(why string) (Lease, error) { return Lease{}, fmt.Errorf("%s: %s", m.Describe(), why) }
+// Mint implements upstream.Minter.
+func (m *AWSEngine) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
+	fail := func(why string) (upstream.Lease, error) {
+		return upstream.Lease{}, fmt.Errorf("%s: %s", m.Describe(), why)
+	}
 	path := m.mount + "/creds/" + m.role
 	var data map[string][]string
 	if m.sts {
 		path = m.mount + "/sts/" + m.role
-		ttl := max(sc.Remaining(), stsMinTTL) // Vault clamps it to the role's maximum
+		ttl := max(sc.Remaining(), upstream.MinSTSDuration) // Vault clamps it to the role's maximum
 		data = map[string][]string{"ttl": {fmt.Sprintf("%ds", int64(ttl/time.Second))}}
 	}
 	var sec *vaultapi.Secret
@@ -66,7 +71,7 @@ func (m *VaultAWS) Mint(ctx context.Context, sc Scope) (Lease, error) {
 		return err
 	})
 	if err != nil {
-		return fail(vaultFailure(err))
+		return fail(failure(err))
 	}
 	if sec == nil {
 		return fail("no credentials returned")
@@ -77,21 +82,21 @@ func (m *VaultAWS) Mint(ctx context.Context, sc Scope) (Lease, error) {
 	if ak == "" || sk == "" {
 		return fail("access_key or secret_key missing")
 	}
-	l := Lease{Secret: NewSecret(sk), ID: sec.LeaseID,
-		AWS: aws.Credentials{AccessKeyID: ak, SecretAccessKey: sk, SessionToken: st, Source: m.Describe()}}
+	l := upstream.Lease{Secret: upstream.NewSecret(sk), ID: sec.LeaseID,
+		AWS: upstream.AWSCredentials{AccessKeyID: ak, SecretAccessKey: sk, SessionToken: st, Source: m.Describe()}}
 	if sec.LeaseDuration > 0 {
 		l.Expires = sc.Now.Add(time.Duration(sec.LeaseDuration) * time.Second)
 		l.AWS.CanExpire, l.AWS.Expires = true, l.Expires
 	}
 	if st != "" {
-		l.Extra = append(l.Extra, NewSecret(st))
+		l.Extra = append(l.Extra, upstream.NewSecret(st))
 	}
 	return l, nil
 }
 
-// Renew implements Minter: an IAM user's lease is extended up to the
+// Renew implements upstream.Minter: an IAM user's lease is extended up to the
 // session's end; STS credentials are minted anew (the old lease revoked).
-func (m *VaultAWS) Renew(ctx context.Context, sc Scope, l Lease) (Lease, error) {
+func (m *AWSEngine) Renew(ctx context.Context, sc upstream.Scope, l upstream.Lease) (upstream.Lease, error) {
 	if m.sts || l.ID == "" {
 		return m.Mint(ctx, sc)
 	}
@@ -101,7 +106,7 @@ func (m *VaultAWS) Renew(ctx context.Context, sc Scope, l Lease) (Lease, error) 
 		return err
 	})
 	if err != nil {
-		return Lease{}, fmt.Errorf("%s: renew: %s", m.Describe(), vaultFailure(err))
+		return upstream.Lease{}, fmt.Errorf("%s: renew: %s", m.Describe(), failure(err))
 	}
 	if sec != nil && sec.LeaseDuration > 0 {
 		l.Expires = sc.Now.Add(time.Duration(sec.LeaseDuration) * time.Second)
@@ -110,15 +115,32 @@ func (m *VaultAWS) Renew(ctx context.Context, sc Scope, l Lease) (Lease, error) 
 	return l, nil
 }
 
-// Revoke implements Minter: the lease is revoked in Vault (for an IAM
+// Revoke implements upstream.Minter: the lease is revoked in Vault (for an IAM
 // user, Vault deletes its keys and the user).
-func (m *VaultAWS) Revoke(ctx context.Context, l Lease) error {
+func (m *AWSEngine) Revoke(ctx context.Context, l upstream.Lease) error {
 	if l.ID == "" {
 		return nil
 	}
 	err := m.v.withLogin(ctx, func() error { return m.v.client.Sys().RevokeWithContext(ctx, l.ID) })
 	if err != nil {
-		return fmt.Errorf("%s: revoke: %s", m.Describe(), vaultFailure(err))
+		return fmt.Errorf("%s: revoke: %s", m.Describe(), failure(err))
 	}
 	return nil
+}
+
+// AWSCredentials are static AWS keys read from two fields of a KV v2
+// secret (an upstream.AWSCredentialsProvider).
+type AWSCredentials struct{ Access, Secret *KV }
+
+// Retrieve implements upstream.AWSCredentialsProvider.
+func (v AWSCredentials) Retrieve(ctx context.Context) (upstream.AWSCredentials, error) {
+	ak, err := v.Access.Fetch(ctx)
+	if err != nil {
+		return upstream.AWSCredentials{}, err
+	}
+	sk, err := v.Secret.Fetch(ctx)
+	if err != nil {
+		return upstream.AWSCredentials{}, err
+	}
+	return upstream.AWSCredentials{AccessKeyID: ak.Reveal(), SecretAccessKey: sk.Reveal(), Source: "vault"}, nil
 }

@@ -1,4 +1,8 @@
-package upstream
+// Package vault is the Vault credential source: the broker's Vault client
+// (token, AppRole and Kubernetes auth, renewed for its life), KV v2 secrets
+// as an upstream.Source, static AWS keys held in KV, and AWS credentials
+// minted per session by Vault's AWS secrets engine (an upstream.Minter).
+package vault
 
 import (
 	"context"
@@ -14,22 +18,29 @@ import (
 	"github.com/hashicorp/vault/api/auth/approle"
 	"github.com/hashicorp/vault/api/auth/kubernetes"
 	"golang.org/x/sync/singleflight"
+
+	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// VaultConfig says how the broker reaches and logs in to Vault.
-type VaultConfig struct {
+var (
+	_ upstream.Source     = (*KV)(nil)
+	_ upstream.Observable = (*KV)(nil)
+)
+
+// Config says how the broker reaches and logs in to Vault.
+type Config struct {
 	Address   string
 	Namespace string
 	CACert    string // PEM file for a private CA
 	Timeout   time.Duration
-	Auth      VaultAuth
+	Auth      Auth
 	// Now is the clock of the KV cache's refresh bound (nil: time.Now).
 	Now func() time.Time
 }
 
-// VaultAuth is one of: token (Token), AppRole (RoleID and SecretID or
+// Auth is one of: token (Token), AppRole (RoleID and SecretID or
 // SecretIDFile), Kubernetes (Role and the service-account JWTFile).
-type VaultAuth struct {
+type Auth struct {
 	Method       string // token | approle | kubernetes
 	Token        string
 	RoleID       string
@@ -40,24 +51,12 @@ type VaultAuth struct {
 	Mount        string // auth mount path (default: the method's name)
 }
 
-// FetchInfo describes a credential fetch for the audit log (never the value).
-type FetchInfo struct {
-	Source  string
-	LeaseID string // to be HMAC'd by the recorder
-	Version int
-}
-
-// Observable sources report their fetches.
-type Observable interface {
-	SetObserver(func(FetchInfo))
-}
-
-// Vault is the broker's Vault client: it logs in lazily (the broker starts
+// Client is the broker's Vault client: it logs in lazily (the broker starts
 // and reports itself not ready while Vault is down), keeps its token renewed
 // for its whole life, and logs in again when renewal fails.
-type Vault struct {
+type Client struct {
 	client *vaultapi.Client
-	auth   VaultAuth
+	auth   Auth
 	log    *slog.Logger
 	now    func() time.Time
 
@@ -68,8 +67,8 @@ type Vault struct {
 	login  singleflight.Group
 }
 
-// NewVault makes the client; it does not contact Vault.
-func NewVault(cfg VaultConfig, log *slog.Logger) (*Vault, error) {
+// New makes the client; it does not contact Vault.
+func New(cfg Config, log *slog.Logger) (*Client, error) {
 	vc := vaultapi.DefaultConfig()
 	vc.Address = cfg.Address
 	if cfg.Timeout > 0 {
@@ -100,13 +99,13 @@ func NewVault(cfg VaultConfig, log *slog.Logger) (*Vault, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Vault{client: c, auth: cfg.Auth, log: log, now: now, stop: make(chan struct{})}, nil
+	return &Client{client: c, auth: cfg.Auth, log: log, now: now, stop: make(chan struct{})}, nil
 }
 
 // Close stops token renewal.
-func (v *Vault) Close() { v.once.Do(func() { close(v.stop) }) }
+func (v *Client) Close() { v.once.Do(func() { close(v.stop) }) }
 
-func (v *Vault) ensureLogin(ctx context.Context) error {
+func (v *Client) ensureLogin(ctx context.Context) error {
 	v.mu.Lock()
 	ok := v.authed
 	v.mu.Unlock()
@@ -117,13 +116,13 @@ func (v *Vault) ensureLogin(ctx context.Context) error {
 	return err
 }
 
-func (v *Vault) invalidate() {
+func (v *Client) invalidate() {
 	v.mu.Lock()
 	v.authed = false
 	v.mu.Unlock()
 }
 
-func (v *Vault) doLogin(ctx context.Context) error {
+func (v *Client) doLogin(ctx context.Context) error {
 	var (
 		secret *vaultapi.Secret
 		err    error
@@ -164,7 +163,7 @@ func (v *Vault) doLogin(ctx context.Context) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("vault login (%s): %s", v.auth.Method, vaultErrorText(err))
+		return fmt.Errorf("vault login (%s): %s", v.auth.Method, errorText(err))
 	}
 	v.mu.Lock()
 	v.authed = true
@@ -177,7 +176,7 @@ func (v *Vault) doLogin(ctx context.Context) error {
 
 // renew keeps the login alive; when renewal stops (max TTL, revocation,
 // outage) the next fetch logs in again.
-func (v *Vault) renew(secret *vaultapi.Secret) {
+func (v *Client) renew(secret *vaultapi.Secret) {
 	w, err := v.client.NewLifetimeWatcher(&vaultapi.LifetimeWatcherInput{Secret: secret})
 	if err != nil {
 		v.invalidate()
@@ -191,7 +190,7 @@ func (v *Vault) renew(secret *vaultapi.Secret) {
 			return
 		case err := <-w.DoneCh():
 			if err != nil {
-				v.log.Warn("vault token renewal stopped; will log in again", "err", vaultErrorText(err))
+				v.log.Warn("vault token renewal stopped; will log in again", "err", errorText(err))
 			}
 			v.invalidate()
 			return
@@ -201,44 +200,44 @@ func (v *Vault) renew(secret *vaultapi.Secret) {
 	}
 }
 
-// vaultErrorText keeps the status and Vault's error strings, which name
-// paths and reasons, never secret values.
 // withLogin runs op logged in to Vault. A 403 (the login expired or was
 // revoked) logs in once more and runs op again. A failed login is a
-// *vaultLoginError.
-func (v *Vault) withLogin(ctx context.Context, op func() error) error {
+// *loginError.
+func (v *Client) withLogin(ctx context.Context, op func() error) error {
 	if err := v.ensureLogin(ctx); err != nil {
-		return &vaultLoginError{err}
+		return &loginError{err}
 	}
 	err := op()
 	var re *vaultapi.ResponseError
 	if errors.As(err, &re) && re.StatusCode == http.StatusForbidden {
 		v.invalidate()
 		if lerr := v.ensureLogin(ctx); lerr != nil {
-			return &vaultLoginError{lerr}
+			return &loginError{lerr}
 		}
 		err = op()
 	}
 	return err
 }
 
-// vaultLoginError is a failed login to Vault (its text is the login's).
-type vaultLoginError struct{ err error }
+// loginError is a failed login to Vault (its text is the login's).
+type loginError struct{ err error }
 
-func (e *vaultLoginError) Error() string { return e.err.Error() }
-func (e *vaultLoginError) Unwrap() error { return e.err }
+func (e *loginError) Error() string { return e.err.Error() }
+func (e *loginError) Unwrap() error { return e.err }
 
-// vaultFailure is what an operator is told of a failed Vault operation: a
-// failed login's own text, else vaultErrorText.
-func vaultFailure(err error) string {
-	var le *vaultLoginError
+// failure is what an operator is told of a failed Vault operation: a
+// failed login's own text, else errorText.
+func failure(err error) string {
+	var le *loginError
 	if errors.As(err, &le) {
 		return le.Error()
 	}
-	return vaultErrorText(err)
+	return errorText(err)
 }
 
-func vaultErrorText(err error) string {
+// errorText keeps the status and Vault's error strings, which name
+// paths and reasons, never secret values.
+func errorText(err error) string {
 	var re *vaultapi.ResponseError
 	if errors.As(err, &re) {
 		return fmt.Sprintf("status %d: %s", re.StatusCode, strings.Join(re.Errors, "; "))
@@ -253,7 +252,7 @@ func vaultErrorText(err error) string {
 // or "secret/data/github"), optionally a pinned version. A value is served
 // from memory for at most refresh (the rotation bound), then read again; if
 // Vault cannot answer by then, the fetch fails closed.
-func (v *Vault) KV(path, field string, version int, refresh time.Duration) (*VaultKV, error) {
+func (v *Client) KV(path, field string, version int, refresh time.Duration) (*KV, error) {
 	mount, key, ok := strings.Cut(strings.Trim(path, "/"), "/")
 	if !ok || key == "" {
 		return nil, fmt.Errorf("vault path %q: want MOUNT/PATH", path)
@@ -262,12 +261,12 @@ func (v *Vault) KV(path, field string, version int, refresh time.Duration) (*Vau
 	if refresh <= 0 {
 		refresh = 30 * time.Second
 	}
-	return &VaultKV{v: v, mount: mount, key: key, field: field, version: version, refresh: refresh}, nil
+	return &KV{v: v, mount: mount, key: key, field: field, version: version, refresh: refresh}, nil
 }
 
-// VaultKV is a credential in Vault's KV v2 engine.
-type VaultKV struct {
-	v       *Vault
+// KV is a credential in Vault's KV v2 engine.
+type KV struct {
+	v       *Client
 	mount   string
 	key     string
 	field   string
@@ -275,17 +274,17 @@ type VaultKV struct {
 	refresh time.Duration
 
 	mu       sync.Mutex
-	value    Secret
+	value    upstream.Secret
 	fetched  time.Time
 	sf       singleflight.Group
-	observer func(FetchInfo)
+	observer func(upstream.FetchInfo)
 }
 
-// SetObserver implements Observable.
-func (s *VaultKV) SetObserver(fn func(FetchInfo)) { s.observer = fn }
+// SetObserver implements upstream.Observable.
+func (s *KV) SetObserver(fn func(upstream.FetchInfo)) { s.observer = fn }
 
-// Describe implements Source.
-func (s *VaultKV) Describe() string {
+// Describe implements upstream.Source.
+func (s *KV) Describe() string {
 	d := "vault:" + s.mount + "/" + s.key + "#" + s.field
 	if s.version > 0 {
 		d += fmt.Sprintf("@v%d", s.version)
@@ -293,8 +292,8 @@ func (s *VaultKV) Describe() string {
 	return d
 }
 
-// Fetch implements Source.
-func (s *VaultKV) Fetch(ctx context.Context) (Secret, error) {
+// Fetch implements upstream.Source.
+func (s *KV) Fetch(ctx context.Context) (upstream.Secret, error) {
 	s.mu.Lock()
 	if !s.value.IsZero() && s.v.now().Sub(s.fetched) < s.refresh {
 		v := s.value
@@ -304,14 +303,14 @@ func (s *VaultKV) Fetch(ctx context.Context) (Secret, error) {
 	s.mu.Unlock()
 	v, err, _ := s.sf.Do("fetch", func() (any, error) { return s.read(ctx) })
 	if err != nil {
-		return Secret{}, err
+		return upstream.Secret{}, err
 	}
-	return v.(Secret), nil
+	return v.(upstream.Secret), nil
 }
 
-func (s *VaultKV) read(ctx context.Context) (Secret, error) {
-	fail := func(why string) (Secret, error) {
-		return Secret{}, fmt.Errorf("%w: %s: %s", ErrCredentialUnavailable, s.Describe(), why)
+func (s *KV) read(ctx context.Context) (upstream.Secret, error) {
+	fail := func(why string) (upstream.Secret, error) {
+		return upstream.Secret{}, fmt.Errorf("%w: %s: %s", upstream.ErrCredentialUnavailable, s.Describe(), why)
 	}
 	kv := s.v.client.KVv2(s.mount)
 	var sec *vaultapi.KVSecret
@@ -327,19 +326,19 @@ func (s *VaultKV) read(ctx context.Context) (Secret, error) {
 		if errors.Is(err, vaultapi.ErrSecretNotFound) {
 			return fail("secret not found")
 		}
-		return fail(vaultFailure(err))
+		return fail(failure(err))
 	}
 	raw, ok := sec.Data[s.field]
 	str, isString := raw.(string)
 	if !ok || !isString || str == "" {
 		return fail(fmt.Sprintf("field %q missing or not a string", s.field))
 	}
-	val := NewSecret(str)
+	val := upstream.NewSecret(str)
 	s.mu.Lock()
 	s.value, s.fetched = val, s.v.now()
 	s.mu.Unlock()
 	if s.observer != nil {
-		info := FetchInfo{Source: s.Describe()}
+		info := upstream.FetchInfo{Source: s.Describe()}
 		if sec.Raw != nil {
 			info.LeaseID = sec.Raw.LeaseID
 		}
