@@ -147,7 +147,7 @@ func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		AdminToken: "dev-admin-" + randomHex(16), EnforceIsolation: &enforce,
 		Upstreams: []config.Upstream{{
 			Name: "demo", BaseURL: "http://" + ln.Addr().String(),
-			Credential:  config.Credential{Source: "file", Path: keyFile},
+			Credential:  config.Credential{Source: &config.FileCredential{Path: keyFile}},
 			Hosts:       []string{demoHost},
 			Placeholder: &config.Placeholder{Env: "DEMO_TOKEN", Format: "demo_{random:32}"},
 		}},

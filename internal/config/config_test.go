@@ -76,7 +76,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{name: "format without secret", yaml: base + "    inject: {header: X-Key, format: static}\n", env: admin, field: "upstreams[0].inject.format"},
 		{name: "no credential", yaml: strings.Replace(base, "    credential: {source: env, name: GITHUB_TOKEN}\n", "", 1), env: admin, field: "upstreams[0].credential.source"},
 		{name: "allow_dot_keys on an http upstream", yaml: base + "    allow_dot_keys: true\n", env: admin, field: "upstreams[0].allow_dot_keys"},
-		{name: "aws needs a service", yaml: strings.Replace(base, "name: github", "name: s3\n    type: aws", 1), env: admin, field: "upstreams[0].service"},
+		{name: "aws needs a service", yaml: "admin_token: ${ADMIN}\nupstreams:\n  - name: s3\n    type: aws\n    region: us-east-1\n    credential: {source: aws}\n", env: admin, field: "upstreams[0].service"},
 		{name: "path semicolons on aws", yaml: "admin_token: ${ADMIN}\nupstreams:\n  - name: s3\n    type: aws\n    service: s3\n    region: us-east-1\n    allow_path_semicolons: true\n    credential: {source: aws}\n", env: admin, field: "upstreams[0]"},
 	}
 	for _, tt := range tests {

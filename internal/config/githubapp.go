@@ -1,19 +1,25 @@
 package config
 
 import (
-	"crypto/tls"
 	"fmt"
+	"maps"
 	"net/url"
-	"os"
 	"regexp"
-
-	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/airlock-broker/airlock/internal/upstream/githubapp"
+	"slices"
 )
 
-// DefaultGitHubAPIURL is github_app's api_url by default.
-const DefaultGitHubAPIURL = "https://api.github.com"
+// GitHubAppCredential (source: github_app) mints an installation token
+// per session (githubapp.Minter).
+type GitHubAppCredential struct {
+	AppID          string            `yaml:"app_id"`
+	InstallationID string            `yaml:"installation_id"`
+	PrivateKeyFile string            `yaml:"private_key_file"` // the app's PEM key (PKCS#1 or PKCS#8)
+	APIURL         string            `yaml:"api_url"`          // default https://api.github.com
+	Repositories   []string          `yaml:"repositories"`     // bound every token (names, without the owner)
+	Permissions    map[string]string `yaml:"permissions"`      // bound every token ({contents: read, ...})
+}
+
+func (*GitHubAppCredential) Source() string { return "github_app" }
 
 var (
 	ghIDRE    = regexp.MustCompile(`^[0-9]{1,20}$`)
@@ -22,49 +28,37 @@ var (
 	ghLevelRE = regexp.MustCompile(`^(read|write|admin)$`)
 )
 
-func (c *Credential) validateGitHubApp(f string) error {
+func (c *GitHubAppCredential) validate(f string, _ bool) error {
+	var e errs
 	if !ghIDRE.MatchString(c.AppID) {
-		return fieldErr(f+".app_id", "is required (the app's numeric id)")
+		e.add(f+".app_id", "is required (the app's numeric id)")
 	}
 	if !ghIDRE.MatchString(c.InstallationID) {
-		return fieldErr(f+".installation_id", "is required (the installation's numeric id)")
+		e.add(f+".installation_id", "is required (the installation's numeric id)")
 	}
 	if c.PrivateKeyFile == "" {
-		return fieldErr(f+".private_key_file", "is required (the app's PEM private key)")
+		e.add(f+".private_key_file", "is required (the app's PEM private key)")
 	}
-	if c.APIURL == "" {
-		c.APIURL = DefaultGitHubAPIURL
-	}
-	au, err := url.Parse(c.APIURL)
-	if err != nil || (au.Scheme != "http" && au.Scheme != "https") || au.Host == "" || au.RawQuery != "" || au.Fragment != "" || au.User != nil {
-		return fieldErr(f+".api_url", "must be an absolute http(s) URL without query, fragment or user info")
+	if !httpURL(c.APIURL, false) {
+		e.add(f+".api_url", "must be an absolute http(s) URL without query, fragment or user info")
 	}
 	for i, r := range c.Repositories {
 		if !ghRepoRE.MatchString(r) || r == "." || r == ".." {
-			return fieldErr(fmt.Sprintf("%s.repositories[%d]", f, i), "must be a repository name without its owner")
+			e.add(fmt.Sprintf("%s.repositories[%d]", f, i), "must be a repository name without its owner")
 		}
 	}
-	for k, v := range c.Permissions {
-		if !ghPermRE.MatchString(k) || !ghLevelRE.MatchString(v) {
-			return fieldErr(f+".permissions", "%q: %q must be a permission name and read, write or admin", k, v)
+	for _, k := range slices.Sorted(maps.Keys(c.Permissions)) {
+		if v := c.Permissions[k]; !ghPermRE.MatchString(k) || !ghLevelRE.MatchString(v) {
+			e.add(keyPath(f+".permissions", k), "%q must be a permission name and read, write or admin", v)
 		}
 	}
-	return nil
+	return e.err()
 }
 
-func (c *Credential) buildGitHubApp(f string, tlsConf *tls.Config) (*githubapp.Minter, error) {
-	pem, err := os.ReadFile(c.PrivateKeyFile)
-	if err != nil {
-		return nil, fieldErr(f+".private_key_file", "cannot read the key file")
-	}
-	key, err := jwt.ParseRSAPrivateKeyFromPEM(pem)
-	if err != nil {
-		return nil, fieldErr(f+".private_key_file", "is not an RSA private key in PEM")
-	}
-	au, _ := url.Parse(c.APIURL)
-	return &githubapp.Minter{
-		AppID: c.AppID, InstallationID: c.InstallationID, Key: key, APIURL: au,
-		Repositories: c.Repositories, Permissions: c.Permissions,
-		Client: tokenClient(tlsConf),
-	}, nil
+// httpURL says whether s is an absolute http(s) URL without fragment or
+// user info, and without a query unless query.
+func httpURL(s string, query bool) bool {
+	u, err := url.Parse(s)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" &&
+		(query || u.RawQuery == "") && u.Fragment == "" && u.User == nil
 }

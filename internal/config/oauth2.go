@@ -1,172 +1,99 @@
 package config
 
 import (
-	"crypto/tls"
-	"net/http"
-	"net/url"
+	"maps"
 	"slices"
 	"strings"
-	"time"
 
-	"github.com/airlock-broker/airlock/internal/upstream"
 	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
-	vaultcred "github.com/airlock-broker/airlock/internal/upstream/vault"
 )
 
-func (c *Credential) validateOAuth2(f string) error {
-	tu, err := url.Parse(c.TokenURL)
-	if err != nil || (tu.Scheme != "http" && tu.Scheme != "https") || tu.Host == "" || tu.Fragment != "" || tu.User != nil {
-		return fieldErr(f+".token_url", "must be an absolute http(s) URL without fragment or user info")
+// OAuth2Credential (source: oauth2) mints an access token per session
+// (oauth2.ClientCredentials, oauth2.Refresh).
+type OAuth2Credential struct {
+	TokenURL     string      `yaml:"token_url"`
+	ClientID     string      `yaml:"client_id"`
+	ClientSecret *Credential `yaml:"client_secret"` // any of env, file, vault
+	Scopes       []string    `yaml:"scopes"`
+	GrantType    string      `yaml:"grant_type"` // client_credentials (default) or refresh_token
+	// RefreshToken (grant_type refresh_token) is the initial refresh
+	// token, from env, file or vault; rotated ones are stored sealed.
+	RefreshToken *Credential `yaml:"refresh_token"`
+	// ScopesFor narrows the scopes a session's token asks to those its
+	// rules need: {"GET /repos/**": [repo:read]} (oauth2.Scopes).
+	ScopesFor map[string][]string `yaml:"scopes_for"`
+	// RevocationURL (optional) is the RFC 7009 endpoint where a session's
+	// access token is revoked when the session ends.
+	RevocationURL string `yaml:"revocation_url"`
+
+	scopeRules []oauth2.ScopeRule // ScopesFor as validate parsed it, by key
+}
+
+func (*OAuth2Credential) Source() string { return "oauth2" }
+
+func validScope(s string) bool { return s != "" && !strings.ContainsAny(s, " \"\\") }
+
+func (c *OAuth2Credential) validate(f string, hasVault bool) error {
+	var e errs
+	if !httpURL(c.TokenURL, true) {
+		e.add(f+".token_url", "must be an absolute http(s) URL without fragment or user info")
 	}
 	if c.ClientID == "" {
-		return fieldErr(f+".client_id", "is required")
+		e.add(f+".client_id", "is required")
 	}
-	if c.RevocationURL != "" {
-		ru, err := url.Parse(c.RevocationURL)
-		if err != nil || (ru.Scheme != "http" && ru.Scheme != "https") || ru.Host == "" || ru.Fragment != "" || ru.User != nil {
-			return fieldErr(f+".revocation_url", "must be an absolute http(s) URL without fragment or user info")
-		}
-	}
-	switch c.GrantType {
-	case "":
-		c.GrantType = "client_credentials"
-	case "client_credentials", "refresh_token":
-	default:
-		return fieldErr(f+".grant_type", "must be client_credentials or refresh_token")
+	if c.RevocationURL != "" && !httpURL(c.RevocationURL, true) {
+		e.add(f+".revocation_url", "must be an absolute http(s) URL without fragment or user info")
 	}
 	for _, s := range c.Scopes {
-		if s == "" || strings.ContainsAny(s, " \"\\") {
-			return fieldErr(f+".scopes", "%q is not a valid scope", s)
+		if !validScope(s) {
+			e.add(f+".scopes", "%q is not a valid scope", s)
 		}
 	}
-	for k, scopes := range c.ScopesFor {
-		if _, err := oauth2.ParseScopeRule(k, scopes); err != nil {
-			return fieldErr(f+".scopes_for", "%q %v", k, err)
-		}
-		for _, s := range scopes {
-			if s == "" || strings.ContainsAny(s, " \"\\") {
-				return fieldErr(f+".scopes_for", "%q: %q is not a valid scope", k, s)
-			}
-			if len(c.Scopes) > 0 && !slices.Contains(c.Scopes, s) {
-				return fieldErr(f+".scopes_for", "%q: %q is not one of scopes", k, s)
-			}
-		}
-	}
-	if c.GrantType == "refresh_token" {
-		if c.RefreshToken == nil {
-			return fieldErr(f+".refresh_token", "is required for grant_type refresh_token ({source: env|file|vault, ...})")
-		}
-		if err := c.RefreshToken.validateValueSource(f + ".refresh_token"); err != nil {
-			return err
+	e.join(c.validateScopesFor(f + ".scopes_for"))
+	switch c.GrantType {
+	case "client_credentials":
+		if c.RefreshToken != nil {
+			e.add(f+".refresh_token", "is only for grant_type refresh_token")
 		}
 		if c.ClientSecret == nil {
-			return nil // a public client
+			e.add(f+".client_secret", "is required ({source: env|file|vault, ...})")
 		}
-	} else if c.RefreshToken != nil {
-		return fieldErr(f+".refresh_token", "is only for grant_type refresh_token")
-	}
-	if c.ClientSecret == nil {
-		return fieldErr(f+".client_secret", "is required ({source: env|file|vault, ...})")
-	}
-	return c.ClientSecret.validateValueSource(f + ".client_secret")
-}
-
-// validateValueSource checks a single-value source: env, file or vault.
-func (c *Credential) validateValueSource(f string) error {
-	switch c.Source {
-	case "env":
-		if c.Name == "" {
-			return fieldErr(f+".name", "is required for source env")
+	case "refresh_token":
+		if c.RefreshToken == nil {
+			e.add(f+".refresh_token", "is required for grant_type refresh_token ({source: env|file|vault, ...})")
+		} else {
+			e.join(c.RefreshToken.validateIn(f+".refresh_token", valueSources, hasVault))
 		}
-	case "file":
-		if c.Path == "" {
-			return fieldErr(f+".path", "is required for source file")
-		}
-	case "vault":
-		if c.Path == "" || c.Field == "" {
-			return fieldErr(f, "vault needs path and field")
-		}
+		// without a client_secret: a public client
 	default:
-		return fieldErr(f+".source", "must be env, file or vault")
+		e.add(f+".grant_type", "must be client_credentials or refresh_token")
 	}
-	return nil
-}
-
-// valueSource builds a validated single-value source.
-func (c *Credential) valueSource(f string, getenv func(string) string, vault *vaultcred.Client) (upstream.Source, error) {
-	switch c.Source {
-	case "env":
-		s, err := upstream.NewEnvSource(c.Name, getenv)
-		if err != nil {
-			return nil, fieldErr(f+".name", "%v", err)
-		}
-		return s, nil
-	case "file":
-		return upstream.NewFileSource(c.Path), nil
-	default: // vault
-		s, err := vault.KV(c.Path, c.Field, c.Version, c.Refresh)
-		if err != nil {
-			return nil, fieldErr(f+".path", "%v", err)
-		}
-		return s, nil
-	}
-}
-
-// tokenClient is the HTTP client of a minter's issuer (token_url, a GitHub
-// api_url): trusting the upstream's ca_cert alone when set, never
-// following a redirect (a client secret, an app JWT or a refresh token is
-// never re-sent to another address).
-func tokenClient(tlsConf *tls.Config) *http.Client {
-	tr := upstream.NewTransport()
-	if tlsConf != nil {
-		tr.TLSClientConfig = tlsConf.Clone()
-	}
-	return &http.Client{
-		Transport:     tr,
-		Timeout:       30 * time.Second,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
-func (c *Credential) buildOAuth2(f string, getenv func(string) string, vault *vaultcred.Client, tlsConf *tls.Config) (upstream.Minter, error) {
-	var secret upstream.Source
 	if c.ClientSecret != nil {
-		s, err := c.ClientSecret.valueSource(f+".client_secret", getenv, vault)
+		e.join(c.ClientSecret.validateIn(f+".client_secret", valueSources, hasVault))
+	}
+	return e.err()
+}
+
+// validateScopesFor parses scopes_for (in a stable order) into scopeRules.
+func (c *OAuth2Credential) validateScopesFor(f string) error {
+	var e errs
+	c.scopeRules = nil
+	for _, k := range slices.Sorted(maps.Keys(c.ScopesFor)) {
+		scopes := c.ScopesFor[k]
+		sr, err := oauth2.ParseScopeRule(k, scopes)
 		if err != nil {
-			return nil, err
+			e.add(f, "%q %v", k, err)
+			continue
 		}
-		secret = s
-	}
-	var scopesFor []oauth2.ScopeRule
-	keys := make([]string, 0, len(c.ScopesFor))
-	for k := range c.ScopesFor {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		sr, err := oauth2.ParseScopeRule(k, c.ScopesFor[k])
-		if err != nil {
-			return nil, fieldErr(f+".scopes_for", "%q %v", k, err)
+		c.scopeRules = append(c.scopeRules, sr)
+		for _, s := range scopes {
+			switch {
+			case !validScope(s):
+				e.add(f, "%q: %q is not a valid scope", k, s)
+			case len(c.Scopes) > 0 && !slices.Contains(c.Scopes, s):
+				e.add(f, "%q: %q is not one of scopes", k, s)
+			}
 		}
-		scopesFor = append(scopesFor, sr)
 	}
-	tu, _ := url.Parse(c.TokenURL)
-	var ru *url.URL
-	if c.RevocationURL != "" {
-		ru, _ = url.Parse(c.RevocationURL)
-	}
-	if c.GrantType == "refresh_token" {
-		rt, err := c.RefreshToken.valueSource(f+".refresh_token", getenv, vault)
-		if err != nil {
-			return nil, err
-		}
-		return &oauth2.Refresh{
-			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Initial: rt,
-			Scopes: c.Scopes, ScopesFor: scopesFor, RevocationURL: ru, Client: tokenClient(tlsConf),
-		}, nil
-	}
-	return &oauth2.ClientCredentials{
-		TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Scopes: c.Scopes, ScopesFor: scopesFor,
-		RevocationURL: ru, Client: tokenClient(tlsConf),
-	}, nil
+	return e.err()
 }
