@@ -594,3 +594,76 @@ func TestAWSAttackImpliedPermissionConstraints(t *testing.T) {
 	}
 	awsAtkRefused(t, "a third call of max_uses 2", put("t-42/third.csv", ""), "grant_exhausted")
 }
+
+// A grant that caps its uses can only cap what it counts: a header that
+// needs its permission (x-amz-acl on a PutObject allowed by another grant)
+// would not be counted by it, so it permits no such header at all, and the
+// cap on ACL changes holds; its operation sent on its own is counted.
+func TestAWSPermitGrantUsesNeverExceeded(t *testing.T) {
+	put := map[string]any{"upstream": "s3", "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	acl := map[string]any{"upstream": "s3", "max_uses": 1, "rules": []any{
+		map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	e := awsAtkStart(t, put, acl)
+	c := e.client(t)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a" + itoa(i)), ACL: s3types.ObjectCannedACLPublicRead, Body: strings.NewReader("x")})
+		awsAtkRefused(t, "an ACL header permitted by a use-limited grant", err, "grant_exhausted")
+	}
+	awsAtkNothingSent(t, "an ACL header permitted by a use-limited grant", e.s3.received(), 0)
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), Body: strings.NewReader("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), ACL: s3types.ObjectCannedACLPublicRead}); err != nil {
+		t.Fatalf("the ACL grant's one use, sent on its own: %v", err)
+	}
+	_, err := c.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), ACL: s3types.ObjectCannedACLPublicRead})
+	awsAtkRefused(t, "a second direct ACL change", err, "grant_exhausted")
+}
+
+// Signed raw S3 requests that a PutObject/GetObject grant on
+// reports/t-42/* must not turn into anything else. (Not attacks, so not
+// listed: x-id naming another operation on a PUT, which S3 ignores;
+// SelectObjectContent, which IAM authorizes as s3:GetObject; start-after
+// under the constrained prefix, whose results stay under it.)
+func TestAWSRawVariants(t *testing.T) {
+	e := awsAtkStart(t, awsAtkPutOnlyGrant())
+	s3u := e.b.sandbox + "/v1/aws/s3"
+	multipart := "--XX\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nt-99/evil\r\n--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nx\r\n--XX--\r\n"
+	cases := []struct {
+		name, method, url string
+		h                 http.Header
+		body              string
+	}{
+		{"UploadPartCopy from an unreadable source", "PUT", s3u + "/reports/t-42/a?partNumber=1&uploadId=u1", http.Header{"X-Amz-Copy-Source": {"/secret/payroll.csv"}}, ""},
+		{"UploadPartCopy with a range", "PUT", s3u + "/reports/t-42/a?partNumber=1&uploadId=u1", http.Header{"X-Amz-Copy-Source": {"secret/payroll.csv"}, "X-Amz-Copy-Source-Range": {"bytes=0-3"}}, ""},
+		{"POST object form upload to another prefix", "POST", s3u + "/reports", http.Header{"Content-Type": {"multipart/form-data; boundary=XX"}}, multipart},
+		{"POST object form upload on the key", "POST", s3u + "/reports/t-42/a", http.Header{"Content-Type": {"multipart/form-data; boundary=XX"}}, multipart},
+		{"x-id twice", "GET", s3u + "/reports/t-42/a?x-id=GetObject&x-id=GetObjectAcl", nil, ""},
+		{"uploads with acl", "POST", s3u + "/reports/t-42/a?uploads&acl", nil, ""},
+		{"ACL upper case", "PUT", s3u + "/reports/t-42/a?ACL", nil, "x"},
+		{"acl with a value", "PUT", s3u + "/reports/t-42/a?acl=1", nil, "x"},
+		{"presigned query on top of a header signature", "GET", s3u + "/secret/payroll.csv?X-Amz-Algorithm=AWS4-HMAC-SHA256", nil, ""},
+		{"grant-full-control in odd case", "PUT", s3u + "/reports/t-42/a", http.Header{"x-AMZ-grant-FULL-control": {"id=evil"}}, "x"},
+		{"object lock in odd case", "PUT", s3u + "/reports/t-42/a", http.Header{"X-AMZ-OBJECT-LOCK-LEGAL-HOLD": {"ON"}}, "x"},
+		{"bucket in the host-style path segment", "GET", s3u + "/secret/payroll.csv", http.Header{"Host": {"reports.s3.amazonaws.com"}}, ""},
+		{"DeleteObjects (POST ?delete)", "POST", s3u + "/reports?delete", http.Header{"Content-Type": {"application/xml"}}, `<Delete><Object><Key>t-42/a</Key></Object></Delete>`},
+		{"restore", "POST", s3u + "/reports/t-42/a?restore", nil, ""},
+		{"list another prefix via list-type=2", "GET", s3u + "/reports?list-type=2&prefix=t-99/", nil, ""},
+		{"list with the prefix twice", "GET", s3u + "/reports?prefix=t-42/&prefix=t-99/", nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(e.s3.received())
+			r := e.send(t, "s3", c.method, c.url, c.h, c.body)
+			got := e.s3.received()
+			if len(got) != before {
+				last := got[len(got)-1]
+				t.Errorf("reached S3 (%d): %s %s?%s %v", r.status, last.Method, last.RawPath, last.Query.Encode(), last.Header)
+			}
+		})
+	}
+}

@@ -348,3 +348,41 @@ func TestLimitsSurviveRestartsExactly(t *testing.T) {
 		t.Fatal("no grant_exhausted refusal was audited")
 	}
 }
+
+// rt3Budget is a grant budgeting a body field and a query parameter on a
+// rule that constrains nothing itself.
+func rt3Budget() map[string]any {
+	return map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10, "query.units": 10},
+		"rules": []any{map[string]any{"method": "POST", "path": "/pay"}}}
+}
+
+// TestAttackBudgetNeedsJSONBody (class 1, budgets): a budget on a body
+// field was counted only when the body was declared JSON. Sent as
+// text/plain, with no Content-Type, as text/json or with a Content-Type the
+// broker cannot parse, {"fee": 1000} passed uncounted, and an upstream that
+// decodes the body whatever its type (Go's json.NewDecoder(r.Body), Flask's
+// get_json(force=True)) spent 1000 of a budget of 10.
+func TestAttackBudgetNeedsJSONBody(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	s := b.session(trustedSession(rt3Budget()))
+	body := `{"fee": 1000}`
+	var attacks []rtAttack
+	for _, ct := range []string{"text/plain", "text/json", "application/x-json", "application/octet-stream", ""} {
+		var h []string
+		if ct != "" {
+			h = []string{"Content-Type", ct}
+		}
+		attacks = append(attacks, rtAttack{"type " + ct, "POST", "/v1/proxy/api/pay", h, body, 403, "constraint_violated", "type"})
+	}
+	rtRefused(t, b, up, s.Token, attacks)
+	rtAllowed(t, b, up, s.Token, []rtAttack{
+		{method: "POST", path: "/v1/proxy/api/pay", header: rtJSON, body: `{"fee": 4}`},
+		{method: "POST", path: "/v1/proxy/api/pay?units=3"},
+	})
+	b.do("POST", b.sandbox+"/v1/proxy/api/pay", s.Token, `{"fee": 7}`).wantProblem(t, 403, "budget_exceeded")
+	// A grant that reads no body field still takes any body.
+	free := b.session(trustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"query.units": 10},
+		"rules": []any{map[string]any{"method": "POST", "path": "/send", "constraints": map[string]any{"query.to": map[string]any{"pin": "acme"}}}}}))
+	rtAllowed(t, b, up, free.Token, []rtAttack{{method: "POST", path: "/v1/proxy/api/send", header: []string{"Content-Type", "text/plain"}, body: `to=mallory`}})
+}

@@ -1,22 +1,19 @@
 package main
 
-// Class 4 of issue 11: scrubbing in every form an upstream really writes.
-// A hostile sandbox asks an upstream to echo the credential back in some
-// encoding, compressed, in a header name, cut off mid-secret, or after a
-// rotation; the sandbox must receive none of it.
-
 import (
 	"bufio"
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"html"
 	"html/template"
 	"io"
+	"mime/quotedprintable"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -29,6 +26,11 @@ import (
 	"time"
 	"unicode/utf16"
 )
+
+// Class 4 of issue 11: scrubbing in every form an upstream really writes.
+// A hostile sandbox asks an upstream to echo the credential back in some
+// encoding, compressed, in a header name, cut off mid-secret, or after a
+// rotation; the sandbox must receive none of it.
 
 // scrubForms are the encodings of secret that upstreams really write.
 func scrubForms(secret string) []string {
@@ -498,4 +500,108 @@ func TestScrubAttackExecutedAction(t *testing.T) {
 		scrubAssertHeadersClean(t, "executed action's answer", res.header, secret)
 	}
 	scrubAssertClean(t, "approvals list", b.do("GET", b.control+"/v1/approvals/"+id, rev, nil).body, canary)
+}
+
+// TestScrubAttackNestedURL (class 4's neighbour): the broker injects the
+// credential in the query (inject: {query: ...}); an upstream that carries
+// the request's URL inside another URL (a redirect's "next=", an echo of the
+// request) writes it percent-encoded twice ("%252F"), and an HTML encoder
+// may write "&#X2F;". Both reached the sandbox.
+func TestScrubAttackNestedURL(t *testing.T) {
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next := url.QueryEscape(r.URL.RequestURI()) // the secret, encoded twice
+		html := strings.ReplaceAll(r.URL.Query().Get("api_key"), "/", "&#X2F;")
+		w.Header().Set("Location", "/login?next="+next)
+		w.Header().Set("X-Next", next)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusFound)
+		fmt.Fprintf(w, `<a href="/login?next=%s">login</a> <code>%s</code>`, next, html)
+	}))
+	t.Cleanup(echo.Close)
+	b := startBroker(t, harnessOpts{upstream: echo.URL})
+	s := b.session(trustedSession(map[string]any{"upstream": "open", "rules": []any{map[string]any{"method": "GET", "path": "/private"}}}))
+	r := b.do("GET", b.sandbox+"/v1/proxy/open/private", s.Token, nil)
+	if r.status != http.StatusFound {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	all := string(r.body) + fmt.Sprint(r.header)
+	for _, form := range []string{"%252F", "&#X2F;"} {
+		if strings.Contains(all, "0f1e2d3c"+form) {
+			t.Errorf("the answer holds the secret written with %s: %s", form, all)
+		}
+	}
+	if !strings.Contains(r.header.Get("Location"), "[REDACTED]") || !strings.Contains(string(r.body), "[REDACTED]") {
+		t.Errorf("nothing was redacted: %s", all)
+	}
+	assertNoCanary(t, "answer", []byte(all))
+}
+
+// rt3Secret is a credential with the characters that quoting encoders
+// escape: both quotes, a backslash, '=' (quoted-printable), a space, '<'.
+const rt3Secret = `Qk3y"wi'th=quo\tes/ sl<ash`
+
+// TestScrubAttackQuotingEncoders (class 4): an upstream echoing a
+// credential that holds quotes writes it the way its encoder quotes text:
+// CSV doubles '"', YAML single-quoted and SQL strings double "'", Python's
+// repr and JavaScript write \', a shell quotes it '\”, PHP's
+// htmlspecialchars writes &#039;, quoted-printable (e-mail bodies) writes
+// '=' as =3D, YAML double-quoted and Python write \xHH, TOML and YAML
+// \UXXXXXXXX. All of these reached the sandbox.
+func TestScrubAttackQuotingEncoders(t *testing.T) {
+	sec := rt3Secret
+	forms := rt3QuotedForms(sec)
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("X-Key")
+		var body bytes.Buffer
+		for _, f := range rt3QuotedForms(got) {
+			fmt.Fprintf(&body, "%s: %s\n", f[0], f[1])
+			w.Header().Add("X-Form", f[1])
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write(body.Bytes())
+	}))
+	t.Cleanup(echo.Close)
+	b := startBroker(t, harnessOpts{upstream: echo.URL, env: map[string]string{"RT3_KEY": sec}, extraYAML: `  - name: quoted
+    base_url: ` + echo.URL + `
+    credential: {source: env, name: RT3_KEY}
+    inject: {header: X-Key, format: "{secret}"}
+`})
+	s := b.session(trustedSession(map[string]any{"upstream": "quoted", "rules": []any{map[string]any{"method": "GET", "path": "/echo"}}}))
+	r := b.do("GET", b.sandbox+"/v1/proxy/quoted/echo", s.Token, nil)
+	if r.status != http.StatusOK {
+		t.Fatalf("%d %s", r.status, r.body)
+	}
+	all := string(r.body) + "\n" + strings.Join(r.header.Values("X-Form"), "\n")
+	for _, f := range forms {
+		if strings.Contains(all, f[1]) || strings.Contains(all, "th=quo") || strings.Contains(all, "th=3Dquo") {
+			t.Errorf("%s: the answer holds the credential: %q", f[0], f[1])
+		}
+	}
+	if n := strings.Count(string(r.body), "[REDACTED]"); n != len(forms) {
+		t.Errorf("%d of %d forms redacted:\n%s", n, len(forms), r.body)
+	}
+}
+
+// rt3QuotedForms are sec as quoting encoders write it: [name, form].
+func rt3QuotedForms(sec string) [][2]string {
+	var csvb bytes.Buffer
+	cw := csv.NewWriter(&csvb)
+	_ = cw.Write([]string{sec})
+	cw.Flush()
+	var qp bytes.Buffer
+	qw := quotedprintable.NewWriter(&qp)
+	_, _ = io.WriteString(qw, sec)
+	_ = qw.Close()
+	py := strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\t", `\t`).Replace(sec)
+	return [][2]string{
+		{"csv", strings.TrimSpace(csvb.String())},
+		{"yaml single-quoted", "'" + strings.ReplaceAll(sec, "'", "''") + "'"},
+		{"python repr", "'" + py + "'"},
+		{"shell quote", "'" + strings.ReplaceAll(sec, "'", `'\''`) + "'"},
+		{"php htmlspecialchars", strings.NewReplacer(`"`, "&quot;", "'", "&#039;", "<", "&lt;").Replace(sec)},
+		{"quoted-printable", qp.String()},
+		{"yaml double-quoted \\x", `"` + strings.NewReplacer(`"`, `\x22`, `\`, `\\`, `/`, `\x2F`).Replace(sec) + `"`},
+		{"toml \\U", `"` + strings.NewReplacer(`"`, `\U00000022`, `\`, `\\`).Replace(sec) + `"`},
+		{"html padded hex", strings.NewReplacer(`"`, "&#x0022;", "'", "&#x0027;", "<", "&#x003C;").Replace(sec)},
+	}
 }

@@ -1,9 +1,5 @@
 package main
 
-// Attacks on what people open: the audit export in a spreadsheet (class 8),
-// the reviewer's web log-in after its token is revoked or expired (class 9),
-// and the destination a reviewer approves (class 10).
-
 import (
 	"bufio"
 	"bytes"
@@ -25,6 +21,10 @@ import (
 
 	"github.com/chromedp/chromedp"
 )
+
+// Attacks on what people open: the audit export in a spreadsheet (class 8),
+// the reviewer's web log-in after its token is revoked or expired (class 9),
+// and the destination a reviewer approves (class 10).
 
 // Formulas a hostile sandbox or a careless person plants in audited fields.
 const (
@@ -473,4 +473,37 @@ func TestAttackUIRevokedReviewerBrowserLoggedOut(t *testing.T) {
 	if a := decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+id, adminToken, nil)); a.Status != "pending" {
 		t.Fatalf("the action is %s", a.Status)
 	}
+}
+
+// A logged-out cookie (and its CSRF token) approves nothing.
+func TestUICookieAfterLogout(t *testing.T) {
+	up := newUpstream(t)
+	b := startBroker(t, harnessOpts{upstream: up.URL})
+	id := attackUIPending(t, b)
+	rev := b.newToken("reviewer", "rita")
+	br := attackUILogin(t, b, rev)
+	cookies := br.c.Jar.Cookies(mustURL(t, b.control+"/ui"))
+	if resp := br.post("/ui/logout", map[string][]string{"csrf": {br.csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	br.c.Jar.SetCookies(mustURL(t, b.control+"/ui"), cookies) // the attacker kept the cookie
+	attackUIAssertLoggedOut(t, b, up, br, id)
+	// A new log-in's cookie with the old page's CSRF token is refused too.
+	br2 := attackUILogin(t, b, rev)
+	br2.csrf = br.csrf
+	if resp := br2.approve(id); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("approve with a previous log-in's CSRF token: %d", resp.StatusCode)
+	}
+	if n := len(up.requests()); n != 0 {
+		t.Fatalf("the upstream received %d requests", n)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

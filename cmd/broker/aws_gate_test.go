@@ -143,3 +143,140 @@ func TestAWSBadSignatureAuditedAsInvalidToken(t *testing.T) {
 	}
 	t.Fatal("the refused request has no audit record")
 }
+
+// rt2GrantIDs returns the ids of a session's grants, in creation order.
+func rt2GrantIDs(t *testing.T, b *brokerProc, sessionID string) []string {
+	t.Helper()
+	r := b.do("GET", b.control+"/v1/sessions/"+sessionID, adminToken, nil)
+	if r.status != 200 {
+		t.Fatalf("session %s: %d %s", sessionID, r.status, r.body)
+	}
+	var s struct {
+		Grants []struct {
+			ID string `json:"id"`
+		} `json:"grants"`
+	}
+	if err := json.Unmarshal(r.body, &s); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(s.Grants))
+	for i, g := range s.Grants {
+		ids[i] = g.ID
+	}
+	return ids
+}
+
+// rt2AWSAction sends a signed S3 request that must be held for a reviewer
+// and returns its action id.
+func rt2AWSAction(t *testing.T, e *awsAtkEnv, method, path string, h http.Header, body string) string {
+	t.Helper()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Prefer", "wait=0")
+	r := e.send(t, "s3", method, e.b.sandbox+"/v1/aws/s3"+path, h, body)
+	if r.status != http.StatusAccepted {
+		t.Fatalf("%s %s: %d %s, want 202 pending", method, path, r.status, r.body)
+	}
+	a := decodeAction(t, r)
+	if a.ID == "" {
+		t.Fatalf("no action id: %s", r.body)
+	}
+	return a.ID
+}
+
+// An approved AWS action is executed only while every permission it needs
+// still holds: a header that sets an ACL needs s3:PutObjectAcl, a copy
+// needs s3:GetObject on its source. When the operator revokes the grant
+// that permitted that part while the action waits, it is denied at once
+// and no approval can run it (the main grant, which held the action's
+// use, is still live).
+func TestAWSApprovedActionLosesRevokedPermit(t *testing.T) {
+	put := map[string]any{"upstream": "s3", "approval": "always", "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	cases := []struct {
+		name   string
+		permit map[string]any
+		header http.Header
+	}{
+		{"acl header", map[string]any{"upstream": "s3", "rules": []any{
+			map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*"}}},
+			http.Header{"X-Amz-Acl": {"public-read"}}},
+		{"copy source", map[string]any{"upstream": "s3", "rules": []any{
+			map[string]any{"action": "s3:GetObject", "resource": "arn:aws:s3:::secret/*"}}},
+			http.Header{"X-Amz-Copy-Source": {"/secret/payroll.csv"}}},
+		{"tagging header", map[string]any{"upstream": "s3", "rules": []any{
+			map[string]any{"action": "s3:PutObjectTagging", "resource": "arn:aws:s3:::reports/t-42/*"}}},
+			http.Header{"X-Amz-Tagging": {"k=v"}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := awsAtkStart(t, put, tc.permit)
+			rev := e.b.newToken("reviewer", "rita")
+			ids := rt2GrantIDs(t, e.b, e.key)
+			body := "x"
+			if tc.header.Get("X-Amz-Copy-Source") != "" {
+				body = ""
+			}
+			id := rt2AWSAction(t, e, "PUT", "/reports/t-42/a.csv", tc.header, body)
+			if r := e.b.do("DELETE", e.b.control+"/v1/grants/"+ids[1], adminToken, nil); r.status != 200 {
+				t.Fatalf("revoke the permit grant: %d %s", r.status, r.body)
+			}
+			// The revocation denies the action at once (it depends on the
+			// permit grant: lifetimes are hard bounds); a reviewer finds it
+			// decided.
+			if r := e.b.do("POST", e.b.control+"/v1/approvals/"+id+"/approve", rev, map[string]any{}); r.status != http.StatusConflict {
+				t.Fatalf("approve after its permit grant was revoked: %d %s, want 409", r.status, r.body)
+			}
+			a := decodeAction(t, e.b.do("GET", e.b.control+"/v1/approvals/"+id, rev, nil))
+			if got := e.s3.received(); len(got) != 0 {
+				t.Fatalf("approved after its permit grant was revoked: S3 received %s %s (%v), action %s", got[0].Method, got[0].RawPath, got[0].Header, a.Status)
+			}
+			if a.Status != "denied" {
+				t.Fatalf("action %s, want denied at the revocation", a.Status)
+			}
+		})
+	}
+}
+
+// The reviewer of a gated AWS call sees the real destination (the S3
+// endpoint and the path re-encoded from the checked bucket and key) and the
+// headers that change what it does (an ACL, a copy's source).
+func TestAWSReviewerSeesDestinationAndHeaders(t *testing.T) {
+	put := map[string]any{"upstream": "s3", "approval": "always", "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+		map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	e := awsAtkStart(t, put)
+	rev := e.b.newToken("reviewer", "rita")
+	br := attackUILogin(t, e.b, rev)
+	id := rt2AWSAction(t, e, "PUT", "/reports/t-42/a%20b.csv", http.Header{"X-Amz-Acl": {"public-read"}}, "x")
+	var a struct {
+		Request struct {
+			URL    string              `json:"url"`
+			Header map[string][]string `json:"header"`
+		} `json:"request"`
+	}
+	r := e.b.do("GET", e.b.control+"/v1/approvals/"+id, rev, nil)
+	if err := json.Unmarshal(r.body, &a); err != nil {
+		t.Fatal(err)
+	}
+	if want := e.s3.URL + "/reports/t-42/a%20b.csv"; a.Request.URL != want {
+		t.Fatalf("approvals API url %q, want %q", a.Request.URL, want)
+	}
+	if !strings.Contains(string(r.body), "public-read") {
+		t.Fatalf("the approvals API hides the ACL header: %s", r.body)
+	}
+	assertNoCanary(t, "approval", r.body)
+	if strings.Contains(string(r.body), awsCanary) || strings.Contains(string(r.body), e.secret) {
+		t.Fatalf("a secret in the approval: %s", r.body)
+	}
+	_, page := br.get("/ui/actions/" + id)
+	if !strings.Contains(page, "public-read") || !strings.Contains(page, e.s3.URL+"/reports/t-42/a%20b.csv") {
+		t.Fatalf("the action page does not show the ACL header and the destination:\n%s", page)
+	}
+	if strings.Contains(page, awsCanary) || strings.Contains(page, e.secret) {
+		t.Fatalf("a secret on the action page")
+	}
+}

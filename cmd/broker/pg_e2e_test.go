@@ -9,10 +9,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/pgtest"
+	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
 
 // pgBroker starts the real broker on PostgreSQL (database dsn) with a data_dir of its own.
@@ -146,4 +148,39 @@ func mustPG(t *testing.T, dsn string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// pgConn opens a connection of the test's own to dsn.
+func pgConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// cutListeners terminates every replica's LISTEN connection (the change
+// feed's dedicated connection) and returns how many it cut.
+// awaitListeners waits until n replicas' change-feed listeners are
+// connected (a replica connects its listener after it starts serving).
+func awaitListeners(t *testing.T, c *pgx.Conn, n int) {
+	t.Helper()
+	eventually(t, 10*time.Second, func() bool {
+		var got int
+		err := c.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", pgstore.ListenerApplicationName).Scan(&got)
+		return err == nil && got == n
+	})
+}
+
+func cutListeners(t *testing.T, c *pgx.Conn) int {
+	t.Helper()
+	var n int
+	err := c.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()) AS cut`, pgstore.ListenerApplicationName).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -12,166 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/airlock-broker/airlock/internal/pgtest"
-	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
 
-// Several brokers on one PostgreSQL (DESIGN §9, issue 13): each test starts
-// replicas through the real server on one database. A session or token a
-// replica must know is created before that replica starts (read-through of
-// sessions created later is another part's work).
-
-// pgConn opens a connection of the test's own to dsn.
-func pgConn(t *testing.T, dsn string) *pgx.Conn {
-	t.Helper()
-	c, err := pgx.Connect(context.Background(), dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close(context.Background()) })
-	return c
-}
-
-// cutListeners terminates every replica's LISTEN connection (the change
-// feed's dedicated connection) and returns how many it cut.
-// awaitListeners waits until n replicas' change-feed listeners are
-// connected (a replica connects its listener after it starts serving).
-func awaitListeners(t *testing.T, c *pgx.Conn, n int) {
-	t.Helper()
-	eventually(t, 10*time.Second, func() bool {
-		var got int
-		err := c.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", pgstore.ListenerApplicationName).Scan(&got)
-		return err == nil && got == n
-	})
-}
-
-func cutListeners(t *testing.T, c *pgx.Conn) int {
-	t.Helper()
-	var n int
-	err := c.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = $1 AND pid <> pg_backend_pid()) AS cut`, pgstore.ListenerApplicationName).Scan(&n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// TestReplicasKillReachesEveryReplica: a session killed on A cuts B's
-// in-flight call and B refuses the session's next call; nothing reaches
-// the upstream for it after the kill is acknowledged. The kill-switch
-// engaged on A refuses calls on B, and its release on A lets B serve.
-func TestReplicasKillReachesEveryReplica(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
-	a := pgBroker(t, up, dsn, "")
-	grant := apiGrant(map[string]any{"method": "GET", "path": "/ok"}, map[string]any{"method": "GET", "path": "/slow"})
-	s := a.session(trustedSession(grant))
-	other := a.session(trustedSession(grant))
-	b := pgBroker(t, up, dsn, "")
-
-	if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
-		t.Fatalf("call on B before the kill: %d %s", r.status, r.body)
-	}
-	inflight := make(chan response, 1)
-	go func() { inflight <- b.do("GET", b.sandbox+"/v1/proxy/api/slow", s.Token, nil) }()
-	<-up.started
-	if r := a.do("DELETE", a.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("kill on A: %d %s", r.status, r.body)
-	}
-	hits := len(up.requests())
-	select {
-	case r := <-inflight:
-		// Cut by the kill (not by the upstream's 10 s timeout, 504).
-		t.Logf("B's in-flight call: %d %s", r.status, r.body)
-		r.wantProblem(t, 401, "session_revoked")
-	case <-time.After(20 * time.Second): // the upstream holds it 30 s: only the kill ends it sooner
-		t.Fatal("B's in-flight call was not cut by the kill on A")
-	}
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 401, "session_revoked")
-	if got := len(up.requests()); got != hits {
-		t.Errorf("the upstream saw %d requests of the killed session after the kill", got-hits)
-	}
-
-	// The kill-switch, engaged and released on A, on B.
-	if r := a.do("POST", a.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
-		t.Fatalf("engage on A: %d %s", r.status, r.body)
-	}
-	eventually(t, 5*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", other.Token, nil).status == 503
-	})
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", other.Token, nil).wantProblem(t, 503, "killswitch_engaged")
-	if r := a.do("DELETE", a.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
-		t.Fatalf("release on A: %d %s", r.status, r.body)
-	}
-	eventually(t, 5*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", other.Token, nil).status == 200
-	})
-	assertNoCanary(t, "B's logs", b.logs.Bytes())
-}
-
-// TestReplicaListenerCutFailsClosed: a replica whose change feed cannot
-// confirm it is current (its LISTEN connection terminated and the changes
-// table unreadable) refuses sandbox calls with 503 broker_unavailable and
-// /readyz says so; once it can read again it serves. A kill made on A
-// while B's listener is cut reaches B by the catch-up read after B
-// reconnects.
-func TestReplicaListenerCutFailsClosed(t *testing.T) {
-	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
-	a := pgBroker(t, up, dsn, "")
-	grant := apiGrant(map[string]any{"method": "GET", "path": "/ok"})
-	s := a.session(trustedSession(grant))
-	b := pgBroker(t, up, dsn, "")
-	ctx := context.Background()
-	watch := pgConn(t, dsn)
-	awaitListeners(t, watch, 2)
-
-	blocker := pgConn(t, dsn)
-	tx, err := blocker.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "LOCK TABLE changes IN ACCESS EXCLUSIVE MODE"); err != nil {
-		t.Fatal(err)
-	}
-	if n := cutListeners(t, watch); n < 2 {
-		t.Fatalf("cut %d listener connections, want one per replica (2)", n)
-	}
-	eventually(t, 15*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 503
-	})
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 503, "broker_unavailable")
-	r := b.do("GET", b.control+"/readyz", "", nil)
-	var ready struct{ Checks map[string]string }
-	_ = json.Unmarshal(r.body, &ready)
-	if r.status != http.StatusServiceUnavailable || ready.Checks["changes"] == "ok" || ready.Checks["changes"] == "" {
-		t.Fatalf("/readyz of a stale replica = %d %v", r.status, ready.Checks)
-	}
-	if err := tx.Rollback(ctx); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 15*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 200
-	})
-
-	// A kill while B's listener is down: B learns it by catching up.
-	awaitListeners(t, watch, 2)
-	if n := cutListeners(t, watch); n < 1 {
-		t.Fatal("no listener connection to cut")
-	}
-	if r := a.do("DELETE", a.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("kill on A: %d %s", r.status, r.body)
-	}
-	eventually(t, 10*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 401
-	})
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 401, "session_revoked")
-	if !strings.Contains(string(b.logs.Bytes()), "listener lost") {
-		t.Error("B's logs do not say its listener was lost")
-	}
-}
+// The approval gate across replicas: an action decided on another replica,
+// a replica dying mid-execution, expiry recorded once.
 
 // TestReplicasApprovalDecidedElsewhere: a sandbox waits for a decision on
 // B; two reviewers approve at once, one on A and one on B: exactly one
