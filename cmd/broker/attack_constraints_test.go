@@ -2,6 +2,8 @@ package main
 
 import (
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Attacks on a rule's constraints (DESIGN §4) through the real server:
@@ -14,9 +16,9 @@ import (
 // int64 id, a decimal amount) read another value: past a max, a pin on an
 // id, a budget. Such numbers are refused where a constraint reads them.
 func TestAttackNumbersExact(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10, "query.units": 10},
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10, "query.units": 10},
 		"rules": []any{map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
 			"body.amount":  map[string]any{"min": 0, "max": 100},
 			"body.account": map[string]any{"pin": 9007199254740992},
@@ -45,9 +47,9 @@ func TestAttackNumbersExact(t *testing.T) {
 // values against a pattern, one_of type confusion, budget values that are
 // not plain non-negative numbers, max_length counted in code points.
 func TestAttackConstraintEdges(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"query.units": 10, "body.fee": 10},
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"query.units": 10, "body.fee": 10},
 		"rules": []any{map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
 			"body.to":         map[string]any{"pattern": "[a-z]+"},
 			"body.kind":       map[string]any{"one_of": []any{1, "two"}},

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // HTTP framing at the REST door: what the broker reads of a request and
@@ -20,10 +22,10 @@ import (
 // rt3Raw sends a raw request and reports the answer and what the upstream
 // received (nil: nothing).
 // Informational answers (100 Continue) are skipped.
-func rt3Raw(t *testing.T, b *brokerProc, up *upstreamServer, req string) (response, *recorded) {
+func rt3Raw(t *testing.T, b *brokertest.Proc, up *brokertest.Upstream, req string) (brokertest.Response, *brokertest.Recorded) {
 	t.Helper()
-	n := len(up.requests())
-	conn, err := net.Dial("tcp", strings.TrimPrefix(b.sandbox, "http://"))
+	n := len(up.Requests())
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.Sandbox, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,8 +46,8 @@ func rt3Raw(t *testing.T, b *brokerProc, up *upstreamServer, req string) (respon
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	r := response{status: resp.StatusCode, header: resp.Header, body: data}
-	if rs := up.requests(); len(rs) > n {
+	r := brokertest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
+	if rs := up.Requests(); len(rs) > n {
 		last := rs[len(rs)-1]
 		return r, &last
 	}
@@ -58,9 +60,9 @@ func rt3Raw(t *testing.T, b *brokerProc, up *upstreamServer, req string) (respon
 // request once and sends its own framing, so the upstream never receives a
 // forbidden header, a second body, or a header the rule did not check.
 func TestAttackRequestFraming(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
 		"body.to":         map[string]any{"pin": "acme"},
 		"header.X-Tenant": map[string]any{"pattern": "[a-z]+"},
 	}})))
@@ -93,13 +95,13 @@ func TestAttackRequestFraming(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r, got := rt3Raw(t, b, up, c.req)
 			if c.refused {
-				if got != nil || r.status < 400 {
-					t.Fatalf("%d; the upstream received %v", r.status, got)
+				if got != nil || r.Status < 400 {
+					t.Fatalf("%d; the upstream received %v", r.Status, got)
 				}
 				return
 			}
-			if r.status != http.StatusOK || got == nil {
-				t.Fatalf("%d %s", r.status, r.body)
+			if r.Status != http.StatusOK || got == nil {
+				t.Fatalf("%d %s", r.Status, r.Body)
 			}
 			if string(got.Body) != body || got.RawPath != "/base/pay" {
 				t.Errorf("the upstream received %s %s", got.RawPath, got.Body)
@@ -112,12 +114,12 @@ func TestAttackRequestFraming(t *testing.T) {
 			if v := got.Header.Get("Content-Type"); v != "application/json" {
 				t.Errorf("the upstream received Content-Type %q", v)
 			}
-			if a := got.Header.Get("Authorization"); a != "Bearer "+canary {
+			if a := got.Header.Get("Authorization"); a != "Bearer "+brokertest.Canary {
 				t.Errorf("the upstream received Authorization %q", a)
 			}
 		})
 	}
-	assertNoCanary(t, "audit", b.auditExport())
+	brokertest.AssertNoCanary(t, "audit", b.AuditExport())
 }
 
 // TestAttackResponseHeaders (DESIGN §4, responses): headers an upstream
@@ -138,19 +140,19 @@ func TestAttackResponseHeaders(t *testing.T) {
 		w.WriteHeader(http.StatusTemporaryRedirect)
 	}))
 	t.Cleanup(echo.Close)
-	b := startBroker(t, harnessOpts{upstream: echo.URL})
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/r"})))
-	r := b.do("GET", b.sandbox+"/v1/proxy/api/r", s.Token, nil)
-	if r.status != http.StatusTemporaryRedirect {
-		t.Fatalf("%d %s", r.status, r.body)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: echo.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/r"})))
+	r := b.Do("GET", b.Sandbox+"/v1/proxy/api/r", s.Token, nil)
+	if r.Status != http.StatusTemporaryRedirect {
+		t.Fatalf("%d %s", r.Status, r.Body)
 	}
 	for _, h := range []string{"Set-Cookie", "Set-Cookie2", "X-Leak", "Connection"} {
-		if v := r.header.Values(h); len(v) > 0 {
+		if v := r.Header.Values(h); len(v) > 0 {
 			t.Errorf("%s passed to the sandbox: %q", h, v)
 		}
 	}
-	assertNoCanary(t, "headers", []byte(fmt.Sprint(r.header)))
-	if !strings.Contains(r.header.Get("Location"), "[REDACTED]") {
-		t.Errorf("Location: %q", r.header.Get("Location"))
+	brokertest.AssertNoCanary(t, "headers", []byte(fmt.Sprint(r.Header)))
+	if !strings.Contains(r.Header.Get("Location"), "[REDACTED]") {
+		t.Errorf("Location: %q", r.Header.Get("Location"))
 	}
 }

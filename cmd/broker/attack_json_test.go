@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Issue 11, classes 1 and 2: JSON keys that a case-insensitive upstream
@@ -36,8 +38,8 @@ var (
 
 // ajPaymentSession grants POST /payments on "api" with a pin, a range, a
 // pattern, a pin below an object, a pattern below an array and a budget.
-func ajPaymentSession(b *brokerProc) created {
-	return b.session(trustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10},
+func ajPaymentSession(b *brokertest.Proc) brokertest.Created {
+	return b.Session(brokertest.TrustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10},
 		"rules": []any{map[string]any{"method": "POST", "path": "/payments", "constraints": map[string]any{
 			"body.to":          map[string]any{"pin": "acme"},
 			"body.amount":      map[string]any{"min": 0, "max": 100},
@@ -118,11 +120,11 @@ func ajNoVariant(t *testing.T, body []byte, obj map[string]any, names ...string)
 // the upstream. A pin, a max, a pattern, a budget and nested constraints
 // are all attacked.
 func TestAttackJSONCaseVariantKeys(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	s := ajPaymentSession(b)
-	pay := func(body string) response {
-		return b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, body)
+	pay := func(body string) brokertest.Response {
+		return b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, body)
 	}
 	attacks := []struct {
 		name       string
@@ -157,27 +159,27 @@ func TestAttackJSONCaseVariantKeys(t *testing.T) {
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			n := len(up.requests())
+			n := len(up.Requests())
 			r := pay(a.body)
-			if r.status != a.status {
+			if r.Status != a.status {
 				got := "nothing"
-				if rs := up.requests(); len(rs) > n {
+				if rs := up.Requests(); len(rs) > n {
 					got = string(rs[len(rs)-1].Body)
 				}
-				t.Fatalf("%s: %d %s; the upstream received %s", a.body, r.status, r.body, got)
+				t.Fatalf("%s: %d %s; the upstream received %s", a.body, r.Status, r.Body, got)
 			}
-			p := r.wantProblem(t, a.status, a.code)
+			p := r.WantProblem(t, a.status, a.code)
 			if a.param != "" && (p["param"] != a.param || p["constraint"] != a.constraint) {
 				t.Errorf("problem names %v/%v, want %s/%s", p["param"], p["constraint"], a.param, a.constraint)
 			}
 			if a.code == "bad_request" && !strings.Contains(fmt.Sprint(p["detail"]), "JSON key") {
 				t.Errorf("detail %q does not name the ambiguous key", p["detail"])
 			}
-			if strings.Contains(string(r.body), "mallory") || strings.Contains(string(r.body), "1000000") {
-				t.Errorf("the problem echoes a value: %s", r.body)
+			if strings.Contains(string(r.Body), "mallory") || strings.Contains(string(r.Body), "1000000") {
+				t.Errorf("the problem echoes a value: %s", r.Body)
 			}
-			if len(up.requests()) != n {
-				t.Fatalf("the refused body reached the upstream: %s", up.last(t).Body)
+			if len(up.Requests()) != n {
+				t.Fatalf("the refused body reached the upstream: %s", up.Last(t).Body)
 			}
 		})
 	}
@@ -190,16 +192,16 @@ func TestAttackJSONCaseVariantKeys(t *testing.T) {
 		`{}`,
 	} {
 		r := pay(body)
-		if r.status != http.StatusOK {
-			t.Fatalf("%s: %d %s", body, r.status, r.body)
+		if r.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", body, r.Status, r.Body)
 		}
-		ajCheckReceived(t, up.last(t).Body)
+		ajCheckReceived(t, up.Last(t).Body)
 	}
-	if p := ajCheckReceived(t, up.last(t).Body); p.Amount != nil || p.Fee != nil {
+	if p := ajCheckReceived(t, up.Last(t).Body); p.Amount != nil || p.Fee != nil {
 		t.Errorf("an empty body gained fields: %+v", p)
 	}
 
-	recs := parseAudit(t, b.auditExport())
+	recs := brokertest.ParseAudit(t, b.AuditExport())
 	denied := 0
 	for _, r := range recs {
 		if r.Type == "call.denied" && r.SessionID == s.ID {
@@ -209,7 +211,7 @@ func TestAttackJSONCaseVariantKeys(t *testing.T) {
 	if denied != len(attacks) {
 		t.Errorf("audit holds %d denied calls, want %d", denied, len(attacks))
 	}
-	assertNoCanary(t, "audit export", b.auditExport())
+	brokertest.AssertNoCanary(t, "audit export", b.AuditExport())
 }
 
 // TestAttackContentTypeAmbiguity (class 1's neighbour): a JSON body is
@@ -217,9 +219,9 @@ func TestAttackJSONCaseVariantKeys(t *testing.T) {
 // first, another the last) or a charset other than UTF-8 let the upstream
 // read another body than the one checked.
 func TestAttackContentTypeAmbiguity(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
 		"body.to": map[string]any{"pin": "acme"},
 	}})))
 	rtRefused(t, b, up, s.Token, []rtAttack{

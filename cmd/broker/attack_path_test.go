@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Attacks on the canonical path through the real server: dot segments and
@@ -13,9 +15,9 @@ import (
 // server reads as "." or ".." after trimming trailing spaces (Windows,
 // IIS) or after Unicode compatibility mapping (IIS best fit, NFKC).
 func TestAttackPathDotLookalikes(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(
 		map[string]any{"method": "GET", "path": "/public/{name}"},
 		map[string]any{"method": "GET", "path": "/public/{name}/{file}"},
 	)))
@@ -36,9 +38,9 @@ func TestAttackPathDotLookalikes(t *testing.T) {
 // or percent-encoded, and so is any ";" in a path segment by default.
 // Nothing reaches the upstream.
 func TestAttackPathDotSegmentWithParameters(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(
 		map[string]any{"method": "GET", "path": "/public/{name}"},
 		map[string]any{"method": "GET", "path": "/public/{name}/{file}"},
 	)))
@@ -55,20 +57,20 @@ func TestAttackPathDotSegmentWithParameters(t *testing.T) {
 		"/v1/proxy/api/public/;x/admin",
 		"/v1/proxy/api/public/x;/admin",
 	} {
-		r := b.raw("GET " + path + " HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
-		if r.status != http.StatusBadRequest {
-			t.Errorf("%s: %d %s", path, r.status, r.body)
+		r := b.Raw("GET " + path + " HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s", path, r.Status, r.Body)
 			continue
 		}
-		r.wantProblem(t, 400, "bad_request")
+		r.WantProblem(t, 400, "bad_request")
 	}
-	if rs := up.requests(); len(rs) != 0 {
+	if rs := up.Requests(); len(rs) != 0 {
 		t.Fatalf("%d attacking requests reached the upstream, first %s", len(rs), rs[0].RawPath)
 	}
-	if r := b.do("GET", b.sandbox+"/v1/proxy/api/public/report", s.Token, nil); r.status != http.StatusOK {
-		t.Fatalf("%d %s", r.status, r.body)
+	if r := b.Do("GET", b.Sandbox+"/v1/proxy/api/public/report", s.Token, nil); r.Status != http.StatusOK {
+		t.Fatalf("%d %s", r.Status, r.Body)
 	}
-	if got := up.last(t).RawPath; got != "/base/public/report" {
+	if got := up.Last(t).RawPath; got != "/base/public/report" {
 		t.Errorf("forwarded path %q", got)
 	}
 }
@@ -77,19 +79,19 @@ func TestAttackPathDotSegmentWithParameters(t *testing.T) {
 // opts in with allow_path_semicolons; dot segments with parameters, and
 // segments empty before their ";", stay refused there.
 func TestAttackPathSemicolonsOptIn(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: fmt.Sprintf(`  - name: matrix
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: fmt.Sprintf(`  - name: matrix
     base_url: %s/m
     allow_path_semicolons: true
     credential: {source: env, name: CANARY_TOKEN}
     inject: {header: Authorization, format: "Bearer {secret}"}
 `, up.URL)})
-	s := b.session(trustedSession(
+	s := b.Session(brokertest.TrustedSession(
 		map[string]any{"upstream": "matrix", "rules": []any{
 			map[string]any{"method": "GET", "path": "/public/{name}"},
 			map[string]any{"method": "GET", "path": "/public/{name}/{file}"},
 		}},
-		apiGrant(map[string]any{"method": "GET", "path": "/public/{name}"}),
+		brokertest.APIGrant(map[string]any{"method": "GET", "path": "/public/{name}"}),
 	))
 	for _, path := range []string{
 		"/v1/proxy/matrix/public/..;/admin",
@@ -102,22 +104,22 @@ func TestAttackPathSemicolonsOptIn(t *testing.T) {
 		"/v1/proxy/api/public/items;v=2",      // the api upstream did not opt in
 		"/v1/proxy/api/public/items;v=2/meta", // nor for a longer path
 	} {
-		r := b.raw("GET " + path + " HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
-		if r.status != http.StatusBadRequest {
-			t.Errorf("%s: %d %s", path, r.status, r.body)
+		r := b.Raw("GET " + path + " HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
+		if r.Status != http.StatusBadRequest {
+			t.Errorf("%s: %d %s", path, r.Status, r.Body)
 			continue
 		}
-		r.wantProblem(t, 400, "bad_request")
+		r.WantProblem(t, 400, "bad_request")
 	}
-	if rs := up.requests(); len(rs) != 0 {
+	if rs := up.Requests(); len(rs) != 0 {
 		t.Fatalf("%d attacking requests reached the upstream, first %s", len(rs), rs[0].RawPath)
 	}
-	r := b.raw("GET /v1/proxy/matrix/public/items;v=2 HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
-	if r.status != http.StatusOK {
-		t.Fatalf("matrix parameters on the opted-in upstream: %d %s", r.status, r.body)
+	r := b.Raw("GET /v1/proxy/matrix/public/items;v=2 HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
+	if r.Status != http.StatusOK {
+		t.Fatalf("matrix parameters on the opted-in upstream: %d %s", r.Status, r.Body)
 	}
-	if got := up.last(t).RawPath; got != "/m/public/items;v=2" {
+	if got := up.Last(t).RawPath; got != "/m/public/items;v=2" {
 		t.Errorf("forwarded path %q", got)
 	}
-	assertNoCanary(t, "answer", r.body)
+	brokertest.AssertNoCanary(t, "answer", r.Body)
 }

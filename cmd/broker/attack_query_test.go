@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Query keys an upstream reads case-insensitively (ASP.NET model binding,
@@ -12,9 +14,9 @@ import (
 // parameter cannot be replaced by a case variant of its name, nor supplied
 // beside one.
 func TestAttackQueryCaseVariantKeys(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(
 		map[string]any{"method": "GET", "path": "/search", "constraints": map[string]any{
 			"query.org": map[string]any{"pin": "acme"}, "query.limit": map[string]any{"max": 50}}},
 	)))
@@ -27,19 +29,19 @@ func TestAttackQueryCaseVariantKeys(t *testing.T) {
 		"org=acme&limit=1&LIMIT=", // an empty variant
 	} {
 		t.Run(q, func(t *testing.T) {
-			p := b.do("GET", b.sandbox+"/v1/proxy/api/search?"+q, s.Token, nil).wantProblem(t, http.StatusForbidden, "constraint_violated")
+			p := b.Do("GET", b.Sandbox+"/v1/proxy/api/search?"+q, s.Token, nil).WantProblem(t, http.StatusForbidden, "constraint_violated")
 			if p["constraint"] != "name" {
 				t.Errorf("constraint = %v, want name", p["constraint"])
 			}
 		})
 	}
-	if n := len(up.requests()); n != 0 {
+	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("%d case-variant queries reached the upstream", n)
 	}
-	if r := b.do("GET", b.sandbox+"/v1/proxy/api/search?limit=5&Q=x", s.Token, nil); r.status != 200 {
-		t.Fatalf("canonical query: %d %s", r.status, r.body)
+	if r := b.Do("GET", b.Sandbox+"/v1/proxy/api/search?limit=5&Q=x", s.Token, nil); r.Status != 200 {
+		t.Fatalf("canonical query: %d %s", r.Status, r.Body)
 	}
-	if got := up.last(t).RawQuery; got != "limit=5&Q=x&org=acme" {
+	if got := up.Last(t).RawQuery; got != "limit=5&Q=x&org=acme" {
 		t.Errorf("forwarded query %q", got)
 	}
 }
@@ -49,9 +51,9 @@ func TestAttackQueryCaseVariantKeys(t *testing.T) {
 // body; Laravel: the JSON body wins; PHP's $_REQUEST: a form wins). A pin
 // checked in one place was overridden from the other.
 func TestAttackParameterInTwoPlaces(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10},
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10},
 		"rules": []any{
 			map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
 				"body.to":         map[string]any{"pin": "acme"},
@@ -88,7 +90,7 @@ func TestAttackParameterInTwoPlaces(t *testing.T) {
 		{method: "POST", path: "/v1/proxy/api/send?to=acme", header: rtJSON, body: `{"note": "x"}`},
 		{method: "POST", path: "/v1/proxy/api/both?to=acme", header: rtJSON, body: `{"to": "acme"}`},
 	})
-	if got := up.last(t); got.RawQuery != "to=acme" || string(got.Body) != `{"to": "acme"}` {
+	if got := up.Last(t); got.RawQuery != "to=acme" || string(got.Body) != `{"to": "acme"}` {
 		t.Errorf("the upstream received ?%s %s", got.RawQuery, got.Body)
 	}
 }
@@ -101,9 +103,9 @@ func TestAttackParameterInTwoPlaces(t *testing.T) {
 // by the broker: its pattern and budget were skipped and a pin was filled
 // in beside it.
 func TestAttackQueryKeyReaders(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"query.units": 10},
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"query.units": 10},
 		"rules": []any{
 			map[string]any{"method": "GET", "path": "/mail", "constraints": map[string]any{
 				"query.to":         map[string]any{"pattern": "[a-z]+@acme\\.com"},
@@ -120,7 +122,7 @@ func TestAttackQueryKeyReaders(t *testing.T) {
 		{method: "GET", path: "/v1/proxy/api/mail?to=bob%40acme.com&page[size]=2&units=3"},
 		{method: "GET", path: "/v1/proxy/api/mail?account_id=42&toto=x&account=1"},
 	})
-	if got := up.last(t).RawQuery; got != "account_id=42&toto=x&account=1" {
+	if got := up.Last(t).RawQuery; got != "account_id=42&toto=x&account=1" {
 		t.Errorf("the upstream received ?%s", got)
 	}
 }
@@ -132,18 +134,18 @@ func TestAttackQueryKeyReaders(t *testing.T) {
 // "api_key") passed, ahead of the broker's: the upstream could act under a
 // key the sandbox chose (its own account, to receive the grant's data).
 func TestAttackInjectedQueryParamReaders(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(map[string]any{"upstream": "open", "rules": []any{map[string]any{"method": "GET", "path": "/echo"}}}))
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "open", "rules": []any{map[string]any{"method": "GET", "path": "/echo"}}}))
 	for _, q := range []string{"api_key=mine", "API_KEY=mine", "Api_Key=mine", "api_key%5B%5D=mine", "api_key[]=mine", "api_key[0]=mine", "api.key=mine", "api%20key=mine", "api[key=mine", "%20api_key=mine", "api_%E2%84%AAey=mine"} {
 		t.Run(q, func(t *testing.T) {
-			r := b.do("GET", b.sandbox+"/v1/proxy/open/echo?"+q+"&x=1", s.Token, nil)
-			if r.status != http.StatusOK {
-				t.Fatalf("%d %s", r.status, r.body)
+			r := b.Do("GET", b.Sandbox+"/v1/proxy/open/echo?"+q+"&x=1", s.Token, nil)
+			if r.Status != http.StatusOK {
+				t.Fatalf("%d %s", r.Status, r.Body)
 			}
-			got := up.last(t).RawQuery
+			got := up.Last(t).RawQuery
 			if strings.Contains(got, "mine") || !strings.HasPrefix(got, "x=1&api_key=") {
-				t.Errorf("the upstream received ?%s", strings.ReplaceAll(got, url.QueryEscape(canary), "<secret>"))
+				t.Errorf("the upstream received ?%s", strings.ReplaceAll(got, url.QueryEscape(brokertest.Canary), "<secret>"))
 			}
 		})
 	}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Raw sandbox requests for the REST door's attack tables: bytes sent as
@@ -11,11 +13,11 @@ import (
 
 // rtSend sends raw bytes for a sandbox call on the api upstream and returns
 // the answer and whether the upstream received anything.
-func rtSend(t *testing.T, b *brokerProc, up *upstreamServer, req string) (response, *recorded) {
+func rtSend(t *testing.T, b *brokertest.Proc, up *brokertest.Upstream, req string) (brokertest.Response, *brokertest.Recorded) {
 	t.Helper()
-	n := len(up.requests())
-	r := b.raw(req)
-	if rs := up.requests(); len(rs) > n {
+	n := len(up.Requests())
+	r := b.Raw(req)
+	if rs := up.Requests(); len(rs) > n {
 		last := rs[len(rs)-1]
 		return r, &last
 	}
@@ -49,32 +51,32 @@ func itoa(n int) string {
 
 // rtRefused sends each attack and fails unless it is refused with status
 // and code, and nothing reached the upstream.
-func rtRefused(t *testing.T, b *brokerProc, up *upstreamServer, token string, attacks []rtAttack) {
+func rtRefused(t *testing.T, b *brokertest.Proc, up *brokertest.Upstream, token string, attacks []rtAttack) {
 	t.Helper()
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
 			r, got := rtSend(t, b, up, rtRequest(a.method, a.path, token, a.header, a.body))
 			if got != nil {
-				t.Fatalf("%s %s %s: %d; the upstream received %s %s?%s %s", a.method, a.path, a.body, r.status, got.Method, got.RawPath, got.RawQuery, got.Body)
+				t.Fatalf("%s %s %s: %d; the upstream received %s %s?%s %s", a.method, a.path, a.body, r.Status, got.Method, got.RawPath, got.RawQuery, got.Body)
 			}
-			p := r.wantProblem(t, a.status, a.code)
+			p := r.WantProblem(t, a.status, a.code)
 			if a.constraint != "" && p["constraint"] != a.constraint {
 				t.Errorf("constraint %v, want %s", p["constraint"], a.constraint)
 			}
-			if strings.Contains(string(r.body), "mallory") {
-				t.Errorf("the problem echoes a value: %s", r.body)
+			if strings.Contains(string(r.Body), "mallory") {
+				t.Errorf("the problem echoes a value: %s", r.Body)
 			}
 		})
 	}
 }
 
 // rtAllowed sends each request and fails unless the upstream received it.
-func rtAllowed(t *testing.T, b *brokerProc, up *upstreamServer, token string, allowed []rtAttack) {
+func rtAllowed(t *testing.T, b *brokertest.Proc, up *brokertest.Upstream, token string, allowed []rtAttack) {
 	t.Helper()
 	for _, a := range allowed {
 		r, got := rtSend(t, b, up, rtRequest(a.method, a.path, token, a.header, a.body))
-		if got == nil || r.status != http.StatusOK {
-			t.Errorf("allowed %s %s %s: %d %s", a.method, a.path, a.body, r.status, r.body)
+		if got == nil || r.Status != http.StatusOK {
+			t.Errorf("allowed %s %s %s: %d %s", a.method, a.path, a.body, r.Status, r.Body)
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -22,10 +23,10 @@ import (
 // reconnects.
 func TestReplicaListenerCutFailsClosed(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	a := pgBroker(t, up, dsn, "")
-	grant := apiGrant(map[string]any{"method": "GET", "path": "/ok"})
-	s := a.session(trustedSession(grant))
+	grant := brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})
+	s := a.Session(brokertest.TrustedSession(grant))
 	b := pgBroker(t, up, dsn, "")
 	ctx := context.Background()
 	watch := pgConn(t, dsn)
@@ -42,21 +43,21 @@ func TestReplicaListenerCutFailsClosed(t *testing.T) {
 	if n := cutListeners(t, watch); n < 2 {
 		t.Fatalf("cut %d listener connections, want one per replica (2)", n)
 	}
-	eventually(t, 15*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 503
+	brokertest.Eventually(t, 15*time.Second, func() bool {
+		return b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).Status == 503
 	})
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 503, "broker_unavailable")
-	r := b.do("GET", b.control+"/readyz", "", nil)
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 503, "broker_unavailable")
+	r := b.Do("GET", b.Control+"/readyz", "", nil)
 	var ready struct{ Checks map[string]string }
-	_ = json.Unmarshal(r.body, &ready)
-	if r.status != http.StatusServiceUnavailable || ready.Checks["changes"] == "ok" || ready.Checks["changes"] == "" {
-		t.Fatalf("/readyz of a stale replica = %d %v", r.status, ready.Checks)
+	_ = json.Unmarshal(r.Body, &ready)
+	if r.Status != http.StatusServiceUnavailable || ready.Checks["changes"] == "ok" || ready.Checks["changes"] == "" {
+		t.Fatalf("/readyz of a stale replica = %d %v", r.Status, ready.Checks)
 	}
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 200
+	brokertest.Eventually(t, 15*time.Second, func() bool {
+		return b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).Status == 200
 	})
 
 	// A kill while B's listener is down: B learns it by catching up.
@@ -64,14 +65,14 @@ func TestReplicaListenerCutFailsClosed(t *testing.T) {
 	if n := cutListeners(t, watch); n < 1 {
 		t.Fatal("no listener connection to cut")
 	}
-	if r := a.do("DELETE", a.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("kill on A: %d %s", r.status, r.body)
+	if r := a.Do("DELETE", a.Control+"/v1/sessions/"+s.ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("kill on A: %d %s", r.Status, r.Body)
 	}
-	eventually(t, 10*time.Second, func() bool {
-		return b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 401
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		return b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).Status == 401
 	})
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 401, "session_revoked")
-	if !strings.Contains(string(b.logs.Bytes()), "listener lost") {
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 401, "session_revoked")
+	if !strings.Contains(string(b.Logs.Bytes()), "listener lost") {
 		t.Error("B's logs do not say its listener was lost")
 	}
 }

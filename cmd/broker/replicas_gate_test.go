@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -23,30 +24,30 @@ import (
 // waiting sandbox gets the answer.
 func TestReplicasApprovalDecidedElsewhere(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	a := pgBroker(t, up, dsn, "")
-	op := a.newToken("operator", "orchestrator")
-	alice := a.newToken("reviewer", "alice")
-	bob := a.newToken("reviewer", "bob")
-	s := gatedSession(a, op, nil)
+	op := a.NewToken("operator", "orchestrator")
+	alice := a.NewToken("reviewer", "alice")
+	bob := a.NewToken("reviewer", "bob")
+	s := brokertest.GatedSession(a, op, nil)
 	b := pgBroker(t, up, dsn, "")
 
-	res := make(chan response, 1)
+	res := make(chan brokertest.Response, 1)
 	go func() {
-		res <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42}`, "Prefer", "wait=30")
+		res <- b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42}`, "Prefer", "wait=30")
 	}()
-	id := a.pendingAction(t, alice)
+	id := a.PendingAction(t, alice)
 	approveAtOnce(t, id, reviewerOn{a, alice}, reviewerOn{b, bob})
 	select {
 	case r := <-res:
-		if r.status != 200 || !strings.Contains(string(r.body), "acme") {
-			t.Fatalf("the sandbox waiting on B: %d %s", r.status, r.body)
+		if r.Status != 200 || !strings.Contains(string(r.Body), "acme") {
+			t.Fatalf("the sandbox waiting on B: %d %s", r.Status, r.Body)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the sandbox waiting on B was not answered")
 	}
 	n := 0
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		if strings.HasSuffix(r.RawPath, "/payments") {
 			n++
 		}
@@ -62,7 +63,7 @@ func TestReplicasApprovalDecidedElsewhere(t *testing.T) {
 // ends; the request is never sent again.
 func TestReplicaDiesMidExecution(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "airlock.yaml")
 	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`sandbox_listen: 127.0.0.1:0
@@ -80,45 +81,45 @@ upstreams:
     timeout: 60s
     credential: {source: env, name: CANARY_TOKEN}
     inject: {header: Authorization, format: "Bearer {secret}"}
-`, filepath.Join(dir, "data"), adminToken, up.URL)), 0o600)
+`, filepath.Join(dir, "data"), brokertest.ProcAdminToken, up.URL)), 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pa := startProc(t, cfg, []string{"CANARY_TOKEN=" + canary, "AIRLOCK_PG_DSN=" + dsn})
-	t.Cleanup(pa.kill)
-	a := &brokerProc{t: t, sandbox: pa.sandbox, control: pa.control, http: &http.Client{Timeout: 90 * time.Second}}
-	op := a.newToken("operator", "orchestrator")
-	alice := a.newToken("reviewer", "alice")
-	r := a.do("POST", a.control+"/v1/sessions", op, map[string]any{"task_id": "t-die", "isolation": "microvm", "grants": []any{
+	pa := brokertest.StartChild(t, cfg, []string{"CANARY_TOKEN=" + brokertest.Canary, "AIRLOCK_PG_DSN=" + dsn})
+	t.Cleanup(pa.Kill)
+	a := &brokertest.Proc{T: t, Sandbox: pa.Sandbox, Control: pa.Control, HTTP: &http.Client{Timeout: 90 * time.Second}}
+	op := a.NewToken("operator", "orchestrator")
+	alice := a.NewToken("reviewer", "alice")
+	r := a.Do("POST", a.Control+"/v1/sessions", op, map[string]any{"task_id": "t-die", "isolation": "microvm", "grants": []any{
 		map[string]any{"upstream": "api", "rules": []any{map[string]any{"method": "POST", "path": "/slow"}}},
 	}})
-	if r.status != 201 {
-		t.Fatalf("session on A: %d %s", r.status, r.body)
+	if r.Status != 201 {
+		t.Fatalf("session on A: %d %s", r.Status, r.Body)
 	}
-	var s created
-	_ = json.Unmarshal(r.body, &s)
+	var s brokertest.Created
+	_ = json.Unmarshal(r.Body, &s)
 	b := pgBroker(t, up, dsn, "approval: {execution_lease: 2s}\n")
 
-	r = b.do("POST", b.sandbox+"/v1/proxy/api/slow", s.Token, `{}`)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("gated call on B: %d %s", r.status, r.body)
+	r = b.Do("POST", b.Sandbox+"/v1/proxy/api/slow", s.Token, `{}`)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("gated call on B: %d %s", r.Status, r.Body)
 	}
-	id := b.pendingAction(t, alice)
-	if r := a.do("POST", a.control+"/v1/approvals/"+id+"/approve", alice, map[string]any{}); r.status != 200 {
-		t.Fatalf("approve on A: %d %s", r.status, r.body)
+	id := b.PendingAction(t, alice)
+	if r := a.Do("POST", a.Control+"/v1/approvals/"+id+"/approve", alice, map[string]any{}); r.Status != 200 {
+		t.Fatalf("approve on A: %d %s", r.Status, r.Body)
 	}
-	<-up.started // A is executing it
-	pa.kill()
-	var final actionView
-	eventually(t, 20*time.Second, func() bool {
-		final = decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+id, alice, nil))
+	<-up.Started // A is executing it
+	pa.Kill()
+	var final brokertest.ActionView
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		final = brokertest.DecodeAction(t, b.Do("GET", b.Control+"/v1/approvals/"+id, alice, nil))
 		return final.Status != "executing"
 	})
 	if final.Status != "failed" {
 		t.Fatalf("the action of a replica killed mid-execution is %q, want failed", final.Status)
 	}
 	n := 0
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		if strings.HasSuffix(r.RawPath, "/slow") {
 			n++
 		}
@@ -127,9 +128,9 @@ upstreams:
 		t.Errorf("the upstream saw the action %d times, want exactly 1", n)
 	}
 	var failed int
-	eventually(t, 10*time.Second, func() bool { // the record follows the transition
+	brokertest.Eventually(t, 10*time.Second, func() bool { // the record follows the transition
 		failed = 0
-		for _, line := range strings.Split(string(b.auditExport()), "\n") {
+		for _, line := range strings.Split(string(b.AuditExport()), "\n") {
 			if strings.Contains(line, `"type":"action.failed"`) && strings.Contains(line, id) {
 				failed++
 			}
@@ -147,30 +148,30 @@ upstreams:
 // replica still running.
 func TestReplicasExpiryRecordedOnce(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	const timeout = "approval: {timeout: 2s}\n"
 	a := pgBroker(t, up, dsn, timeout)
-	op := a.newToken("operator", "orchestrator")
-	alice := a.newToken("reviewer", "alice")
-	s := gatedSession(a, op, nil)
+	op := a.NewToken("operator", "orchestrator")
+	alice := a.NewToken("reviewer", "alice")
+	s := brokertest.GatedSession(a, op, nil)
 	b := pgBroker(t, up, dsn, timeout)
 
-	pending := func(p *brokerProc) string {
-		r := p.do("POST", p.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`)
-		if r.status != http.StatusAccepted {
-			t.Fatalf("gated call: %d %s", r.status, r.body)
+	pending := func(p *brokertest.Proc) string {
+		r := p.Do("POST", p.Sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 1}`)
+		if r.Status != http.StatusAccepted {
+			t.Fatalf("gated call: %d %s", r.Status, r.Body)
 		}
-		return decodeAction(t, r).ID
+		return brokertest.DecodeAction(t, r).ID
 	}
-	expired := func(p *brokerProc, id string) {
+	expired := func(p *brokertest.Proc, id string) {
 		t.Helper()
-		eventually(t, 15*time.Second, func() bool {
-			return decodeAction(t, p.do("GET", p.control+"/v1/approvals/"+id, alice, nil)).Status == "expired"
+		brokertest.Eventually(t, 15*time.Second, func() bool {
+			return brokertest.DecodeAction(t, p.Do("GET", p.Control+"/v1/approvals/"+id, alice, nil)).Status == "expired"
 		})
 	}
 	count := func(id string) int {
 		n := 0
-		for _, line := range strings.Split(string(b.auditExport()), "\n") {
+		for _, line := range strings.Split(string(b.AuditExport()), "\n") {
 			if strings.Contains(line, `"type":"action.expired"`) && strings.Contains(line, id) {
 				n++
 			}
@@ -179,7 +180,7 @@ func TestReplicasExpiryRecordedOnce(t *testing.T) {
 	}
 
 	// The record follows the transition: wait for it, then count.
-	recorded := func(id string) { eventually(t, 10*time.Second, func() bool { return count(id) > 0 }) }
+	recorded := func(id string) { brokertest.Eventually(t, 10*time.Second, func() bool { return count(id) > 0 }) }
 	both := pending(a)
 	expired(b, both)
 	expired(a, both)
@@ -189,20 +190,20 @@ func TestReplicasExpiryRecordedOnce(t *testing.T) {
 	}
 
 	orphan := pending(a)
-	a.stop() // its creator is gone before the expiry
+	a.Stop() // its creator is gone before the expiry
 	expired(b, orphan)
 	recorded(orphan)
 	if n := count(orphan); n != 1 {
 		t.Errorf("an orphaned action has %d action.expired records, want 1", n)
 	}
-	if len(up.requests()) != 0 {
+	if len(up.Requests()) != 0 {
 		t.Error("an expired action reached the upstream")
 	}
 }
 
 // reviewerOn is a reviewer's token on one replica.
 type reviewerOn struct {
-	p   *brokerProc
+	p   *brokertest.Proc
 	tok string
 }
 
@@ -216,7 +217,7 @@ func approveAtOnce(t *testing.T, id string, r1, r2 reviewerOn) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			statuses[i] = rv.p.do("POST", rv.p.control+"/v1/approvals/"+id+"/approve", rv.tok, map[string]any{}).status
+			statuses[i] = rv.p.Do("POST", rv.p.Control+"/v1/approvals/"+id+"/approve", rv.tok, map[string]any{}).Status
 		}()
 	}
 	wg.Wait()

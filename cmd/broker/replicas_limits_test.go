@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -23,19 +24,19 @@ import (
 // After both stop, a broker started anew keeps the counts.
 func TestReplicasExactLimits(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	a := pgBroker(t, up, dsn, "")
 	b := pgBroker(t, up, dsn, "")
 
-	uses := apiGrant(map[string]any{"method": "GET", "path": "/ok"})
+	uses := brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})
 	uses["max_uses"] = 7
-	spend := apiGrant(map[string]any{"method": "POST", "path": "/pay"})
+	spend := brokertest.APIGrant(map[string]any{"method": "POST", "path": "/pay"})
 	spend["budget"] = map[string]any{"body.amount": 5}
-	s := a.session(trustedSession(uses, spend))
+	s := a.Session(brokertest.TrustedSession(uses, spend))
 
 	hits := func(path string) int {
 		n := 0
-		for _, r := range up.requests() {
+		for _, r := range up.Requests() {
 			if strings.HasSuffix(r.RawPath, path) {
 				n++
 			}
@@ -49,18 +50,18 @@ func TestReplicasExactLimits(t *testing.T) {
 		got := map[string]int{}
 		var wg sync.WaitGroup
 		start := make(chan struct{})
-		for _, p := range []*brokerProc{a, b} {
+		for _, p := range []*brokertest.Proc{a, b} {
 			for range per {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					<-start
 					for range 2 {
-						r := p.do(method, p.sandbox+"/v1/proxy/api"+path, s.Token, body)
-						key := strconv.Itoa(r.status)
-						if r.status != 200 {
+						r := p.Do(method, p.Sandbox+"/v1/proxy/api"+path, s.Token, body)
+						key := strconv.Itoa(r.Status)
+						if r.Status != 200 {
 							var pb struct{ Code string }
-							_ = json.Unmarshal(r.body, &pb)
+							_ = json.Unmarshal(r.Body, &pb)
 							key += " " + pb.Code
 						}
 						mu.Lock()
@@ -89,7 +90,7 @@ func TestReplicasExactLimits(t *testing.T) {
 		t.Errorf("upstream saw %d calls on a budget of 5, want 5", n)
 	}
 	allowed := 0
-	for _, r := range parseAudit(t, b.auditExport()) {
+	for _, r := range brokertest.ParseAudit(t, b.AuditExport()) {
 		if r.Type == "call.allowed" && r.SessionID == s.ID {
 			allowed++
 		}
@@ -99,18 +100,18 @@ func TestReplicasExactLimits(t *testing.T) {
 	}
 
 	// Restarted: the counts are the database's.
-	a.stop()
-	b.stop()
+	a.Stop()
+	b.Stop()
 	c := pgBroker(t, up, dsn, "")
-	c.do("GET", c.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 403, "grant_exhausted")
-	c.do("POST", c.sandbox+"/v1/proxy/api/pay", s.Token, pay).wantProblem(t, 403, "budget_exceeded")
+	c.Do("GET", c.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 403, "grant_exhausted")
+	c.Do("POST", c.Sandbox+"/v1/proxy/api/pay", s.Token, pay).WantProblem(t, 403, "budget_exceeded")
 	if hits("/ok") != 7 || hits("/pay") != 5 {
 		t.Errorf("after the restart the upstream saw %d and %d calls, want 7 and 5", hits("/ok"), hits("/pay"))
 	}
 	var g struct {
 		Uses int64 `json:"uses"`
 	}
-	_ = json.Unmarshal(c.do("GET", c.control+"/v1/grants/"+s.Grants[0].ID, adminToken, nil).body, &g)
+	_ = json.Unmarshal(c.Do("GET", c.Control+"/v1/grants/"+s.Grants[0].ID, brokertest.ProcAdminToken, nil).Body, &g)
 	if g.Uses != 7 {
 		t.Errorf("the grant's usage after the restart: %d uses, want 7", g.Uses)
 	}
@@ -119,36 +120,36 @@ func TestReplicasExactLimits(t *testing.T) {
 // limitedGatedSession is a session whose one grant gates POST /payments
 // (untrusted input, sensitive upstream, irreversible) and allows GET /ok
 // ungated, both counting against max_uses.
-func limitedGatedSession(b *brokerProc, token string, maxUses int) created {
-	b.t.Helper()
+func limitedGatedSession(b *brokertest.Proc, token string, maxUses int) brokertest.Created {
+	b.T.Helper()
 	g := map[string]any{"upstream": "api", "max_uses": maxUses, "rules": []any{
 		map[string]any{"method": "POST", "path": "/payments", "constraints": map[string]any{
 			"body.to": map[string]any{"pin": "acme"}, "body.amount": map[string]any{"max": 100}}},
 		map[string]any{"method": "GET", "path": "/ok"},
 	}}
-	r := b.do("POST", b.control+"/v1/sessions", token, map[string]any{"task_id": "t-limit", "isolation": "microvm", "grants": []any{g}})
-	if r.status != http.StatusCreated {
-		b.t.Fatalf("limited gated session: %d %s", r.status, r.body)
+	r := b.Do("POST", b.Control+"/v1/sessions", token, map[string]any{"task_id": "t-limit", "isolation": "microvm", "grants": []any{g}})
+	if r.Status != http.StatusCreated {
+		b.T.Fatalf("limited gated session: %d %s", r.Status, r.Body)
 	}
-	var c created
-	_ = json.Unmarshal(r.body, &c)
+	var c brokertest.Created
+	_ = json.Unmarshal(r.Body, &c)
 	return c
 }
 
 // held makes a gated call on p and returns its pending action's id.
-func held(t *testing.T, p *brokerProc, token string) string {
+func held(t *testing.T, p *brokertest.Proc, token string) string {
 	t.Helper()
-	r := p.do("POST", p.sandbox+"/v1/proxy/api/payments", token, `{"amount": 1}`)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("gated call: %d %s", r.status, r.body)
+	r := p.Do("POST", p.Sandbox+"/v1/proxy/api/payments", token, `{"amount": 1}`)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("gated call: %d %s", r.Status, r.Body)
 	}
-	return decodeAction(t, r).ID
+	return brokertest.DecodeAction(t, r).ID
 }
 
 // okHits counts the upstream's GET /ok requests.
-func okHits(up *upstreamServer) int {
+func okHits(up *brokertest.Upstream) int {
 	n := 0
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		if strings.HasSuffix(r.RawPath, "/ok") {
 			n++
 		}
@@ -160,20 +161,20 @@ func okHits(up *upstreamServer) int {
 // far: a sandbox waits on to for a gated call of session gated (a session
 // of gatedSession), which a reviewer denies on from; only to's feed wakes
 // that waiter (within its 30 s wait), and the feed applies in order.
-func feedBarrier(t *testing.T, from, to *brokerProc, reviewer string, gated created) {
+func feedBarrier(t *testing.T, from, to *brokertest.Proc, reviewer string, gated brokertest.Created) {
 	t.Helper()
-	res := make(chan response, 1)
+	res := make(chan brokertest.Response, 1)
 	go func() {
-		res <- to.do("POST", to.sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 1}`, "Prefer", "wait=30")
+		res <- to.Do("POST", to.Sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 1}`, "Prefer", "wait=30")
 	}()
-	id := from.pendingAction(t, reviewer)
-	if r := from.do("POST", from.control+"/v1/approvals/"+id+"/deny", reviewer, map[string]any{}); r.status != 200 {
-		t.Fatalf("barrier deny: %d %s", r.status, r.body)
+	id := from.PendingAction(t, reviewer)
+	if r := from.Do("POST", from.Control+"/v1/approvals/"+id+"/deny", reviewer, map[string]any{}); r.Status != 200 {
+		t.Fatalf("barrier deny: %d %s", r.Status, r.Body)
 	}
 	select {
 	case r := <-res:
-		if r.status == http.StatusAccepted {
-			t.Fatalf("barrier: the waiter was not woken by the decision: %d %s", r.status, r.body)
+		if r.Status == http.StatusAccepted {
+			t.Fatalf("barrier: the waiter was not woken by the decision: %d %s", r.Status, r.Body)
 		}
 	case <-time.After(25 * time.Second):
 		t.Fatal("barrier: the waiter was not woken by the decision")
@@ -191,32 +192,32 @@ func feedBarrier(t *testing.T, from, to *brokerProc, reviewer string, gated crea
 // counted it): its use comes back, two calls are allowed.
 func TestReplicasPendingReleasedOnce(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	a := pgBroker(t, up, dsn, "")
-	op := a.newToken("operator", "orchestrator")
-	alice := a.newToken("reviewer", "alice")
+	op := a.NewToken("operator", "orchestrator")
+	alice := a.NewToken("reviewer", "alice")
 	b := pgBroker(t, up, dsn, "")
 	s := limitedGatedSession(a, op, 3)
-	barrier := gatedSession(a, op, nil)
+	barrier := brokertest.GatedSession(a, op, nil)
 	base := okHits(up)
 
 	id := held(t, a, s.Token)
-	b.stop()
+	b.Stop()
 	b = pgBroker(t, up, dsn, "") // restarted: it loads the pending action
 	for range 2 {
-		if r := a.do("GET", a.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
-			t.Fatalf("call within max_uses: %d %s", r.status, r.body)
+		if r := a.Do("GET", a.Sandbox+"/v1/proxy/api/ok", s.Token, nil); r.Status != 200 {
+			t.Fatalf("call within max_uses: %d %s", r.Status, r.Body)
 		}
 	}
-	a.do("GET", a.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 403, "grant_exhausted")
-	if r := b.do("POST", b.control+"/v1/approvals/"+id+"/deny", alice, map[string]any{}); r.status != 200 {
-		t.Fatalf("deny on B: %d %s", r.status, r.body)
+	a.Do("GET", a.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 403, "grant_exhausted")
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+id+"/deny", alice, map[string]any{}); r.Status != 200 {
+		t.Fatalf("deny on B: %d %s", r.Status, r.Body)
 	}
 	feedBarrier(t, b, a, alice, barrier) // A applied the denial
 	allowed := 0
 	for i := range 6 {
-		p := []*brokerProc{a, b}[i%2]
-		if p.do("GET", p.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 200 {
+		p := []*brokertest.Proc{a, b}[i%2]
+		if p.Do("GET", p.Sandbox+"/v1/proxy/api/ok", s.Token, nil).Status == 200 {
 			allowed++
 		}
 	}
@@ -227,14 +228,14 @@ func TestReplicasPendingReleasedOnce(t *testing.T) {
 	// 2. The creator is gone: the replica that denies gives the use back.
 	s2 := limitedGatedSession(b, op, 2)
 	id2 := held(t, a, s2.Token)
-	a.stop()
-	if r := b.do("POST", b.control+"/v1/approvals/"+id2+"/deny", alice, map[string]any{}); r.status != 200 {
-		t.Fatalf("deny on B: %d %s", r.status, r.body)
+	a.Stop()
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+id2+"/deny", alice, map[string]any{}); r.Status != 200 {
+		t.Fatalf("deny on B: %d %s", r.Status, r.Body)
 	}
 	base = okHits(up)
 	allowed = 0
 	for range 4 {
-		if b.do("GET", b.sandbox+"/v1/proxy/api/ok", s2.Token, nil).status == 200 {
+		if b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s2.Token, nil).Status == 200 {
 			allowed++
 		}
 	}
