@@ -159,7 +159,7 @@ func okHits(up *brokertest.Upstream) int {
 
 // feedBarrier waits until to's change feed applied every change made so
 // far: a sandbox waits on to for a gated call of session gated (a session
-// of gatedSession), which a reviewer denies on from; only to's feed wakes
+// of brokertest.GatedSession), which a reviewer denies on from; only to's feed wakes
 // that waiter (within its 30 s wait), and the feed applies in order.
 func feedBarrier(t *testing.T, from, to *brokertest.Proc, reviewer string, gated brokertest.Created) {
 	t.Helper()
