@@ -25,6 +25,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Class 3 of issue 11: an AWS grant for one operation must not let the
@@ -80,9 +82,9 @@ func (f *awsAtkS3) received() []awsAtkRecorded {
 // awsAtkEnv is a broker with an S3 upstream ("s3", on gofakes3) and an SQS
 // and a DynamoDB upstream (on a recording HTTP upstream), and one session.
 type awsAtkEnv struct {
-	b      *brokerProc
+	b      *brokertest.Proc
 	s3     *awsAtkS3
-	other  *upstreamServer
+	other  *brokertest.Upstream
 	key    string // the session's aws_credentials
 	secret string
 }
@@ -91,9 +93,9 @@ type awsAtkEnv struct {
 func awsAtkStart(t *testing.T, grants ...map[string]any) *awsAtkEnv {
 	t.Helper()
 	f := awsAtkNewS3(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	cred := "    credential: {source: env, access_key_name: REAL_AWS_KEY_ID, secret_key_name: REAL_AWS_SECRET}\n"
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: s3
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: s3
     type: aws
     service: s3
     region: us-east-1
@@ -106,20 +108,20 @@ func awsAtkStart(t *testing.T, grants ...map[string]any) *awsAtkEnv {
     service: dynamodb
     region: us-east-1
     endpoint: ` + up.URL + "\n" + cred,
-		env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+		Env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
 	gs := make([]any, len(grants))
 	for i, g := range grants {
 		gs[i] = g
 	}
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": gs})
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": gs})
 	var s struct {
 		AWSCredentials struct {
 			AccessKeyID     string `json:"access_key_id"`
 			SecretAccessKey string `json:"secret_access_key"`
 		} `json:"aws_credentials"`
 	}
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 || s.AWSCredentials.SecretAccessKey == "" {
-		t.Fatalf("aws session: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 || s.AWSCredentials.SecretAccessKey == "" {
+		t.Fatalf("aws session: %d %s", r.Status, r.Body)
 	}
 	return &awsAtkEnv{b: b, s3: f, other: up, key: s.AWSCredentials.AccessKeyID, secret: s.AWSCredentials.SecretAccessKey}
 }
@@ -149,7 +151,7 @@ func (e *awsAtkEnv) client(t *testing.T) *s3.Client {
 		t.Fatal(err)
 	}
 	return s3.NewFromConfig(cfg, func(o *s3.Options) {
-		o.BaseEndpoint = aws.String(e.b.sandbox + "/v1/aws/s3")
+		o.BaseEndpoint = aws.String(e.b.Sandbox + "/v1/aws/s3")
 		o.UsePathStyle = true
 		o.RetryMaxAttempts = 1
 	})
@@ -157,7 +159,7 @@ func (e *awsAtkEnv) client(t *testing.T) *s3.Client {
 
 // send signs a request with the session's aws_credentials, exactly as
 // given (the escaped path is sent and signed as is), and sends it.
-func (e *awsAtkEnv) send(t *testing.T, service, method, rawURL string, header http.Header, body string) response {
+func (e *awsAtkEnv) send(t *testing.T, service, method, rawURL string, header http.Header, body string) brokertest.Response {
 	t.Helper()
 	u, err := url.Parse(rawURL)
 	if err != nil {
@@ -182,14 +184,14 @@ func (e *awsAtkEnv) send(t *testing.T, service, method, rawURL string, header ht
 	if err := signer.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: e.key, SecretAccessKey: e.secret}, req, hash, service, "us-east-1", time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := e.b.http.Do(req)
+	resp, err := e.b.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
-	assertNoCanary(t, "aws answer", data)
-	return response{status: resp.StatusCode, header: resp.Header, body: data}
+	brokertest.AssertNoCanary(t, "aws answer", data)
+	return brokertest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
 }
 
 // awsAtkRefused asserts an SDK error carrying the Airlock code.
@@ -308,7 +310,7 @@ func TestAWSAttackSubresourcesAndHeaders(t *testing.T) {
 
 	// Raw requests: sub-resources on the bucket that the ListBucket rule
 	// (prefix t-42/) must not reach, and sub-resources nobody named.
-	ep := e.b.sandbox + "/v1/aws/s3"
+	ep := e.b.Sandbox + "/v1/aws/s3"
 	raw := []struct {
 		name, method, url string
 		header            http.Header
@@ -332,8 +334,8 @@ func TestAWSAttackSubresourcesAndHeaders(t *testing.T) {
 	for _, tt := range raw {
 		before := len(e.s3.received())
 		r := e.send(t, "s3", tt.method, tt.url, tt.header, "")
-		if r.status != tt.status || r.header.Get("X-Airlock-Code") != tt.code || !bytes.Contains(r.body, []byte("<Error>")) {
-			t.Errorf("%s: %d %s %s, want %d %s", tt.name, r.status, r.header.Get("X-Airlock-Code"), r.body, tt.status, tt.code)
+		if r.Status != tt.status || r.Header.Get("X-Airlock-Code") != tt.code || !bytes.Contains(r.Body, []byte("<Error>")) {
+			t.Errorf("%s: %d %s %s, want %d %s", tt.name, r.Status, r.Header.Get("X-Airlock-Code"), r.Body, tt.status, tt.code)
 		}
 		awsAtkNothingSent(t, tt.name, e.s3.received(), before)
 	}
@@ -344,7 +346,7 @@ func TestAWSAttackSubresourcesAndHeaders(t *testing.T) {
 	}
 	// Every refusal is audited with its code.
 	denied := 0
-	for _, rec := range parseAudit(t, e.b.auditExport()) {
+	for _, rec := range brokertest.ParseAudit(t, e.b.AuditExport()) {
 		if rec.Type == "call.denied" {
 			denied++
 		}
@@ -352,7 +354,7 @@ func TestAWSAttackSubresourcesAndHeaders(t *testing.T) {
 	if want := len(sdk) + len(raw); denied < want {
 		t.Errorf("%d denials audited, want at least %d", denied, want)
 	}
-	assertNoCanary(t, "audit", e.b.auditExport())
+	brokertest.AssertNoCanary(t, "audit", e.b.AuditExport())
 }
 
 // TestAWSAttackDotSegmentKeys: an object key with "." or ".." segments, raw
@@ -360,7 +362,7 @@ func TestAWSAttackSubresourcesAndHeaders(t *testing.T) {
 // upstream never sees it.
 func TestAWSAttackDotSegmentKeys(t *testing.T) {
 	e := awsAtkStart(t, awsAtkPutOnlyGrant())
-	ep := e.b.sandbox + "/v1/aws/s3"
+	ep := e.b.Sandbox + "/v1/aws/s3"
 	for _, p := range []string{
 		"/reports/t-42/../secret-plans.txt",
 		"/reports/t-42/%2E%2E/t-43/x.txt",
@@ -374,8 +376,8 @@ func TestAWSAttackDotSegmentKeys(t *testing.T) {
 	} {
 		before := len(e.s3.received())
 		r := e.send(t, "s3", "PUT", ep+p, nil, "payload")
-		if r.status != 400 || r.header.Get("X-Airlock-Code") != "bad_request" {
-			t.Errorf("PUT %s: %d %s %s, want 400 bad_request", p, r.status, r.header.Get("X-Airlock-Code"), r.body)
+		if r.Status != 400 || r.Header.Get("X-Airlock-Code") != "bad_request" {
+			t.Errorf("PUT %s: %d %s %s, want 400 bad_request", p, r.Status, r.Header.Get("X-Airlock-Code"), r.Body)
 		}
 		awsAtkNothingSent(t, "PUT "+p, e.s3.received(), before)
 	}
@@ -385,16 +387,16 @@ func TestAWSAttackDotSegmentKeys(t *testing.T) {
 // keys through (to the key the grant was checked on).
 func TestAWSAttackDotKeysOptIn(t *testing.T) {
 	f := awsAtkNewS3(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: s3
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: s3
     type: aws
     service: s3
     region: us-east-1
     allow_dot_keys: true
     endpoint: ` + f.URL + `
     credential: {source: env, access_key_name: REAL_AWS_KEY_ID, secret_key_name: REAL_AWS_SECRET}
-`, env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
+`, Env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
 		"grants": []any{awsAtkPutOnlyGrant()}})
 	var s struct {
 		AWSCredentials struct {
@@ -402,12 +404,12 @@ func TestAWSAttackDotKeysOptIn(t *testing.T) {
 			SecretAccessKey string `json:"secret_access_key"`
 		} `json:"aws_credentials"`
 	}
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 {
-		t.Fatalf("session: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
+		t.Fatalf("session: %d %s", r.Status, r.Body)
 	}
 	e := &awsAtkEnv{b: b, s3: f, key: s.AWSCredentials.AccessKeyID, secret: s.AWSCredentials.SecretAccessKey}
-	if r := e.send(t, "s3", "PUT", b.sandbox+"/v1/aws/s3/reports/t-42/%2E%2E/x.txt", nil, "payload"); r.status != 200 {
-		t.Fatalf("a dot-segment key with allow_dot_keys: %d %s", r.status, r.body)
+	if r := e.send(t, "s3", "PUT", b.Sandbox+"/v1/aws/s3/reports/t-42/%2E%2E/x.txt", nil, "payload"); r.Status != 200 {
+		t.Fatalf("a dot-segment key with allow_dot_keys: %d %s", r.Status, r.Body)
 	}
 	got := f.received()
 	if len(got) != 1 || got[0].Path != "/reports/t-42/../x.txt" {
@@ -422,7 +424,7 @@ func TestAWSAttackDotKeysOptIn(t *testing.T) {
 // its path is the one the audit recorded as allowed.
 func TestAWSAttackSentIsChecked(t *testing.T) {
 	e := awsAtkStart(t, awsAtkPutOnlyGrant())
-	ep := e.b.sandbox + "/v1/aws/s3"
+	ep := e.b.Sandbox + "/v1/aws/s3"
 	cases := []struct{ escaped, key string }{
 		{"t-42/plain.txt", "t-42/plain.txt"},
 		{"t-42/a%2Fb.txt", "t-42/a/b.txt"},        // an encoded slash is a slash to S3: checked as one
@@ -432,8 +434,8 @@ func TestAWSAttackSentIsChecked(t *testing.T) {
 		{"t-42/dir/", "t-42/dir/"},                // a folder marker
 	}
 	for _, c := range cases {
-		if r := e.send(t, "s3", "PUT", ep+"/reports/"+c.escaped, nil, "payload"); r.status != 200 {
-			t.Fatalf("PUT %s: %d %s", c.escaped, r.status, r.body)
+		if r := e.send(t, "s3", "PUT", ep+"/reports/"+c.escaped, nil, "payload"); r.Status != 200 {
+			t.Fatalf("PUT %s: %d %s", c.escaped, r.Status, r.Body)
 		}
 	}
 	// The stock SDK, too: a key with characters it escapes.
@@ -461,7 +463,7 @@ func TestAWSAttackSentIsChecked(t *testing.T) {
 	}
 	subresources := []string{"acl", "policy", "retention", "legal-hold", "restore", "select", "tagging", "versioning", "versionId", "uploads", "uploadId", "torrent", "attributes"}
 	var allowedPaths []string
-	for _, rec := range parseAudit(t, e.b.auditExport()) {
+	for _, rec := range brokertest.ParseAudit(t, e.b.AuditExport()) {
 		if rec.Type == "call.allowed" {
 			allowedPaths = append(allowedPaths, rec.Path)
 		}
@@ -511,16 +513,16 @@ func TestAWSAttackOperationSelectors(t *testing.T) {
 	target := func(ts ...string) http.Header {
 		return http.Header{"Content-Type": {"application/x-amz-json-1.0"}, "X-Amz-Target": ts}
 	}
-	sqs, ddb := e.b.sandbox+"/v1/aws/sqs/", e.b.sandbox+"/v1/aws/ddb/"
+	sqs, ddb := e.b.Sandbox+"/v1/aws/sqs/", e.b.Sandbox+"/v1/aws/ddb/"
 
 	// Allowed calls still work.
-	if r := e.send(t, "sqs", "POST", sqs, form, "Action=ListQueues&Version=2012-11-05"); r.status != 200 {
-		t.Fatalf("ListQueues: %d %s", r.status, r.body)
+	if r := e.send(t, "sqs", "POST", sqs, form, "Action=ListQueues&Version=2012-11-05"); r.Status != 200 {
+		t.Fatalf("ListQueues: %d %s", r.Status, r.Body)
 	}
-	if r := e.send(t, "dynamodb", "POST", ddb, target("DynamoDB_20120810.GetItem"), `{"TableName":"t"}`); r.status != 200 {
-		t.Fatalf("GetItem: %d %s", r.status, r.body)
+	if r := e.send(t, "dynamodb", "POST", ddb, target("DynamoDB_20120810.GetItem"), `{"TableName":"t"}`); r.Status != 200 {
+		t.Fatalf("GetItem: %d %s", r.Status, r.Body)
 	}
-	base := len(e.other.requests())
+	base := len(e.other.Requests())
 
 	attacks := []struct {
 		name, service, url string
@@ -539,12 +541,12 @@ func TestAWSAttackOperationSelectors(t *testing.T) {
 	}
 	for _, tt := range attacks {
 		r := e.send(t, tt.service, "POST", tt.url, tt.header, tt.body)
-		if r.status != 400 || r.header.Get("X-Airlock-Code") != "bad_request" {
-			t.Errorf("%s: %d %s %s, want 400 bad_request", tt.name, r.status, r.header.Get("X-Airlock-Code"), r.body)
+		if r.Status != 400 || r.Header.Get("X-Airlock-Code") != "bad_request" {
+			t.Errorf("%s: %d %s %s, want 400 bad_request", tt.name, r.Status, r.Header.Get("X-Airlock-Code"), r.Body)
 		}
 	}
-	if n := len(e.other.requests()) - base; n != 0 {
-		last := e.other.last(t)
+	if n := len(e.other.Requests()) - base; n != 0 {
+		last := e.other.Last(t)
 		t.Errorf("%d refused requests reached the upstream; last: %s %s %s", n, last.Method, last.RawQuery, last.Body)
 	}
 }
@@ -553,11 +555,11 @@ func TestAWSAttackOperationSelectors(t *testing.T) {
 // names no operation is refused rather than matched as "sqs:Unknown".
 func TestAWSAttackNoSelectorWildcard(t *testing.T) {
 	e := awsAtkStart(t, map[string]any{"upstream": "sqs", "rules": []any{map[string]any{"action": "sqs:*", "resource": "*"}}})
-	r := e.send(t, "sqs", "POST", e.b.sandbox+"/v1/aws/sqs/", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, "QueueUrl=q&Version=2012-11-05")
-	if r.status != 400 || r.header.Get("X-Airlock-Code") != "bad_request" {
-		t.Errorf("no operation under sqs:*: %d %s, want 400 bad_request", r.status, r.body)
+	r := e.send(t, "sqs", "POST", e.b.Sandbox+"/v1/aws/sqs/", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, "QueueUrl=q&Version=2012-11-05")
+	if r.Status != 400 || r.Header.Get("X-Airlock-Code") != "bad_request" {
+		t.Errorf("no operation under sqs:*: %d %s, want 400 bad_request", r.Status, r.Body)
 	}
-	if n := len(e.other.requests()); n != 0 {
+	if n := len(e.other.Requests()); n != 0 {
 		t.Errorf("a request naming no operation reached the upstream")
 	}
 }
@@ -593,4 +595,77 @@ func TestAWSAttackImpliedPermissionConstraints(t *testing.T) {
 		t.Fatalf("the second call of max_uses 2: %v", err)
 	}
 	awsAtkRefused(t, "a third call of max_uses 2", put("t-42/third.csv", ""), "grant_exhausted")
+}
+
+// A grant that caps its uses can only cap what it counts: a header that
+// needs its permission (x-amz-acl on a PutObject allowed by another grant)
+// would not be counted by it, so it permits no such header at all, and the
+// cap on ACL changes holds; its operation sent on its own is counted.
+func TestAWSPermitGrantUsesNeverExceeded(t *testing.T) {
+	put := map[string]any{"upstream": "s3", "rules": []any{
+		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	acl := map[string]any{"upstream": "s3", "max_uses": 1, "rules": []any{
+		map[string]any{"action": "s3:PutObjectAcl", "resource": "arn:aws:s3:::reports/t-42/*"},
+	}}
+	e := awsAtkStart(t, put, acl)
+	c := e.client(t)
+	ctx := context.Background()
+	for i := 0; i < 3; i++ {
+		_, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a" + itoa(i)), ACL: s3types.ObjectCannedACLPublicRead, Body: strings.NewReader("x")})
+		awsAtkRefused(t, "an ACL header permitted by a use-limited grant", err, "grant_exhausted")
+	}
+	awsAtkNothingSent(t, "an ACL header permitted by a use-limited grant", e.s3.received(), 0)
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), Body: strings.NewReader("x")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), ACL: s3types.ObjectCannedACLPublicRead}); err != nil {
+		t.Fatalf("the ACL grant's one use, sent on its own: %v", err)
+	}
+	_, err := c.PutObjectAcl(ctx, &s3.PutObjectAclInput{Bucket: aws.String("reports"), Key: aws.String("t-42/b"), ACL: s3types.ObjectCannedACLPublicRead})
+	awsAtkRefused(t, "a second direct ACL change", err, "grant_exhausted")
+}
+
+// Signed raw S3 requests that a PutObject/GetObject grant on
+// reports/t-42/* must not turn into anything else. (Not attacks, so not
+// listed: x-id naming another operation on a PUT, which S3 ignores;
+// SelectObjectContent, which IAM authorizes as s3:GetObject; start-after
+// under the constrained prefix, whose results stay under it.)
+func TestAWSRawVariants(t *testing.T) {
+	e := awsAtkStart(t, awsAtkPutOnlyGrant())
+	s3u := e.b.Sandbox + "/v1/aws/s3"
+	multipart := "--XX\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nt-99/evil\r\n--XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\nx\r\n--XX--\r\n"
+	cases := []struct {
+		name, method, url string
+		h                 http.Header
+		body              string
+	}{
+		{"UploadPartCopy from an unreadable source", "PUT", s3u + "/reports/t-42/a?partNumber=1&uploadId=u1", http.Header{"X-Amz-Copy-Source": {"/secret/payroll.csv"}}, ""},
+		{"UploadPartCopy with a range", "PUT", s3u + "/reports/t-42/a?partNumber=1&uploadId=u1", http.Header{"X-Amz-Copy-Source": {"secret/payroll.csv"}, "X-Amz-Copy-Source-Range": {"bytes=0-3"}}, ""},
+		{"POST object form upload to another prefix", "POST", s3u + "/reports", http.Header{"Content-Type": {"multipart/form-data; boundary=XX"}}, multipart},
+		{"POST object form upload on the key", "POST", s3u + "/reports/t-42/a", http.Header{"Content-Type": {"multipart/form-data; boundary=XX"}}, multipart},
+		{"x-id twice", "GET", s3u + "/reports/t-42/a?x-id=GetObject&x-id=GetObjectAcl", nil, ""},
+		{"uploads with acl", "POST", s3u + "/reports/t-42/a?uploads&acl", nil, ""},
+		{"ACL upper case", "PUT", s3u + "/reports/t-42/a?ACL", nil, "x"},
+		{"acl with a value", "PUT", s3u + "/reports/t-42/a?acl=1", nil, "x"},
+		{"presigned query on top of a header signature", "GET", s3u + "/secret/payroll.csv?X-Amz-Algorithm=AWS4-HMAC-SHA256", nil, ""},
+		{"grant-full-control in odd case", "PUT", s3u + "/reports/t-42/a", http.Header{"x-AMZ-grant-FULL-control": {"id=evil"}}, "x"},
+		{"object lock in odd case", "PUT", s3u + "/reports/t-42/a", http.Header{"X-AMZ-OBJECT-LOCK-LEGAL-HOLD": {"ON"}}, "x"},
+		{"bucket in the host-style path segment", "GET", s3u + "/secret/payroll.csv", http.Header{"Host": {"reports.s3.amazonaws.com"}}, ""},
+		{"DeleteObjects (POST ?delete)", "POST", s3u + "/reports?delete", http.Header{"Content-Type": {"application/xml"}}, `<Delete><Object><Key>t-42/a</Key></Object></Delete>`},
+		{"restore", "POST", s3u + "/reports/t-42/a?restore", nil, ""},
+		{"list another prefix via list-type=2", "GET", s3u + "/reports?list-type=2&prefix=t-99/", nil, ""},
+		{"list with the prefix twice", "GET", s3u + "/reports?prefix=t-42/&prefix=t-99/", nil, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			before := len(e.s3.received())
+			r := e.send(t, "s3", c.method, c.url, c.h, c.body)
+			got := e.s3.received()
+			if len(got) != before {
+				last := got[len(got)-1]
+				t.Errorf("reached S3 (%d): %s %s?%s %v", r.Status, last.Method, last.RawPath, last.Query.Encode(), last.Header)
+			}
+		})
+	}
 }

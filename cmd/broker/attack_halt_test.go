@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // haltStreamer is an upstream that streams a line every few milliseconds
@@ -64,18 +66,18 @@ func notifyOnce(c chan struct{}) {
 // is cut off, and the upstream sees its request cancelled, once the switch
 // is acknowledged (not when the upstream decides to stop).
 func TestKillswitchCutsStreamingCall(t *testing.T) {
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	st := newHaltStreamer(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: fmt.Sprintf(`  - name: stream
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: fmt.Sprintf(`  - name: stream
     base_url: %s
     sensitive: false
     timeout: 5m
     credential: {source: env, name: CANARY_TOKEN}
     inject: {header: Authorization, format: "Bearer {secret}"}
 `, st.URL)})
-	s := b.session(trustedSession(map[string]any{"upstream": "stream", "rules": []any{map[string]any{"method": "GET", "path": "/feed"}}}))
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "stream", "rules": []any{map[string]any{"method": "GET", "path": "/feed"}}}))
 
-	req, _ := http.NewRequest("GET", b.sandbox+"/v1/proxy/stream/feed", nil)
+	req, _ := http.NewRequest("GET", b.Sandbox+"/v1/proxy/stream/feed", nil)
 	req.Header.Set("Authorization", "Bearer "+s.Token)
 	resp, err := (&http.Client{}).Do(req)
 	if err != nil {
@@ -91,8 +93,8 @@ func TestKillswitchCutsStreamingCall(t *testing.T) {
 	}
 	<-st.started
 
-	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
-		t.Fatalf("engage: %d %s", r.status, r.body)
+	if r := b.Do("POST", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": "incident"}); r.Status != 200 {
+		t.Fatalf("engage: %d %s", r.Status, r.Body)
 	}
 	// Acknowledged: the upstream call is cancelled and the stream ends.
 	select {
@@ -107,53 +109,53 @@ func TestKillswitchCutsStreamingCall(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the sandbox's stream was not cut off by the kill-switch")
 	}
-	eventually(t, 10*time.Second, func() bool {
-		for _, rec := range parseAudit(t, b.auditExport()) {
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		for _, rec := range brokertest.ParseAudit(t, b.AuditExport()) {
 			if rec.Type == "call.completed" && rec.SessionID == s.ID && rec.Code == "killswitch_engaged" {
 				return true
 			}
 		}
 		return false
 	})
-	b.do("GET", b.sandbox+"/v1/proxy/stream/feed", s.Token, nil).wantProblem(t, 503, "killswitch_engaged")
+	b.Do("GET", b.Sandbox+"/v1/proxy/stream/feed", s.Token, nil).WantProblem(t, 503, "killswitch_engaged")
 
 	// Released, the same session works again.
-	if r := b.do("DELETE", b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
-		t.Fatalf("release: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("release: %d %s", r.Status, r.Body)
 	}
-	s2 := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
-	if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s2.Token, nil); r.status != 200 {
-		t.Fatalf("after release: %d %s", r.status, r.body)
+	s2 := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	if r := b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s2.Token, nil); r.Status != 200 {
+		t.Fatalf("after release: %d %s", r.Status, r.Body)
 	}
 }
 
 // A call waiting at the upstream (no bytes yet) and sandboxes long-polling
 // for a reviewer's decision are answered at once when the switch is engaged.
 func TestKillswitchEndsWaitingCallsAndLongPolls(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	slow := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/slow"})))
-	gated := gatedSession(b, adminToken, nil)
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	slow := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/slow"})))
+	gated := brokertest.GatedSession(b, brokertest.ProcAdminToken, nil)
 
-	results := make(chan response, 3)
-	go func() { results <- b.do("GET", b.sandbox+"/v1/proxy/api/slow", slow.Token, nil) }()
-	<-up.started
+	results := make(chan brokertest.Response, 3)
+	go func() { results <- b.Do("GET", b.Sandbox+"/v1/proxy/api/slow", slow.Token, nil) }()
+	<-up.Started
 	// A gated call holding its connection for the decision.
 	go func() {
-		results <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 1}`, "Prefer", "wait=60")
+		results <- b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 1}`, "Prefer", "wait=60")
 	}()
 	// A second gated action, long-polled through GET /v1/actions/{id}.
-	r := b.do("POST", b.sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 2}`)
-	if r.status != 202 {
-		t.Fatalf("gated call: %d %s", r.status, r.body)
+	r := b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 2}`)
+	if r.Status != 202 {
+		t.Fatalf("gated call: %d %s", r.Status, r.Body)
 	}
-	a := decodeAction(t, r)
+	a := brokertest.DecodeAction(t, r)
 	go func() {
-		results <- b.do("GET", b.sandbox+"/v1/actions/"+a.ID, gated.Token, nil, "Prefer", "wait=60")
+		results <- b.Do("GET", b.Sandbox+"/v1/actions/"+a.ID, gated.Token, nil, "Prefer", "wait=60")
 	}()
-	eventually(t, 10*time.Second, func() bool {
+	brokertest.Eventually(t, 10*time.Second, func() bool {
 		var n int
-		for _, x := range parseAudit(t, b.auditExport()) {
+		for _, x := range brokertest.ParseAudit(t, b.AuditExport()) {
 			if x.Type == "action.pending" {
 				n++
 			}
@@ -161,21 +163,21 @@ func TestKillswitchEndsWaitingCallsAndLongPolls(t *testing.T) {
 		return n == 2
 	})
 	// Both are waiting for the decision before the switch is engaged.
-	eventually(t, 10*time.Second, func() bool {
+	brokertest.Eventually(t, 10*time.Second, func() bool {
 		return metricLine(t, b, "airlock_decision_waiters") == "airlock_decision_waiters 2"
 	})
 
-	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
-		t.Fatalf("engage: %d %s", r.status, r.body)
+	if r := b.Do("POST", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": "incident"}); r.Status != 200 {
+		t.Fatalf("engage: %d %s", r.Status, r.Body)
 	}
 	waited := 0
 	for i := 0; i < 3; i++ {
 		select {
 		case r := <-results:
-			r.wantProblem(t, 503, "killswitch_engaged")
+			r.WantProblem(t, 503, "killswitch_engaged")
 			// Set once a call was admitted and began to wait: the refusal cut the
 			// wait, it did not refuse a call that came in after the switch.
-			if r.header.Get("Preference-Applied") == "wait=60" {
+			if r.Header.Get("Preference-Applied") == "wait=60" {
 				waited++
 			}
 		case <-time.After(20 * time.Second):
@@ -190,26 +192,26 @@ func TestKillswitchEndsWaitingCallsAndLongPolls(t *testing.T) {
 // An approved action being executed is cut by the kill-switch: the upstream
 // sees its request end and the action fails with killswitch_engaged.
 func TestKillswitchCutsExecutingAction(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(map[string]any{"task_id": "t-exec", "isolation": "microvm", "grants": []any{
-		apiGrant(map[string]any{"method": "POST", "path": "/slow"})}})
-	r := b.do("POST", b.sandbox+"/v1/proxy/api/slow", s.Token, `{}`)
-	if r.status != 202 {
-		t.Fatalf("gated call: %d %s", r.status, r.body)
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(map[string]any{"task_id": "t-exec", "isolation": "microvm", "grants": []any{
+		brokertest.APIGrant(map[string]any{"method": "POST", "path": "/slow"})}})
+	r := b.Do("POST", b.Sandbox+"/v1/proxy/api/slow", s.Token, `{}`)
+	if r.Status != 202 {
+		t.Fatalf("gated call: %d %s", r.Status, r.Body)
 	}
-	a := decodeAction(t, r)
-	reviewer := b.newToken("reviewer", "rhea")
-	if r := b.do("POST", b.control+"/v1/approvals/"+a.ID+"/approve", reviewer, map[string]any{"comment": "ok"}); r.status != 200 {
-		t.Fatalf("approve: %d %s", r.status, r.body)
+	a := brokertest.DecodeAction(t, r)
+	reviewer := b.NewToken("reviewer", "rhea")
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+a.ID+"/approve", reviewer, map[string]any{"comment": "ok"}); r.Status != 200 {
+		t.Fatalf("approve: %d %s", r.Status, r.Body)
 	}
 	select {
-	case <-up.started:
+	case <-up.Started:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the approved action never reached the upstream")
 	}
-	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
-		t.Fatalf("engage: %d %s", r.status, r.body)
+	if r := b.Do("POST", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": "incident"}); r.Status != 200 {
+		t.Fatalf("engage: %d %s", r.Status, r.Body)
 	}
 	var got struct {
 		Status string `json:"status"`
@@ -217,8 +219,8 @@ func TestKillswitchCutsExecutingAction(t *testing.T) {
 			Code string `json:"code"`
 		} `json:"result"`
 	}
-	eventually(t, 20*time.Second, func() bool {
-		_ = json.Unmarshal(b.do("GET", b.control+"/v1/approvals/"+a.ID, reviewer, nil).body, &got)
+	brokertest.Eventually(t, 20*time.Second, func() bool {
+		_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/approvals/"+a.ID, reviewer, nil).Body, &got)
 		return got.Status == "failed"
 	})
 	if got.Result.Code != "killswitch_engaged" {
@@ -228,14 +230,14 @@ func TestKillswitchCutsExecutingAction(t *testing.T) {
 
 // airlockSeries lists the Prometheus series (name and labels) that Airlock
 // itself exposes.
-func airlockSeries(t *testing.T, b *brokerProc) []string {
+func airlockSeries(t *testing.T, b *brokertest.Proc) []string {
 	t.Helper()
-	r := b.do("GET", b.control+"/metrics", "", nil)
-	if r.status != 200 {
-		t.Fatalf("/metrics: %d", r.status)
+	r := b.Do("GET", b.Control+"/metrics", "", nil)
+	if r.Status != 200 {
+		t.Fatalf("/metrics: %d", r.Status)
 	}
 	var out []string
-	for _, line := range strings.Split(string(r.body), "\n") {
+	for _, line := range strings.Split(string(r.Body), "\n") {
 		if !strings.HasPrefix(line, "airlock_") {
 			continue
 		}
@@ -250,13 +252,13 @@ func airlockSeries(t *testing.T, b *brokerProc) []string {
 // configured, with or without a token, are counted as "unknown" and never
 // add a series to /metrics.
 func TestRandomUpstreamNamesDoNotGrowMetrics(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
 	warm := func(i int) {
-		b.do("GET", fmt.Sprintf("%s/v1/proxy/nx-%d/ok", b.sandbox, i), "", nil)
-		b.do("GET", fmt.Sprintf("%s/v1/proxy/nx-%d/ok", b.sandbox, i), s.Token, nil).wantProblem(t, 404, "not_found")
-		b.do("GET", fmt.Sprintf("%s/v1/aws/nx-%d/bucket/key", b.sandbox, i), "", nil)
+		b.Do("GET", fmt.Sprintf("%s/v1/proxy/nx-%d/ok", b.Sandbox, i), "", nil)
+		b.Do("GET", fmt.Sprintf("%s/v1/proxy/nx-%d/ok", b.Sandbox, i), s.Token, nil).WantProblem(t, 404, "not_found")
+		b.Do("GET", fmt.Sprintf("%s/v1/aws/nx-%d/bucket/key", b.Sandbox, i), "", nil)
 	}
 	warm(0)
 	before := airlockSeries(t, b)
@@ -286,39 +288,39 @@ func TestRandomUpstreamNamesDoNotGrowMetrics(t *testing.T) {
 // nothing reaches the upstream, no "allowed" record is written for it, and
 // the grant's use is given back.
 func TestKillDuringCredentialFetchSendsNothing(t *testing.T) {
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	fifo := filepath.Join(t.TempDir(), "secret")
 	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: fmt.Sprintf(`  - name: slowcred
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: fmt.Sprintf(`  - name: slowcred
     base_url: %s
     sensitive: false
     credential: {source: file, path: %s}
     inject: {header: Authorization, format: "Bearer {secret}"}
 `, up.URL, fifo)})
-	s := b.session(trustedSession(map[string]any{"upstream": "slowcred", "max_uses": 5, "rules": []any{map[string]any{"method": "GET", "path": "/ok"}}}))
-	res := make(chan response, 1)
-	go func() { res <- b.do("GET", b.sandbox+"/v1/proxy/slowcred/ok", s.Token, nil) }()
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "slowcred", "max_uses": 5, "rules": []any{map[string]any{"method": "GET", "path": "/ok"}}}))
+	res := make(chan brokertest.Response, 1)
+	go func() { res <- b.Do("GET", b.Sandbox+"/v1/proxy/slowcred/ok", s.Token, nil) }()
 	w, err := os.OpenFile(fifo, os.O_WRONLY, 0) // returns once the broker is reading the credential
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := b.do("DELETE", b.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("kill: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/sessions/"+s.ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("kill: %d %s", r.Status, r.Body)
 	}
-	_, _ = io.WriteString(w, canary)
+	_, _ = io.WriteString(w, brokertest.Canary)
 	_ = w.Close()
 	select {
 	case r := <-res:
-		r.wantProblem(t, 401, "session_revoked")
+		r.WantProblem(t, 401, "session_revoked")
 	case <-time.After(20 * time.Second):
 		t.Fatal("the call was not answered")
 	}
-	if n := len(up.requests()); n != 0 {
+	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("%d requests reached the upstream after the kill", n)
 	}
-	for _, rec := range parseAudit(t, b.auditExport()) {
+	for _, rec := range brokertest.ParseAudit(t, b.AuditExport()) {
 		if rec.Type == "call.allowed" && rec.SessionID == s.ID {
 			t.Fatal("a call cut by a kill before it was sent was recorded as allowed")
 		}
@@ -326,17 +328,17 @@ func TestKillDuringCredentialFetchSendsNothing(t *testing.T) {
 	var g struct {
 		Uses int `json:"uses"`
 	}
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/grants/"+s.Grants[0].ID, adminToken, nil).body, &g)
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/grants/"+s.Grants[0].ID, brokertest.ProcAdminToken, nil).Body, &g)
 	if g.Uses != 0 {
 		t.Fatalf("grant uses after the cut call: %d, want 0", g.Uses)
 	}
 }
 
 // metricLine is the /metrics line of a series without labels ("" if absent).
-func metricLine(t *testing.T, b *brokerProc, name string) string {
+func metricLine(t *testing.T, b *brokertest.Proc, name string) string {
 	t.Helper()
-	r := b.do("GET", b.control+"/metrics", "", nil)
-	for _, line := range strings.Split(string(r.body), "\n") {
+	r := b.Do("GET", b.Control+"/metrics", "", nil)
+	for _, line := range strings.Split(string(r.Body), "\n") {
 		if series, _, _ := strings.Cut(line, " "); series == name {
 			return line
 		}

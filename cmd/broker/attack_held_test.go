@@ -1,15 +1,5 @@
 package main
 
-// Class 1 of issue 19: every secret the broker holds is scrubbed from every
-// answer, whichever call's answer it is. A hostile upstream (the "hub")
-// remembers every credential any session's call carried to it and hands
-// them all to whoever asks next: session A's minted OAuth2 token in session
-// B's answer, upstream x's static credential in the answer of upstream y
-// that fronts the same API. Over a thousand minted tokens are held while
-// the attacker asks, through the REST door, the proxy door, a WebSocket
-// relay, the AWS door and an approved action's result; and the credential
-// of an upstream never called yet, which the API behind it hands out.
-
 import (
 	"bytes"
 	"context"
@@ -38,7 +28,19 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
+
+// Class 1 of issue 19: every secret the broker holds is scrubbed from every
+// answer, whichever call's answer it is. A hostile upstream (the "hub")
+// remembers every credential any session's call carried to it and hands
+// them all to whoever asks next: session A's minted OAuth2 token in session
+// B's answer, upstream x's static credential in the answer of upstream y
+// that fronts the same API. Over a thousand minted tokens are held while
+// the attacker asks, through the REST door, the proxy door, a WebSocket
+// relay, the AWS door and an approved action's result; and the credential
+// of an upstream never called yet, which the API behind it hands out.
 
 const hubHost = "hub.test"
 
@@ -53,10 +55,10 @@ type hubUpstream struct {
 	conns  []net.Conn
 }
 
-func newHubUpstream(t *testing.T, ca *testCA) *hubUpstream {
+func newHubUpstream(t *testing.T, ca *brokertest.CA) *hubUpstream {
 	h := &hubUpstream{seen: map[string]bool{}}
 	h.Server = httptest.NewUnstartedServer(http.HandlerFunc(h.serve))
-	h.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, hubHost)}, NextProtos: []string{"http/1.1"}}
+	h.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, hubHost)}, NextProtos: []string{"http/1.1"}}
 	h.StartTLS()
 	t.Cleanup(func() {
 		h.mu.Lock()
@@ -72,9 +74,9 @@ func newHubUpstream(t *testing.T, ca *testCA) *hubUpstream {
 // startHub starts a hub and writes its CA to caFile in dir (a temp dir).
 func startHub(t *testing.T) (hub *hubUpstream, dir, caFile string) {
 	dir = t.TempDir()
-	ca := newTestCA(t)
+	ca := brokertest.NewCA(t)
 	caFile = filepath.Join(dir, "hub-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return newHubUpstream(t, ca), dir, caFile
@@ -255,7 +257,7 @@ func TestHeldSecretsScrubbedFromEveryAnswer(t *testing.T) {
 	}
 	s3srv := httptest.NewServer(gofakes3.New(s3backend).Server())
 	t.Cleanup(s3srv.Close)
-	issuer := newFakeAuthServer(t, canary, time.Hour)
+	issuer := newFakeAuthServer(t, brokertest.Canary, time.Hour)
 	secretX, secretY, secretZ := randomSecret("hubx_"), randomSecret("huby_"), randomSecret("hubz_")
 	yaml := fmt.Sprintf(`  - name: hubx
     base_url: %[1]s/x
@@ -289,8 +291,8 @@ func TestHeldSecretsScrubbedFromEveryAnswer(t *testing.T) {
     credential: {source: env, access_key_name: REAL_AWS_KEY_ID, secret_key_name: REAL_AWS_SECRET}
 proxy_listen: 127.0.0.1:0
 `, hub.URL, caFile, hubHost, issuer.URL, s3srv.URL)
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: yaml,
-		env: map[string]string{"HUBX_SECRET": secretX, "HUBY_SECRET": secretY, "HUBZ_SECRET": secretZ, "REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, ExtraYAML: yaml,
+		Env: map[string]string{"HUBX_SECRET": secretX, "HUBY_SECRET": secretY, "HUBZ_SECRET": secretZ, "REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
 	e := &proxyEnv{t: t, b: b, proxy: proxyDoorAddr(t, b), dir: dir}
 
 	// A thousand sessions each mint their own token and send it to the hub.
@@ -303,9 +305,9 @@ proxy_listen: 127.0.0.1:0
 		go func() {
 			defer wg.Done()
 			for range work {
-				s := b.session(trustedSession(oauthGrant))
-				if r := b.do("GET", b.sandbox+"/v1/proxy/oauth/ping", s.Token, nil); r.status != 200 {
-					errs <- fmt.Sprintf("%d %s", r.status, r.body)
+				s := b.Session(brokertest.TrustedSession(oauthGrant))
+				if r := b.Do("GET", b.Sandbox+"/v1/proxy/oauth/ping", s.Token, nil); r.Status != 200 {
+					errs <- fmt.Sprintf("%d %s", r.Status, r.Body)
 				}
 			}
 		}()
@@ -322,14 +324,14 @@ proxy_listen: 127.0.0.1:0
 
 	// The attacker: calls x (the hub now holds x's credential), then asks
 	// y, the proxy door's hub.test, for everything the hub holds.
-	attacker := e.session(trustedSession(
+	attacker := e.session(brokertest.TrustedSession(
 		map[string]any{"upstream": "hubx", "rules": []any{map[string]any{"method": "GET", "path": "/ping"}}},
 		map[string]any{"upstream": "huby", "rules": []any{
 			map[string]any{"method": "GET", "path": "/dump"},
 			map[string]any{"method": "GET", "path": "/ws", "websocket": true},
 		}}))
-	if r := b.do("GET", b.sandbox+"/v1/proxy/hubx/ping", attacker.Token, nil); r.status != 200 {
-		t.Fatalf("call x: %d %s", r.status, r.body)
+	if r := b.Do("GET", b.Sandbox+"/v1/proxy/hubx/ping", attacker.Token, nil); r.Status != 200 {
+		t.Fatalf("call x: %d %s", r.Status, r.Body)
 	}
 	// z is never called through this broker, but the API behind it knows
 	// its own key and hands it out too.
@@ -353,11 +355,11 @@ proxy_listen: 127.0.0.1:0
 	}
 
 	t.Run("rest", func(t *testing.T) {
-		r := b.do("GET", b.sandbox+"/v1/proxy/huby/dump", attacker.Token, nil)
-		if r.status != 200 || !bytes.Contains(r.body, []byte("raw: [REDACTED]")) {
-			t.Fatalf("%d %.300s", r.status, r.body)
+		r := b.Do("GET", b.Sandbox+"/v1/proxy/huby/dump", attacker.Token, nil)
+		if r.Status != 200 || !bytes.Contains(r.Body, []byte("raw: [REDACTED]")) {
+			t.Fatalf("%d %.300s", r.Status, r.Body)
 		}
-		assertHeldScrubbed(t, "REST answer", r.body, others, sample)
+		assertHeldScrubbed(t, "REST answer", r.Body, others, sample)
 	})
 	t.Run("proxy door", func(t *testing.T) {
 		pool := x509.NewCertPool()
@@ -377,7 +379,7 @@ proxy_listen: 127.0.0.1:0
 		assertHeldScrubbed(t, "proxy door answer", body, others, sample)
 	})
 	t.Run("websocket", func(t *testing.T) {
-		host := strings.TrimPrefix(b.sandbox, "http://")
+		host := strings.TrimPrefix(b.Sandbox, "http://")
 		conn, err := net.Dial("tcp", host)
 		if err != nil {
 			t.Fatal(err)
@@ -417,7 +419,7 @@ proxy_listen: 127.0.0.1:0
 		if _, err := s3backend.PutObject("reports", "t-42/dump.txt", map[string]string{}, strings.NewReader(dump), int64(len(dump)), nil); err != nil {
 			t.Fatal(err)
 		}
-		r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
+		r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
 			"grants": []any{map[string]any{"upstream": "s3", "rules": []any{map[string]any{"action": "s3:GetObject", "resource": "arn:aws:s3:::reports/t-42/*"}}}}})
 		var sess struct {
 			AWSCredentials struct {
@@ -425,10 +427,10 @@ proxy_listen: 127.0.0.1:0
 				SecretAccessKey string `json:"secret_access_key"`
 			} `json:"aws_credentials"`
 		}
-		if err := json.Unmarshal(r.body, &sess); err != nil || r.status != 201 {
-			t.Fatalf("aws session: %d %s", r.status, r.body)
+		if err := json.Unmarshal(r.Body, &sess); err != nil || r.Status != 201 {
+			t.Fatalf("aws session: %d %s", r.Status, r.Body)
 		}
-		c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.sandbox + "/v1/aws/s3"), UsePathStyle: true,
+		c := s3.New(s3.Options{Region: "us-east-1", BaseEndpoint: aws.String(b.Sandbox + "/v1/aws/s3"), UsePathStyle: true,
 			Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(sess.AWSCredentials.AccessKeyID, sess.AWSCredentials.SecretAccessKey, ""))})
 		obj, err := c.GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/dump.txt")})
 		if err != nil {
@@ -442,11 +444,11 @@ proxy_listen: 127.0.0.1:0
 		assertHeldScrubbed(t, "AWS door answer", body, others, sample)
 	})
 	t.Run("approved action", func(t *testing.T) {
-		res, _, _ := approvedResult(t, b, "huby", "POST", "/act", `{"go": 1}`)
-		assertHeldScrubbed(t, "approved action's result", res.body, others, sample)
+		res, _, _ := brokertest.ApprovedResult(t, b, "huby", "POST", "/act", `{"go": 1}`)
+		assertHeldScrubbed(t, "approved action's result", res.Body, others, sample)
 	})
-	logs := b.logs.Bytes()
-	audit := b.auditExport()
+	logs := b.Logs.Bytes()
+	audit := b.AuditExport()
 	for _, s := range held {
 		if bytes.Contains(logs, []byte(s)) || bytes.Contains(audit, []byte(s)) {
 			t.Fatalf("a held secret reached the logs or the audit log: %q", s)
@@ -475,7 +477,7 @@ func TestHeldRotatedCredentialScrubbedWithoutACall(t *testing.T) {
 	if err := os.WriteFile(keyFile, []byte(old), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: fmt.Sprintf(`  - name: hubx
+	b := startBroker(t, brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, ExtraYAML: fmt.Sprintf(`  - name: hubx
     base_url: %[1]s/x
     ca_cert: %[2]s
     credential: {source: file, path: %[3]s}
@@ -486,32 +488,32 @@ func TestHeldRotatedCredentialScrubbedWithoutACall(t *testing.T) {
     credential: {source: env, name: CANARY_TOKEN}
     inject: {header: Authorization, format: "Bearer {secret}"}
 `, hub.URL, caFile, keyFile)})
-	s := b.session(trustedSession(map[string]any{"upstream": "huby", "rules": []any{map[string]any{"method": "GET", "path": "/dump"}}}))
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "huby", "rules": []any{map[string]any{"method": "GET", "path": "/dump"}}}))
 	plant := func(v string) { // the API behind x knows its own key, and hands it out
 		hub.mu.Lock()
 		hub.seen[v] = true
 		hub.mu.Unlock()
 	}
 	clean := func(vs ...string) bool {
-		r := b.do("GET", b.sandbox+"/v1/proxy/huby/dump", s.Token, nil)
-		if r.status != 200 {
-			t.Fatalf("dump: %d %s", r.status, r.body)
+		r := b.Do("GET", b.Sandbox+"/v1/proxy/huby/dump", s.Token, nil)
+		if r.Status != 200 {
+			t.Fatalf("dump: %d %s", r.Status, r.Body)
 		}
 		for _, v := range vs {
-			if bytes.Contains(r.body, []byte(v)) {
+			if bytes.Contains(r.Body, []byte(v)) {
 				return false
 			}
 		}
 		return true
 	}
 	plant(old)
-	eventually(t, 20*time.Second, func() bool { return clean(old) }) // held from the start
+	brokertest.Eventually(t, 20*time.Second, func() bool { return clean(old) }) // held from the start
 	rotated := randomSecret("filekey_new_")
 	if err := os.WriteFile(keyFile, []byte(rotated), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	plant(rotated)
-	eventually(t, 30*time.Second, func() bool { return clean(rotated) })
+	brokertest.Eventually(t, 30*time.Second, func() bool { return clean(rotated) })
 	if !clean(old, rotated) {
 		t.Fatal("the credential rotated out is no longer scrubbed")
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Issue 11, classes 1 and 2: JSON keys that a case-insensitive upstream
@@ -36,8 +38,8 @@ var (
 
 // ajPaymentSession grants POST /payments on "api" with a pin, a range, a
 // pattern, a pin below an object, a pattern below an array and a budget.
-func ajPaymentSession(b *brokerProc) created {
-	return b.session(trustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10},
+func ajPaymentSession(b *brokertest.Proc) brokertest.Created {
+	return b.Session(brokertest.TrustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10},
 		"rules": []any{map[string]any{"method": "POST", "path": "/payments", "constraints": map[string]any{
 			"body.to":          map[string]any{"pin": "acme"},
 			"body.amount":      map[string]any{"min": 0, "max": 100},
@@ -118,11 +120,11 @@ func ajNoVariant(t *testing.T, body []byte, obj map[string]any, names ...string)
 // the upstream. A pin, a max, a pattern, a budget and nested constraints
 // are all attacked.
 func TestAttackJSONCaseVariantKeys(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	s := ajPaymentSession(b)
-	pay := func(body string) response {
-		return b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, body)
+	pay := func(body string) brokertest.Response {
+		return b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, body)
 	}
 	attacks := []struct {
 		name       string
@@ -157,27 +159,27 @@ func TestAttackJSONCaseVariantKeys(t *testing.T) {
 	}
 	for _, a := range attacks {
 		t.Run(a.name, func(t *testing.T) {
-			n := len(up.requests())
+			n := len(up.Requests())
 			r := pay(a.body)
-			if r.status != a.status {
+			if r.Status != a.status {
 				got := "nothing"
-				if rs := up.requests(); len(rs) > n {
+				if rs := up.Requests(); len(rs) > n {
 					got = string(rs[len(rs)-1].Body)
 				}
-				t.Fatalf("%s: %d %s; the upstream received %s", a.body, r.status, r.body, got)
+				t.Fatalf("%s: %d %s; the upstream received %s", a.body, r.Status, r.Body, got)
 			}
-			p := r.wantProblem(t, a.status, a.code)
+			p := r.WantProblem(t, a.status, a.code)
 			if a.param != "" && (p["param"] != a.param || p["constraint"] != a.constraint) {
 				t.Errorf("problem names %v/%v, want %s/%s", p["param"], p["constraint"], a.param, a.constraint)
 			}
 			if a.code == "bad_request" && !strings.Contains(fmt.Sprint(p["detail"]), "JSON key") {
 				t.Errorf("detail %q does not name the ambiguous key", p["detail"])
 			}
-			if strings.Contains(string(r.body), "mallory") || strings.Contains(string(r.body), "1000000") {
-				t.Errorf("the problem echoes a value: %s", r.body)
+			if strings.Contains(string(r.Body), "mallory") || strings.Contains(string(r.Body), "1000000") {
+				t.Errorf("the problem echoes a value: %s", r.Body)
 			}
-			if len(up.requests()) != n {
-				t.Fatalf("the refused body reached the upstream: %s", up.last(t).Body)
+			if len(up.Requests()) != n {
+				t.Fatalf("the refused body reached the upstream: %s", up.Last(t).Body)
 			}
 		})
 	}
@@ -190,16 +192,16 @@ func TestAttackJSONCaseVariantKeys(t *testing.T) {
 		`{}`,
 	} {
 		r := pay(body)
-		if r.status != http.StatusOK {
-			t.Fatalf("%s: %d %s", body, r.status, r.body)
+		if r.Status != http.StatusOK {
+			t.Fatalf("%s: %d %s", body, r.Status, r.Body)
 		}
-		ajCheckReceived(t, up.last(t).Body)
+		ajCheckReceived(t, up.Last(t).Body)
 	}
-	if p := ajCheckReceived(t, up.last(t).Body); p.Amount != nil || p.Fee != nil {
+	if p := ajCheckReceived(t, up.Last(t).Body); p.Amount != nil || p.Fee != nil {
 		t.Errorf("an empty body gained fields: %+v", p)
 	}
 
-	recs := parseAudit(t, b.auditExport())
+	recs := brokertest.ParseAudit(t, b.AuditExport())
 	denied := 0
 	for _, r := range recs {
 		if r.Type == "call.denied" && r.SessionID == s.ID {
@@ -209,96 +211,29 @@ func TestAttackJSONCaseVariantKeys(t *testing.T) {
 	if denied != len(attacks) {
 		t.Errorf("audit holds %d denied calls, want %d", denied, len(attacks))
 	}
-	assertNoCanary(t, "audit export", b.auditExport())
+	brokertest.AssertNoCanary(t, "audit export", b.AuditExport())
 }
 
-// TestAttackPathDotSegmentWithParameters: a segment that a server cutting
-// segments at ";" (Tomcat, Spring) resolves as ".." or "." is refused, raw
-// or percent-encoded, and so is any ";" in a path segment by default.
-// Nothing reaches the upstream.
-func TestAttackPathDotSegmentWithParameters(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(
-		map[string]any{"method": "GET", "path": "/public/{name}"},
-		map[string]any{"method": "GET", "path": "/public/{name}/{file}"},
-	)))
-	for _, path := range []string{
-		"/v1/proxy/api/public/..;/admin",
-		"/v1/proxy/api/public/..;x=1/admin",
-		"/v1/proxy/api/public/.;x/admin",
-		"/v1/proxy/api/public/.;",
-		"/v1/proxy/api/public/%2e%2e;/admin",
-		"/v1/proxy/api/public/%2E.;a=b/admin",
-		"/v1/proxy/api/public/..%3B/admin",
-		"/v1/proxy/api/public/..%3b",
-		"/v1/proxy/api/public/report;jsessionid=0123",
-		"/v1/proxy/api/public/;x/admin",
-		"/v1/proxy/api/public/x;/admin",
-	} {
-		r := b.raw("GET " + path + " HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
-		if r.status != http.StatusBadRequest {
-			t.Errorf("%s: %d %s", path, r.status, r.body)
-			continue
-		}
-		r.wantProblem(t, 400, "bad_request")
-	}
-	if rs := up.requests(); len(rs) != 0 {
-		t.Fatalf("%d attacking requests reached the upstream, first %s", len(rs), rs[0].RawPath)
-	}
-	if r := b.do("GET", b.sandbox+"/v1/proxy/api/public/report", s.Token, nil); r.status != http.StatusOK {
-		t.Fatalf("%d %s", r.status, r.body)
-	}
-	if got := up.last(t).RawPath; got != "/base/public/report" {
-		t.Errorf("forwarded path %q", got)
-	}
-}
-
-// TestAttackPathSemicolonsOptIn: an upstream that needs matrix parameters
-// opts in with allow_path_semicolons; dot segments with parameters, and
-// segments empty before their ";", stay refused there.
-func TestAttackPathSemicolonsOptIn(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: fmt.Sprintf(`  - name: matrix
-    base_url: %s/m
-    allow_path_semicolons: true
-    credential: {source: env, name: CANARY_TOKEN}
-    inject: {header: Authorization, format: "Bearer {secret}"}
-`, up.URL)})
-	s := b.session(trustedSession(
-		map[string]any{"upstream": "matrix", "rules": []any{
-			map[string]any{"method": "GET", "path": "/public/{name}"},
-			map[string]any{"method": "GET", "path": "/public/{name}/{file}"},
-		}},
-		apiGrant(map[string]any{"method": "GET", "path": "/public/{name}"}),
-	))
-	for _, path := range []string{
-		"/v1/proxy/matrix/public/..;/admin",
-		"/v1/proxy/matrix/public/..;a=b/admin",
-		"/v1/proxy/matrix/public/.;x/admin",
-		"/v1/proxy/matrix/public/%2e%2e;x/admin",
-		"/v1/proxy/matrix/public/..%3B/admin",
-		"/v1/proxy/matrix/public/;x/admin",
-		"/v1/proxy/matrix/public/a%3Bb",       // not canonical: ";" is sent raw
-		"/v1/proxy/api/public/items;v=2",      // the api upstream did not opt in
-		"/v1/proxy/api/public/items;v=2/meta", // nor for a longer path
-	} {
-		r := b.raw("GET " + path + " HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
-		if r.status != http.StatusBadRequest {
-			t.Errorf("%s: %d %s", path, r.status, r.body)
-			continue
-		}
-		r.wantProblem(t, 400, "bad_request")
-	}
-	if rs := up.requests(); len(rs) != 0 {
-		t.Fatalf("%d attacking requests reached the upstream, first %s", len(rs), rs[0].RawPath)
-	}
-	r := b.raw("GET /v1/proxy/matrix/public/items;v=2 HTTP/1.1\r\nHost: broker\r\nAuthorization: Bearer " + s.Token + "\r\nConnection: close\r\n\r\n")
-	if r.status != http.StatusOK {
-		t.Fatalf("matrix parameters on the opted-in upstream: %d %s", r.status, r.body)
-	}
-	if got := up.last(t).RawPath; got != "/m/public/items;v=2" {
-		t.Errorf("forwarded path %q", got)
-	}
-	assertNoCanary(t, "answer", r.body)
+// TestAttackContentTypeAmbiguity (class 1's neighbour): a JSON body is
+// checked as UTF-8 JSON; two Content-Type headers (one reader takes the
+// first, another the last) or a charset other than UTF-8 let the upstream
+// read another body than the one checked.
+func TestAttackContentTypeAmbiguity(t *testing.T) {
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "POST", "path": "/pay", "constraints": map[string]any{
+		"body.to": map[string]any{"pin": "acme"},
+	}})))
+	rtRefused(t, b, up, s.Token, []rtAttack{
+		{"JSON then form", "POST", "/v1/proxy/api/pay", []string{"Content-Type", "application/json", "Content-Type", "application/x-www-form-urlencoded"},
+			`{"to": "acme", "x": "&to=mallory&"}`, 400, "bad_request", ""},
+		{"JSON twice", "POST", "/v1/proxy/api/pay", []string{"Content-Type", "application/json", "Content-Type", "application/json; charset=utf-16"},
+			`{"to": "acme"}`, 400, "bad_request", ""},
+		{"charset utf-7", "POST", "/v1/proxy/api/pay", []string{"Content-Type", "application/json; charset=utf-7"}, `{"to": "acme", "+AHQAbw-": "mallory"}`, 400, "bad_request", ""},
+		{"charset latin1", "POST", "/v1/proxy/api/pay", []string{"Content-Type", "application/json; charset=ISO-8859-1"}, `{"to": "acme"}`, 400, "bad_request", ""},
+	})
+	rtAllowed(t, b, up, s.Token, []rtAttack{
+		{method: "POST", path: "/v1/proxy/api/pay", header: []string{"Content-Type", "application/json; charset=UTF-8"}, body: `{"to": "acme"}`},
+		{method: "POST", path: "/v1/proxy/api/pay", header: []string{"Content-Type", "application/merge-patch+json"}, body: `{"to": "acme"}`},
+	})
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -67,11 +68,11 @@ func lifeClosedWith(t *testing.T, c *wsxClient, code string) {
 	if !c.closed() {
 		t.Fatal("the relay's connection stayed open after its close frame")
 	}
-	assertNoCanary(t, "bytes the relay's client received", c.got.Bytes())
+	brokertest.AssertNoCanary(t, "bytes the relay's client received", c.got.Bytes())
 }
 
 func lifeSession(ttl string, grant map[string]any) map[string]any {
-	s := trustedSession(grant)
+	s := brokertest.TrustedSession(grant)
 	s["ttl"] = ttl
 	return s
 }
@@ -83,45 +84,45 @@ func lifeSession(ttl string, grant map[string]any) map[string]any {
 func TestLifetimeEndsWebSocketRelay(t *testing.T) {
 	e := startWSX(t)
 	t.Run("grant revoked", func(t *testing.T) {
-		sb := e.b.session(trustedSession(wsxGrant(true)))
+		sb := e.b.Session(brokertest.TrustedSession(wsxGrant(true)))
 		c := lifeOpen(t, e, sb.Token)
-		if r := e.b.do("DELETE", e.b.control+"/v1/grants/"+sb.Grants[0].ID, adminToken, nil); r.status != 200 {
-			t.Fatalf("revoke: %d %s", r.status, r.body)
+		if r := e.b.Do("DELETE", e.b.Control+"/v1/grants/"+sb.Grants[0].ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+			t.Fatalf("revoke: %d %s", r.Status, r.Body)
 		}
 		lifeClosedWith(t, c, "grant_revoked")
-		e.b.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_revoked")
+		e.b.AuditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_revoked")
 	})
 	t.Run("grant expired", func(t *testing.T) {
 		g := wsxGrant(true)
 		g["ttl"] = "3s"
-		sb := e.b.session(trustedSession(g))
+		sb := e.b.Session(brokertest.TrustedSession(g))
 		c := lifeOpen(t, e, sb.Token)
 		lifeClosedWith(t, c, "grant_expired")
-		e.b.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_expired")
+		e.b.AuditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_expired")
 	})
 	t.Run("session expired", func(t *testing.T) {
-		sb := e.b.session(lifeSession("3s", wsxGrant(true)))
+		sb := e.b.Session(lifeSession("3s", wsxGrant(true)))
 		c := lifeOpen(t, e, sb.Token)
 		lifeClosedWith(t, c, "session_expired")
-		e.b.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "session_expired")
+		e.b.AuditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "session_expired")
 	})
 	t.Run("proxy door tunnel: grant revoked", func(t *testing.T) {
-		sb := e.session(trustedSession(wsxGrant(true)))
+		sb := e.session(brokertest.TrustedSession(wsxGrant(true)))
 		c := lifeEcho(t, e.proxyWS(t, sb, "/chat/lobby"))
-		if r := e.b.do("DELETE", e.b.control+"/v1/grants/"+sb.Grants[0].ID, adminToken, nil); r.status != 200 {
-			t.Fatalf("revoke: %d %s", r.status, r.body)
+		if r := e.b.Do("DELETE", e.b.Control+"/v1/grants/"+sb.Grants[0].ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+			t.Fatalf("revoke: %d %s", r.Status, r.Body)
 		}
 		lifeClosedWith(t, c, "grant_revoked")
-		e.b.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_revoked")
+		e.b.AuditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_revoked")
 	})
 }
 
 // lifeStreamBroker is a broker with the streaming upstream "stream" (its
 // own timeout long: only a lifetime ends the stream).
-func lifeStreamBroker(t *testing.T, extra string) (*brokerProc, *haltStreamer) {
-	up := newUpstream(t)
+func lifeStreamBroker(t *testing.T, extra string) (*brokertest.Proc, *haltStreamer) {
+	up := brokertest.NewUpstream(t)
 	st := newHaltStreamer(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: fmt.Sprintf(`  - name: stream
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: fmt.Sprintf(`  - name: stream
     base_url: %s
     sensitive: false
     timeout: 5m
@@ -136,9 +137,9 @@ func streamGrant() map[string]any {
 }
 
 // lifeStream opens a streamed answer and reads its first line.
-func lifeStream(t *testing.T, b *brokerProc, token string) (*http.Response, *bufio.Reader) {
+func lifeStream(t *testing.T, b *brokertest.Proc, token string) (*http.Response, *bufio.Reader) {
 	t.Helper()
-	req, _ := http.NewRequest("GET", b.sandbox+"/v1/proxy/stream/feed", nil)
+	req, _ := http.NewRequest("GET", b.Sandbox+"/v1/proxy/stream/feed", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := (&http.Client{}).Do(req)
 	if err != nil {
@@ -163,18 +164,18 @@ func TestLifetimeEndsStreamedAnswer(t *testing.T) {
 	b, st := lifeStreamBroker(t, "")
 	for _, tc := range []struct {
 		name, code string
-		session    func() created
-		end        func(created)
+		session    func() brokertest.Created
+		end        func(brokertest.Created)
 	}{
-		{"session expired", "session_expired", func() created { return b.session(lifeSession("3s", streamGrant())) }, nil},
-		{"grant expired", "grant_expired", func() created {
+		{"session expired", "session_expired", func() brokertest.Created { return b.Session(lifeSession("3s", streamGrant())) }, nil},
+		{"grant expired", "grant_expired", func() brokertest.Created {
 			g := streamGrant()
 			g["ttl"] = "3s"
-			return b.session(trustedSession(g))
+			return b.Session(brokertest.TrustedSession(g))
 		}, nil},
-		{"grant revoked", "grant_revoked", func() created { return b.session(trustedSession(streamGrant())) }, func(s created) {
-			if r := b.do("DELETE", b.control+"/v1/grants/"+s.Grants[0].ID, adminToken, nil); r.status != 200 {
-				t.Fatalf("revoke: %d %s", r.status, r.body)
+		{"grant revoked", "grant_revoked", func() brokertest.Created { return b.Session(brokertest.TrustedSession(streamGrant())) }, func(s brokertest.Created) {
+			if r := b.Do("DELETE", b.Control+"/v1/grants/"+s.Grants[0].ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+				t.Fatalf("revoke: %d %s", r.Status, r.Body)
 			}
 		}},
 	} {
@@ -198,7 +199,7 @@ func TestLifetimeEndsStreamedAnswer(t *testing.T) {
 				t.Fatal("the sandbox's stream was not cut off")
 			}
 			id := resp.Header.Get("X-Airlock-Request-Id")
-			b.auditHas(t, "call.completed", id, 0, tc.code)
+			b.AuditHas(t, "call.completed", id, 0, tc.code)
 		})
 	}
 }
@@ -209,9 +210,9 @@ func TestLifetimeEndsStreamedAnswer(t *testing.T) {
 // wait runs out), the action is denied so no reviewer can let it run, and
 // call.completed says why.
 func TestLifetimeEndsHeldAction(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	reviewer := b.newToken("reviewer", "rev")
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	reviewer := b.NewToken("reviewer", "rev")
 	for _, tc := range []struct {
 		name, ttl string
 		status    int
@@ -222,22 +223,22 @@ func TestLifetimeEndsHeldAction(t *testing.T) {
 		{"grant revoked", "10m", 403, "grant_revoked", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-held", "ttl": tc.ttl, "isolation": "microvm", "grants": []any{
+			r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, map[string]any{"task_id": "t-held", "ttl": tc.ttl, "isolation": "microvm", "grants": []any{
 				map[string]any{"upstream": "api", "approval": "always", "rules": []any{map[string]any{"method": "POST", "path": "/payments"}}}}})
-			if r.status != 201 {
-				t.Fatalf("session: %d %s", r.status, r.body)
+			if r.Status != 201 {
+				t.Fatalf("session: %d %s", r.Status, r.Body)
 			}
-			var s created
-			if err := json.Unmarshal(r.body, &s); err != nil {
+			var s brokertest.Created
+			if err := json.Unmarshal(r.Body, &s); err != nil {
 				t.Fatal(err)
 			}
-			answered := make(chan response, 1)
+			answered := make(chan brokertest.Response, 1)
 			go func() {
-				answered <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, map[string]any{"to": "acme"}, "Prefer", "wait=50")
+				answered <- b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, map[string]any{"to": "acme"}, "Prefer", "wait=50")
 			}()
 			var actionID string
-			eventually(t, 10*time.Second, func() bool {
-				for _, rec := range parseAudit(t, b.auditExport()) {
+			brokertest.Eventually(t, 10*time.Second, func() bool {
+				for _, rec := range brokertest.ParseAudit(t, b.AuditExport()) {
 					if rec.Type == "action.pending" && rec.SessionID == s.ID {
 						actionID = rec.ActionID
 						return true
@@ -246,27 +247,27 @@ func TestLifetimeEndsHeldAction(t *testing.T) {
 				return false
 			})
 			if tc.revoke {
-				if r := b.do("DELETE", b.control+"/v1/grants/"+s.Grants[0].ID, adminToken, nil); r.status != 200 {
-					t.Fatalf("revoke: %d %s", r.status, r.body)
+				if r := b.Do("DELETE", b.Control+"/v1/grants/"+s.Grants[0].ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+					t.Fatalf("revoke: %d %s", r.Status, r.Body)
 				}
 			}
-			var got response
+			var got brokertest.Response
 			select {
 			case got = <-answered:
 			case <-time.After(2 * time.Minute): // a hang guard: an answer at the 50 s wait's end would be 202, not the problem
 				t.Fatal("the waiting sandbox was not answered when its lifetime ended")
 			}
-			got.wantProblem(t, tc.status, tc.code)
-			reqID := got.header.Get("X-Airlock-Request-Id")
-			b.auditHas(t, "call.completed", reqID, 0, tc.code)
+			got.WantProblem(t, tc.status, tc.code)
+			reqID := got.Header.Get("X-Airlock-Request-Id")
+			b.AuditHas(t, "call.completed", reqID, 0, tc.code)
 			var act struct{ Status string }
-			if r := b.do("GET", b.control+"/v1/approvals/"+actionID, adminToken, nil); r.status != 200 || json.Unmarshal(r.body, &act) != nil || act.Status != "denied" {
-				t.Fatalf("the held action after its end: %d %s, want denied", r.status, r.body)
+			if r := b.Do("GET", b.Control+"/v1/approvals/"+actionID, brokertest.ProcAdminToken, nil); r.Status != 200 || json.Unmarshal(r.Body, &act) != nil || act.Status != "denied" {
+				t.Fatalf("the held action after its end: %d %s, want denied", r.Status, r.Body)
 			}
-			if r := b.do("POST", b.control+"/v1/approvals/"+actionID+"/approve", reviewer, map[string]any{"comment": "too late"}); r.status != 409 {
-				t.Fatalf("approving it after its end: %d %s, want 409", r.status, r.body)
+			if r := b.Do("POST", b.Control+"/v1/approvals/"+actionID+"/approve", reviewer, map[string]any{"comment": "too late"}); r.Status != 409 {
+				t.Fatalf("approving it after its end: %d %s, want 409", r.Status, r.Body)
 			}
-			if n := len(up.requests()); n != 0 {
+			if n := len(up.Requests()); n != 0 {
 				t.Fatalf("the upstream saw %d requests of a held call that ended", n)
 			}
 		})
@@ -281,14 +282,14 @@ func TestLifetimeEndsHeldAction(t *testing.T) {
 // asserted).
 func TestReplicasGrantRevokeEndsRelayElsewhere(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	ca := newTestCA(t)
+	ca := brokertest.NewCA(t)
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "wsx-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ws := newWSXUpstream(t, ca)
-	plain := newUpstream(t)
+	plain := brokertest.NewUpstream(t)
 	extra := fmt.Sprintf(`  - name: wsx
     base_url: %s
     ca_cert: %s
@@ -298,26 +299,26 @@ func TestReplicasGrantRevokeEndsRelayElsewhere(t *testing.T) {
     inject: {header: Authorization, format: "Bearer {secret}"}
 store: {driver: postgres, dsn: "${AIRLOCK_PG_DSN}"}
 `, ws.URL, caFile)
-	start := func() *brokerProc {
-		return startBroker(t, harnessOpts{upstream: plain.URL, dataDir: filepath.Join(t.TempDir(), "data"), extraYAML: extra,
-			env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
+	start := func() *brokertest.Proc {
+		return startBroker(t, brokertest.ProcOptions{Upstream: plain.URL, DataDir: filepath.Join(t.TempDir(), "data"), ExtraYAML: extra,
+			Env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
 	}
 	a := start()
-	sb := a.session(trustedSession(wsxGrant(true)))
+	sb := a.Session(brokertest.TrustedSession(wsxGrant(true)))
 	b := start()
 	awaitListeners(t, pgConn(t, dsn), 2)
 	eb := &wsxEnv{proxyEnv: &proxyEnv{t: t, b: b}, ws: ws}
 	c := lifeOpen(t, eb, sb.Token)
 
 	asked := time.Now()
-	if r := a.do("DELETE", a.control+"/v1/grants/"+sb.Grants[0].ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("revoke on A: %d %s", r.status, r.body)
+	if r := a.Do("DELETE", a.Control+"/v1/grants/"+sb.Grants[0].ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("revoke on A: %d %s", r.Status, r.Body)
 	}
 	acked := time.Since(asked)
 	lifeClosedWith(t, c, "grant_revoked")
 	t.Logf("the relay on B ended %s after the revocation was asked of A (A answered after %s)", time.Since(asked), acked)
-	eb.b.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_revoked")
-	if strings.Contains(string(b.logs.Bytes()), canary) {
+	eb.b.AuditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "grant_revoked")
+	if strings.Contains(string(b.Logs.Bytes()), brokertest.Canary) {
 		t.Fatal("the canary reached B's logs")
 	}
 }
@@ -329,10 +330,10 @@ store: {driver: postgres, dsn: "${AIRLOCK_PG_DSN}"}
 // call.completed), while another session still opens one, and a slot
 // given back is usable again.
 func TestStreamsPerSessionBounded(t *testing.T) {
-	ca := newTestCA(t)
+	ca := brokertest.NewCA(t)
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "wsx-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ws := newWSXUpstream(t, ca)
@@ -347,10 +348,10 @@ max_streams_per_session: 2
 `, ws.URL, caFile))
 	e := &wsxEnv{proxyEnv: &proxyEnv{t: t, b: b}, ws: ws}
 	grants := func() map[string]any {
-		s := trustedSession(wsxGrant(true), streamGrant())
+		s := brokertest.TrustedSession(wsxGrant(true), streamGrant())
 		return s
 	}
-	sa, sb := b.session(grants()), b.session(grants())
+	sa, sb := b.Session(grants()), b.Session(grants())
 	first := lifeOpen(t, e, sa.Token)
 	_, _ = lifeStream(t, b, sa.Token) // the second: a streamed answer
 
@@ -362,10 +363,10 @@ max_streams_per_session: 2
 	if !strings.Contains(string(body), `"code":"rate_limited"`) {
 		t.Fatalf("the third stream's problem: %s", body)
 	}
-	e.b.auditHas(t, "call.denied", third.resp.Header.Get("X-Airlock-Request-Id"), 0, "rate_limited")
-	r := b.do("GET", b.sandbox+"/v1/proxy/stream/feed", sa.Token, nil)
-	r.wantProblem(t, 429, "rate_limited")
-	e.b.auditHas(t, "call.completed", r.header.Get("X-Airlock-Request-Id"), 429, "rate_limited")
+	e.b.AuditHas(t, "call.denied", third.resp.Header.Get("X-Airlock-Request-Id"), 0, "rate_limited")
+	r := b.Do("GET", b.Sandbox+"/v1/proxy/stream/feed", sa.Token, nil)
+	r.WantProblem(t, 429, "rate_limited")
+	e.b.AuditHas(t, "call.completed", r.Header.Get("X-Airlock-Request-Id"), 429, "rate_limited")
 
 	// Another session is not affected.
 	lifeOpen(t, e, sb.Token)
@@ -375,7 +376,7 @@ max_streams_per_session: 2
 	if !first.closed() {
 		t.Fatal("the first relay did not end")
 	}
-	eventually(t, 10*time.Second, func() bool {
+	brokertest.Eventually(t, 10*time.Second, func() bool {
 		c := e.restWS(t, sa.Token, "/chat/lobby")
 		return c.resp.StatusCode == http.StatusSwitchingProtocols
 	})

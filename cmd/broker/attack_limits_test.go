@@ -9,35 +9,37 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Attacks on the limits of a grant: a flood of pending actions (class 7)
 // and usage lost across restarts (class 11).
 
 // limGated queues one gated payment and answers the broker's response.
-func limGated(b *brokerProc, token string, amount int) response {
-	b.t.Helper()
-	return b.do("POST", b.sandbox+"/v1/proxy/api/payments", token, fmt.Sprintf(`{"amount": %d}`, amount))
+func limGated(b *brokertest.Proc, token string, amount int) brokertest.Response {
+	b.T.Helper()
+	return b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", token, fmt.Sprintf(`{"amount": %d}`, amount))
 }
 
 // limQueued wants a gated call to be held (202 pending) and returns its action id.
-func limQueued(t *testing.T, r response) string {
+func limQueued(t *testing.T, r brokertest.Response) string {
 	t.Helper()
-	if r.status != http.StatusAccepted {
-		t.Fatalf("gated call: got %d, want 202 pending: %s", r.status, r.body)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("gated call: got %d, want 202 pending: %s", r.Status, r.Body)
 	}
-	a := decodeAction(t, r)
+	a := brokertest.DecodeAction(t, r)
 	if a.Status != "pending" || a.ID == "" {
-		t.Fatalf("gated call: %s", r.body)
+		t.Fatalf("gated call: %s", r.Body)
 	}
 	return a.ID
 }
 
 // limDenials counts the audited refusals with code.
-func limDenials(t *testing.T, b *brokerProc, code string) int {
+func limDenials(t *testing.T, b *brokertest.Proc, code string) int {
 	t.Helper()
 	n := 0
-	for _, r := range parseAudit(t, b.auditExport()) {
+	for _, r := range brokertest.ParseAudit(t, b.AuditExport()) {
 		if r.Type == "call.denied" && r.Code == code {
 			n++
 		}
@@ -52,14 +54,14 @@ type limGrant struct {
 	PendingSpent map[string]float64 `json:"pending_spent"`
 }
 
-func limGrantView(t *testing.T, b *brokerProc, id string) limGrant {
+func limGrantView(t *testing.T, b *brokertest.Proc, id string) limGrant {
 	t.Helper()
-	r := b.do("GET", b.control+"/v1/grants/"+id, adminToken, nil)
-	if r.status != 200 {
-		t.Fatalf("grant %s: %d %s", id, r.status, r.body)
+	r := b.Do("GET", b.Control+"/v1/grants/"+id, brokertest.ProcAdminToken, nil)
+	if r.Status != 200 {
+		t.Fatalf("grant %s: %d %s", id, r.Status, r.Body)
 	}
 	var g limGrant
-	if err := json.Unmarshal(r.body, &g); err != nil {
+	if err := json.Unmarshal(r.Body, &g); err != nil {
 		t.Fatal(err)
 	}
 	return g
@@ -67,22 +69,22 @@ func limGrantView(t *testing.T, b *brokerProc, id string) limGrant {
 
 // limDecide approves or denies an action as reviewer; an approval waits
 // until the action ran and wants it executed.
-func limDecide(t *testing.T, b *brokerProc, reviewer, sessionToken, id, verdict string) {
+func limDecide(t *testing.T, b *brokertest.Proc, reviewer, sessionToken, id, verdict string) {
 	t.Helper()
-	if r := b.do("POST", b.control+"/v1/approvals/"+id+"/"+verdict, reviewer, map[string]any{}); r.status != 200 {
-		t.Fatalf("%s %s: %d %s", verdict, id, r.status, r.body)
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+id+"/"+verdict, reviewer, map[string]any{}); r.Status != 200 {
+		t.Fatalf("%s %s: %d %s", verdict, id, r.Status, r.Body)
 	}
 	if verdict != "approve" {
 		return
 	}
-	if a := decodeAction(t, b.do("GET", b.sandbox+"/v1/actions/"+id, sessionToken, nil, "Prefer", "wait=20")); a.Status != "executed" {
+	if a := brokertest.DecodeAction(t, b.Do("GET", b.Sandbox+"/v1/actions/"+id, sessionToken, nil, "Prefer", "wait=20")); a.Status != "executed" {
 		t.Fatalf("approved action %s: %s", id, a.Status)
 	}
 }
 
-func limUpstreamCount(up *upstreamServer, path string) int {
+func limUpstreamCount(up *brokertest.Upstream, path string) int {
 	n := 0
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		if r.RawPath == path {
 			n++
 		}
@@ -94,25 +96,25 @@ func limUpstreamCount(up *upstreamServer, path string) int {
 // (default 16): the 17th gated call is refused, audited, and a decision
 // frees the slot.
 func TestLimitsPendingFloodIsBounded(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	op := b.newToken("operator", "orchestrator")
-	rev := b.newToken("reviewer", "rita")
-	s := gatedSession(b, op, nil)
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	op := b.NewToken("operator", "orchestrator")
+	rev := b.NewToken("reviewer", "rita")
+	s := brokertest.GatedSession(b, op, nil)
 
 	var ids []string
 	for i := 0; i < 16; i++ {
 		ids = append(ids, limQueued(t, limGated(b, s.Token, 1)))
 	}
 	for i := 0; i < 3; i++ {
-		p := limGated(b, s.Token, 1).wantProblem(t, http.StatusTooManyRequests, "too_many_pending")
-		assertNoCanary(t, "refusal", []byte(fmt.Sprint(p)))
+		p := limGated(b, s.Token, 1).WantProblem(t, http.StatusTooManyRequests, "too_many_pending")
+		brokertest.AssertNoCanary(t, "refusal", []byte(fmt.Sprint(p)))
 	}
 	if n := limDenials(t, b, "too_many_pending"); n != 3 {
 		t.Fatalf("%d audited too_many_pending refusals, want 3", n)
 	}
-	var list struct{ Items []actionView }
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/approvals?status=pending", rev, nil).body, &list)
+	var list struct{ Items []brokertest.ActionView }
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/approvals?status=pending", rev, nil).Body, &list)
 	if len(list.Items) != 16 {
 		t.Fatalf("%d actions wait for a reviewer, want 16", len(list.Items))
 	}
@@ -120,18 +122,18 @@ func TestLimitsPendingFloodIsBounded(t *testing.T) {
 		t.Fatalf("grant view: %+v, want 16 pending uses and none used", g)
 	}
 	// Another session has its own limit.
-	other := gatedSession(b, op, nil)
+	other := brokertest.GatedSession(b, op, nil)
 	limQueued(t, limGated(b, other.Token, 1))
 
 	// A denial frees a slot, and one only.
 	limDecide(t, b, rev, s.Token, ids[0], "deny")
 	limQueued(t, limGated(b, s.Token, 1))
-	limGated(b, s.Token, 1).wantProblem(t, http.StatusTooManyRequests, "too_many_pending")
+	limGated(b, s.Token, 1).WantProblem(t, http.StatusTooManyRequests, "too_many_pending")
 	// So does an approval (the action leaves pending when it executes).
 	limDecide(t, b, rev, s.Token, ids[1], "approve")
 	limQueued(t, limGated(b, s.Token, 1))
-	limGated(b, s.Token, 1).wantProblem(t, http.StatusTooManyRequests, "too_many_pending")
-	if n := len(up.requests()); n != 1 {
+	limGated(b, s.Token, 1).WantProblem(t, http.StatusTooManyRequests, "too_many_pending")
+	if n := len(up.Requests()); n != 1 {
 		t.Fatalf("the upstream received %d requests, want only the approved one", n)
 	}
 }
@@ -140,18 +142,18 @@ func TestLimitsPendingFloodIsBounded(t *testing.T) {
 // could ever allow, nor more than its budget: pending actions hold their
 // use and amounts.
 func TestLimitsPendingWithinGrant(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	op := b.newToken("operator", "orchestrator")
-	rev := b.newToken("reviewer", "rita")
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	op := b.NewToken("operator", "orchestrator")
+	rev := b.NewToken("reviewer", "rita")
 
 	t.Run("max_uses", func(t *testing.T) {
-		sent := len(up.requests())
-		s := gatedSession(b, op, map[string]any{"max_uses": 2})
+		sent := len(up.Requests())
+		s := brokertest.GatedSession(b, op, map[string]any{"max_uses": 2})
 		a1 := limQueued(t, limGated(b, s.Token, 1))
 		a2 := limQueued(t, limGated(b, s.Token, 1))
 		for i := 0; i < 5; i++ {
-			limGated(b, s.Token, 1).wantProblem(t, http.StatusForbidden, "grant_exhausted")
+			limGated(b, s.Token, 1).WantProblem(t, http.StatusForbidden, "grant_exhausted")
 		}
 		if n := limDenials(t, b, "grant_exhausted"); n != 5 {
 			t.Fatalf("%d audited grant_exhausted refusals, want 5", n)
@@ -162,25 +164,25 @@ func TestLimitsPendingWithinGrant(t *testing.T) {
 		// A denied action gives its use back.
 		limDecide(t, b, rev, s.Token, a1, "deny")
 		a3 := limQueued(t, limGated(b, s.Token, 1))
-		limGated(b, s.Token, 1).wantProblem(t, http.StatusForbidden, "grant_exhausted")
+		limGated(b, s.Token, 1).WantProblem(t, http.StatusForbidden, "grant_exhausted")
 		limDecide(t, b, rev, s.Token, a2, "approve")
 		limDecide(t, b, rev, s.Token, a3, "approve")
 		if g := limGrantView(t, b, s.Grants[0].ID); g.PendingUses != 0 || g.Uses != 2 {
 			t.Fatalf("grant view after both ran: %+v", g)
 		}
-		limGated(b, s.Token, 1).wantProblem(t, http.StatusForbidden, "grant_exhausted")
-		if n := len(up.requests()) - sent; n != 2 {
+		limGated(b, s.Token, 1).WantProblem(t, http.StatusForbidden, "grant_exhausted")
+		if n := len(up.Requests()) - sent; n != 2 {
 			t.Fatalf("the upstream received %d requests, want max_uses (2)", n)
 		}
 	})
 
 	t.Run("budget", func(t *testing.T) {
-		sent := len(up.requests())
-		s := gatedSession(b, op, map[string]any{"budget": map[string]any{"body.amount": 100}})
+		sent := len(up.Requests())
+		s := brokertest.GatedSession(b, op, map[string]any{"budget": map[string]any{"body.amount": 100}})
 		a1 := limQueued(t, limGated(b, s.Token, 60))
-		limGated(b, s.Token, 50).wantProblem(t, http.StatusForbidden, "budget_exceeded")
+		limGated(b, s.Token, 50).WantProblem(t, http.StatusForbidden, "budget_exceeded")
 		a2 := limQueued(t, limGated(b, s.Token, 40))
-		limGated(b, s.Token, 1).wantProblem(t, http.StatusForbidden, "budget_exceeded")
+		limGated(b, s.Token, 1).WantProblem(t, http.StatusForbidden, "budget_exceeded")
 		if n := limDenials(t, b, "budget_exceeded"); n != 2 {
 			t.Fatalf("%d audited budget_exceeded refusals, want 2", n)
 		}
@@ -189,13 +191,13 @@ func TestLimitsPendingWithinGrant(t *testing.T) {
 		}
 		limDecide(t, b, rev, s.Token, a1, "deny")
 		a3 := limQueued(t, limGated(b, s.Token, 50))
-		limGated(b, s.Token, 11).wantProblem(t, http.StatusForbidden, "budget_exceeded")
+		limGated(b, s.Token, 11).WantProblem(t, http.StatusForbidden, "budget_exceeded")
 		limDecide(t, b, rev, s.Token, a2, "approve")
 		limDecide(t, b, rev, s.Token, a3, "approve")
 		limQueued(t, limGated(b, s.Token, 10)) // 40 + 50 spent: 10 left
-		limGated(b, s.Token, 1).wantProblem(t, http.StatusForbidden, "budget_exceeded")
+		limGated(b, s.Token, 1).WantProblem(t, http.StatusForbidden, "budget_exceeded")
 		sum := 0.0
-		for _, r := range up.requests()[sent:] {
+		for _, r := range up.Requests()[sent:] {
 			var body struct{ Amount float64 }
 			_ = json.Unmarshal(r.Body, &body)
 			sum += body.Amount
@@ -209,47 +211,47 @@ func TestLimitsPendingWithinGrant(t *testing.T) {
 // After a restart the stored pending actions hold their reservations and
 // slots again: a restart is no way around either limit.
 func TestLimitsPendingSurviveRestart(t *testing.T) {
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	data := t.TempDir()
-	b := startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
-	op := b.newToken("operator", "orchestrator")
-	rev := b.newToken("reviewer", "rita")
-	limited := gatedSession(b, op, map[string]any{"max_uses": 2, "budget": map[string]any{"body.amount": 100}})
-	open := gatedSession(b, op, nil)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, DataDir: data})
+	op := b.NewToken("operator", "orchestrator")
+	rev := b.NewToken("reviewer", "rita")
+	limited := brokertest.GatedSession(b, op, map[string]any{"max_uses": 2, "budget": map[string]any{"body.amount": 100}})
+	open := brokertest.GatedSession(b, op, nil)
 	l1 := limQueued(t, limGated(b, limited.Token, 30))
 	limQueued(t, limGated(b, limited.Token, 60))
 	for i := 0; i < 16; i++ {
 		limQueued(t, limGated(b, open.Token, 1))
 	}
-	limGated(b, open.Token, 1).wantProblem(t, http.StatusTooManyRequests, "too_many_pending")
+	limGated(b, open.Token, 1).WantProblem(t, http.StatusTooManyRequests, "too_many_pending")
 
-	b.stop()
-	b = startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
-	limGated(b, limited.Token, 1).wantProblem(t, http.StatusForbidden, "grant_exhausted")
-	limGated(b, open.Token, 1).wantProblem(t, http.StatusTooManyRequests, "too_many_pending")
+	b.Stop()
+	b = startBroker(t, brokertest.ProcOptions{Upstream: up.URL, DataDir: data})
+	limGated(b, limited.Token, 1).WantProblem(t, http.StatusForbidden, "grant_exhausted")
+	limGated(b, open.Token, 1).WantProblem(t, http.StatusTooManyRequests, "too_many_pending")
 	if g := limGrantView(t, b, limited.Grants[0].ID); g.PendingUses != 2 || g.PendingSpent["body.amount"] != 90 {
 		t.Fatalf("grant view after restart: %+v", g)
 	}
 	// Decisions after the restart free exactly what the actions held.
 	limDecide(t, b, rev, limited.Token, l1, "approve")
-	limGated(b, limited.Token, 1).wantProblem(t, http.StatusForbidden, "grant_exhausted")
+	limGated(b, limited.Token, 1).WantProblem(t, http.StatusForbidden, "grant_exhausted")
 	if g := limGrantView(t, b, limited.Grants[0].ID); g.Uses != 1 || g.PendingUses != 1 || g.Spent["body.amount"] != 30 || g.PendingSpent["body.amount"] != 60 {
 		t.Fatalf("grant view after one approval: %+v", g)
 	}
-	if n := len(up.requests()); n != 1 {
+	if n := len(up.Requests()); n != 1 {
 		t.Fatalf("the upstream received %d requests, want 1", n)
 	}
 }
 
 // approval.max_pending_per_session sets the limit.
 func TestLimitsPendingLimitConfigured(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: "approval: {max_pending_per_session: 2}\n"})
-	rev := b.newToken("reviewer", "rita")
-	s := gatedSession(b, adminToken, nil)
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: "approval: {max_pending_per_session: 2}\n"})
+	rev := b.NewToken("reviewer", "rita")
+	s := brokertest.GatedSession(b, brokertest.ProcAdminToken, nil)
 	a1 := limQueued(t, limGated(b, s.Token, 1))
 	limQueued(t, limGated(b, s.Token, 1))
-	limGated(b, s.Token, 1).wantProblem(t, http.StatusTooManyRequests, "too_many_pending")
+	limGated(b, s.Token, 1).WantProblem(t, http.StatusTooManyRequests, "too_many_pending")
 	limDecide(t, b, rev, s.Token, a1, "deny")
 	limQueued(t, limGated(b, s.Token, 1))
 	if n := limDenials(t, b, "too_many_pending"); n != 1 {
@@ -286,9 +288,9 @@ func limCall(client *http.Client, method, url, token, body string) (int, error) 
 // and every call after that is refused, however the calls interleaved
 // before each restart.
 func TestLimitsSurviveRestartsExactly(t *testing.T) {
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	data := t.TempDir()
-	b := startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, DataDir: data})
 	const (
 		grantsN  = 16
 		maxUses  = 10
@@ -306,7 +308,7 @@ func TestLimitsSurviveRestartsExactly(t *testing.T) {
 	for i := 0; i < grantsN; i++ {
 		lim := fmt.Sprintf("/lim/%d", i)
 		spend := fmt.Sprintf("/spend/%d", i)
-		s := b.session(trustedSession(
+		s := b.Session(brokertest.TrustedSession(
 			map[string]any{"upstream": "open", "max_uses": maxUses, "rules": []any{map[string]any{"method": "GET", "path": lim}}},
 			map[string]any{"upstream": "open", "budget": map[string]any{"body.amount": budget},
 				"rules": []any{map[string]any{"method": "POST", "path": spend, "irreversible": false}}},
@@ -322,15 +324,15 @@ func TestLimitsSurviveRestartsExactly(t *testing.T) {
 				go func() {
 					defer wg.Done()
 					for k := 0; k < attempts; k++ {
-						_, _ = limCall(client, "GET", b.sandbox+"/v1/proxy/open"+tg.limPath, tg.token, "")
-						_, _ = limCall(client, "POST", b.sandbox+"/v1/proxy/open"+tg.spendURL, tg.token, `{"amount": 1}`)
+						_, _ = limCall(client, "GET", b.Sandbox+"/v1/proxy/open"+tg.limPath, tg.token, "")
+						_, _ = limCall(client, "POST", b.Sandbox+"/v1/proxy/open"+tg.spendURL, tg.token, `{"amount": 1}`)
 					}
 				}()
 			}
 		}
 		wg.Wait()
-		b.stop()
-		b = startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
+		b.Stop()
+		b = startBroker(t, brokertest.ProcOptions{Upstream: up.URL, DataDir: data})
 	}
 	for _, tg := range ts {
 		if n := limUpstreamCount(up, tg.limPath); n != maxUses {
@@ -339,12 +341,50 @@ func TestLimitsSurviveRestartsExactly(t *testing.T) {
 		if n := limUpstreamCount(up, tg.spendURL); n != budget {
 			t.Errorf("%s: the upstream received %d units across %d restarts, want exactly the budget (%d)", tg.spendURL, n, rounds, budget)
 		}
-		b.do("GET", b.sandbox+"/v1/proxy/open"+tg.limPath, tg.token, nil).wantProblem(t, http.StatusForbidden, "grant_exhausted")
-		b.do("POST", b.sandbox+"/v1/proxy/open"+tg.spendURL, tg.token, `{"amount": 1}`).wantProblem(t, http.StatusForbidden, "budget_exceeded")
+		b.Do("GET", b.Sandbox+"/v1/proxy/open"+tg.limPath, tg.token, nil).WantProblem(t, http.StatusForbidden, "grant_exhausted")
+		b.Do("POST", b.Sandbox+"/v1/proxy/open"+tg.spendURL, tg.token, `{"amount": 1}`).WantProblem(t, http.StatusForbidden, "budget_exceeded")
 	}
-	body := b.auditExport()
-	assertNoCanary(t, "audit export", body)
+	body := b.AuditExport()
+	brokertest.AssertNoCanary(t, "audit export", body)
 	if !bytes.Contains(body, []byte(`"grant_exhausted"`)) {
 		t.Fatal("no grant_exhausted refusal was audited")
 	}
+}
+
+// rt3Budget is a grant budgeting a body field and a query parameter on a
+// rule that constrains nothing itself.
+func rt3Budget() map[string]any {
+	return map[string]any{"upstream": "api", "budget": map[string]any{"body.fee": 10, "query.units": 10},
+		"rules": []any{map[string]any{"method": "POST", "path": "/pay"}}}
+}
+
+// TestAttackBudgetNeedsJSONBody (class 1, budgets): a budget on a body
+// field was counted only when the body was declared JSON. Sent as
+// text/plain, with no Content-Type, as text/json or with a Content-Type the
+// broker cannot parse, {"fee": 1000} passed uncounted, and an upstream that
+// decodes the body whatever its type (Go's json.NewDecoder(r.Body), Flask's
+// get_json(force=True)) spent 1000 of a budget of 10.
+func TestAttackBudgetNeedsJSONBody(t *testing.T) {
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(rt3Budget()))
+	body := `{"fee": 1000}`
+	var attacks []rtAttack
+	for _, ct := range []string{"text/plain", "text/json", "application/x-json", "application/octet-stream", ""} {
+		var h []string
+		if ct != "" {
+			h = []string{"Content-Type", ct}
+		}
+		attacks = append(attacks, rtAttack{"type " + ct, "POST", "/v1/proxy/api/pay", h, body, 403, "constraint_violated", "type"})
+	}
+	rtRefused(t, b, up, s.Token, attacks)
+	rtAllowed(t, b, up, s.Token, []rtAttack{
+		{method: "POST", path: "/v1/proxy/api/pay", header: rtJSON, body: `{"fee": 4}`},
+		{method: "POST", path: "/v1/proxy/api/pay?units=3"},
+	})
+	b.Do("POST", b.Sandbox+"/v1/proxy/api/pay", s.Token, `{"fee": 7}`).WantProblem(t, 403, "budget_exceeded")
+	// A grant that reads no body field still takes any body.
+	free := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "api", "budget": map[string]any{"query.units": 10},
+		"rules": []any{map[string]any{"method": "POST", "path": "/send", "constraints": map[string]any{"query.to": map[string]any{"pin": "acme"}}}}}))
+	rtAllowed(t, b, up, free.Token, []rtAttack{{method: "POST", path: "/v1/proxy/api/send", header: []string{"Content-Type", "text/plain"}, body: `to=mallory`}})
 }

@@ -20,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // Red-team tests of the proxy door (issue 14): the sandbox holds one
@@ -37,19 +39,17 @@ type apxEnv struct {
 func apxStart(t *testing.T, topYAML string) *apxEnv {
 	t.Helper()
 	dir := t.TempDir()
-	ca := newTestCA(t)
+	ca := brokertest.NewCA(t)
 	caFile := filepath.Join(dir, "upstream-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	up := &upstreamServer{started: make(chan struct{}, 16)}
+	up := &brokertest.Upstream{Started: make(chan struct{}, 16)}
 	up.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/gzip") {
 			// The credential echoed in a gzip answer, chunked.
 			body, _ := io.ReadAll(r.Body)
-			up.mu.Lock()
-			up.reqs = append(up.reqs, recorded{At: time.Now(), Method: r.Method, RawPath: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
-			up.mu.Unlock()
+			up.Record(brokertest.Recorded{At: time.Now(), Method: r.Method, RawPath: r.URL.EscapedPath(), RawQuery: r.URL.RawQuery, Header: r.Header.Clone(), Body: body})
 			w.Header().Set("Content-Encoding", "gzip")
 			w.Header().Set("Content-Type", "text/plain")
 			zw := gzip.NewWriter(w)
@@ -63,12 +63,12 @@ func apxStart(t *testing.T, topYAML string) *apxEnv {
 			_ = zw.Close()
 			return
 		}
-		up.serve(w, r)
+		up.ServeHTTP(w, r)
 	}))
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, ghHost, "other.test")}}
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, ghHost, "other.test")}}
 	up.StartTLS()
 	t.Cleanup(up.Close)
-	plain := newUpstream(t)
+	plain := brokertest.NewUpstream(t)
 	yaml := fmt.Sprintf(`  - name: github
     base_url: %[1]s
     hosts: [%[2]s]
@@ -96,7 +96,7 @@ func apxStart(t *testing.T, topYAML string) *apxEnv {
     inject: {header: X-Api-Key, format: "{secret}"}
 proxy_listen: 127.0.0.1:0
 %[4]s`, up.URL, ghHost, caFile, topYAML)
-	b := startBroker(t, harnessOpts{upstream: plain.URL, extraYAML: yaml})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: plain.URL, ExtraYAML: yaml})
 	return &apxEnv{&proxyEnv{t: t, b: b, up: up, proxy: proxyDoorAddr(t, b), dir: dir}}
 }
 
@@ -135,7 +135,7 @@ func (e *apxEnv) apxRaw(raw string) (*http.Response, []byte) {
 		return resp, nil // the tunnel: no body
 	}
 	body, _ := io.ReadAll(resp.Body)
-	assertNoCanary(e.t, "proxy answer", body)
+	brokertest.AssertNoCanary(e.t, "proxy answer", body)
 	return resp, body
 }
 
@@ -165,7 +165,7 @@ func (e *apxEnv) apxTunnel(target, token, caFile string, cfg *tls.Config) (*tls.
 // token or a proxy header.
 func (e *apxEnv) apxAllowedMatchesUpstream(tokens ...string) {
 	e.t.Helper()
-	got := e.up.requests()
+	got := e.up.Requests()
 	if allowed := len(e.auditOf("call.allowed")); allowed != len(got) {
 		e.t.Fatalf("the upstream received %d requests for %d calls audited as allowed", len(got), allowed)
 	}
@@ -185,10 +185,10 @@ func (e *apxEnv) apxAllowedMatchesUpstream(tokens ...string) {
 			}
 		}
 	}
-	assertNoCanary(e.t, "audit", e.b.auditExport())
-	assertNoCanary(e.t, "logs", e.b.logs.Bytes())
+	brokertest.AssertNoCanary(e.t, "audit", e.b.AuditExport())
+	brokertest.AssertNoCanary(e.t, "logs", e.b.Logs.Bytes())
 	for _, tok := range tokens {
-		if bytes.Contains(e.b.logs.Bytes(), []byte(tok)) {
+		if bytes.Contains(e.b.Logs.Bytes(), []byte(tok)) {
 			e.t.Fatal("a session token is in the broker's logs")
 		}
 	}
@@ -196,9 +196,9 @@ func (e *apxEnv) apxAllowedMatchesUpstream(tokens ...string) {
 
 func TestProxyAttackConnectTargets(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
-	_, ctlPort, _ := net.SplitHostPort(strings.TrimPrefix(e.b.control, "http://"))
-	_, sbxPort, _ := net.SplitHostPort(strings.TrimPrefix(e.b.sandbox, "http://"))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
+	_, ctlPort, _ := net.SplitHostPort(strings.TrimPrefix(e.b.Control, "http://"))
+	_, sbxPort, _ := net.SplitHostPort(strings.TrimPrefix(e.b.Sandbox, "http://"))
 	_, pxPort, _ := net.SplitHostPort(e.proxy)
 	long := strings.Repeat("a", 63) + "."
 	for _, target := range []string{
@@ -237,8 +237,8 @@ func TestProxyAttackConnectTargets(t *testing.T) {
 
 func TestProxyAttackAbsoluteForm(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
-	_, ctlPort, _ := net.SplitHostPort(strings.TrimPrefix(e.b.control, "http://"))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
+	_, ctlPort, _ := net.SplitHostPort(strings.TrimPrefix(e.b.Control, "http://"))
 	auth := "Proxy-Authorization: " + apxBasic(s.Token) + "\r\n"
 
 	// The URL decides the destination, never the Host header.
@@ -279,7 +279,7 @@ func TestProxyAttackAbsoluteForm(t *testing.T) {
 	if resp == nil || resp.StatusCode != 200 {
 		t.Fatalf("plain call: %v %s", resp, body)
 	}
-	if got := e.up.last(t); got.Header.Get("Authorization") != "Bearer "+canary || got.Header.Get("X-Forwarded-For") != "" {
+	if got := e.up.Last(t); got.Header.Get("Authorization") != "Bearer "+brokertest.Canary || got.Header.Get("X-Forwarded-For") != "" {
 		t.Fatalf("upstream got %v", got.Header)
 	}
 	e.apxAllowedMatchesUpstream(s.Token)
@@ -287,8 +287,8 @@ func TestProxyAttackAbsoluteForm(t *testing.T) {
 
 func TestProxyAttackTLS(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant(), apxGrant("other")))
-	other := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant(), apxGrant("other")))
+	other := e.session(brokertest.TrustedSession(ghGrant()))
 	get := "GET /repos/acme/widgets HTTP/1.1\r\nHost: " + ghHost + "\r\n\r\n"
 
 	t.Run("no server name", func(t *testing.T) {
@@ -352,7 +352,7 @@ func TestProxyAttackTLS(t *testing.T) {
 	})
 
 	t.Run("h2 only", func(t *testing.T) {
-		n := len(e.up.requests())
+		n := len(e.up.Requests())
 		tc, err := e.apxTunnel(ghHost+":443", s.Token, s.caFile, &tls.Config{ServerName: ghHost, NextProtos: []string{"h2"}})
 		if err == nil {
 			if p := tc.ConnectionState().NegotiatedProtocol; p == "h2" {
@@ -368,7 +368,7 @@ func TestProxyAttackTLS(t *testing.T) {
 		if len(rs) == 1 && rs[0].StatusCode < 400 {
 			t.Fatalf("h2 preface answered %d", rs[0].StatusCode)
 		}
-		if len(e.up.requests()) != n {
+		if len(e.up.Requests()) != n {
 			t.Fatal("the upstream received a request")
 		}
 	})
@@ -377,7 +377,7 @@ func TestProxyAttackTLS(t *testing.T) {
 
 func TestProxyAttackInTunnel(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant(), apxGrant("keyed")))
+	s := e.session(brokertest.TrustedSession(ghGrant(), apxGrant("keyed")))
 	tunnel := func(host string) *tls.Conn {
 		t.Helper()
 		tc, err := e.apxTunnel(host+":443", s.Token, s.caFile, &tls.Config{ServerName: host})
@@ -408,7 +408,7 @@ func TestProxyAttackInTunnel(t *testing.T) {
 	}
 	noSmuggled := func(t *testing.T) {
 		t.Helper()
-		for _, r := range e.up.requests() {
+		for _, r := range e.up.Requests() {
 			if strings.Contains(r.RawPath, "smuggled") || strings.Contains(string(r.Body), "smuggled") {
 				t.Fatalf("the smuggled request reached the upstream: %s %q", r.RawPath, r.Body)
 			}
@@ -433,7 +433,7 @@ func TestProxyAttackInTunnel(t *testing.T) {
 	t.Run("Expect 100-continue refused", func(t *testing.T) {
 		// Refused before the body is read: no 100 Continue, the body is never
 		// read as a request of its own and never forwarded.
-		n := len(e.up.requests())
+		n := len(e.up.Requests())
 		tc := tunnel(ghHost)
 		hdr := "POST /repos/acme/widgets/issues HTTP/1.1\r\nHost: other.test\r\nContent-Type: application/json\r\nContent-Length: " +
 			fmt.Sprint(len(smuggled)) + "\r\nExpect: 100-continue\r\n\r\n"
@@ -463,7 +463,7 @@ func TestProxyAttackInTunnel(t *testing.T) {
 			t.Fatal(err)
 		}
 		wantProblems(t, []*http.Response{resp}, "403 constraint_violated")
-		if len(e.up.requests()) != n {
+		if len(e.up.Requests()) != n {
 			t.Fatal("a refused call reached the upstream")
 		}
 		noSmuggled(t)
@@ -484,7 +484,7 @@ func TestProxyAttackInTunnel(t *testing.T) {
 		raw := "GET /repos/acme/widgets HTTP/1.1\r\nHost: " + ghHost + "\r\nProxy-Authorization: " + apxBasic(s.Token) +
 			"\r\nAuthorization: Basic " + base64.StdEncoding.EncodeToString([]byte("x-access-token:ghp_placeholder")) + "\r\n\r\n"
 		wantProblems(t, roundTrip(t, tunnel(ghHost), raw, 1), "200")
-		if got := e.up.last(t); got.Header.Get("Authorization") != "Bearer "+canary || got.Header.Get("Proxy-Authorization") != "" {
+		if got := e.up.Last(t); got.Header.Get("Authorization") != "Bearer "+brokertest.Canary || got.Header.Get("Proxy-Authorization") != "" {
 			t.Fatalf("upstream got %v", got.Header)
 		}
 		// The injected header is the broker's, whatever the sandbox sent in
@@ -492,7 +492,7 @@ func TestProxyAttackInTunnel(t *testing.T) {
 		raw = "GET /keyed/gzip HTTP/1.1\r\nHost: keyed.test\r\nX-Api-Key: placeholder-value\r\nX-Note: n\r\nAccept-Encoding: gzip\r\n\r\n"
 		rs := roundTrip(t, tunnel("keyed.test"), raw, 1)
 		wantProblems(t, rs, "200")
-		if got := e.up.last(t); got.Header.Values("X-Api-Key")[0] != canary || len(got.Header.Values("X-Api-Key")) != 1 || got.Header.Get("X-Note") != "n" {
+		if got := e.up.Last(t); got.Header.Values("X-Api-Key")[0] != brokertest.Canary || len(got.Header.Values("X-Api-Key")) != 1 || got.Header.Get("X-Note") != "n" {
 			t.Fatalf("upstream got %v", got.Header)
 		}
 	})
@@ -513,7 +513,7 @@ func TestProxyAttackInTunnel(t *testing.T) {
 
 func TestProxyAttackProxyAuthForms(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
 	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 	unpadded := "airlock:" + s.Token
 	for len(b64(unpadded))%4 == 0 && !strings.HasSuffix(b64(unpadded), "=") {
@@ -552,7 +552,7 @@ func TestProxyAttackProxyAuthForms(t *testing.T) {
 func apxGoroutines(t *testing.T, atMost int) int {
 	t.Helper()
 	n := 0
-	eventually(t, 30*time.Second, func() bool {
+	brokertest.Eventually(t, 30*time.Second, func() bool {
 		n = runtime.NumGoroutine()
 		return n <= atMost
 	})
@@ -561,8 +561,8 @@ func apxGoroutines(t *testing.T, atMost int) int {
 
 func TestProxyAttackManyTunnels(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
-	bystander := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
+	bystander := e.session(brokertest.TrustedSession(ghGrant()))
 	get := "GET /repos/acme/widgets HTTP/1.1\r\nHost: " + ghHost + "\r\n\r\n"
 	// Warm up: one tunnel and call, so pools and caches exist.
 	tc, err := e.apxTunnel(ghHost+":443", s.Token, s.caFile, &tls.Config{ServerName: ghHost})
@@ -608,7 +608,7 @@ func TestProxyAttackManyTunnels(t *testing.T) {
 
 func TestProxyAttackKillMidCall(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
 	tc, err := e.apxTunnel(ghHost+":443", s.Token, s.caFile, &tls.Config{ServerName: ghHost})
 	if err != nil {
 		t.Fatal(err)
@@ -618,12 +618,12 @@ func TestProxyAttackKillMidCall(t *testing.T) {
 		done <- roundTrip(t, tc, "GET /repos/acme/slow HTTP/1.1\r\nHost: "+ghHost+"\r\n\r\n", 1)
 	}()
 	select {
-	case <-e.up.started:
+	case <-e.up.Started:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the call did not reach the upstream")
 	}
-	if r := e.b.do("DELETE", e.b.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("kill: %d %s", r.status, r.body)
+	if r := e.b.Do("DELETE", e.b.Control+"/v1/sessions/"+s.ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("kill: %d %s", r.Status, r.Body)
 	}
 	// The call in flight ends with the kill (the upstream's /slow waits
 	// 30 s), answered as the kill's.
@@ -644,7 +644,7 @@ func TestProxyAttackKillMidCall(t *testing.T) {
 
 func TestProxyAttackSlowClients(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
 	dial := func() net.Conn {
 		c, err := net.Dial("tcp", e.proxy)
 		if err != nil {
@@ -700,7 +700,7 @@ func TestProxyAttackLeafPerName(t *testing.T) {
 	// a leaf for its own name only, and the per-session cache stays bounded
 	// (a name evicted gets a fresh leaf, not another name's).
 	e := apxStart(t, "")
-	s := e.session(trustedSession(apxGrant("wild")))
+	s := e.session(brokertest.TrustedSession(apxGrant("wild")))
 	serial := func(name string) string {
 		t.Helper()
 		tc, err := e.apxTunnel(name+":443", s.Token, s.caFile, &tls.Config{ServerName: name})
@@ -733,22 +733,22 @@ func TestProxyAttackLeafPerName(t *testing.T) {
 
 func TestProxyAttackSessionCA(t *testing.T) {
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
-	other := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
+	other := e.session(brokertest.TrustedSession(ghGrant()))
 	// A sandbox's token reads no CA, its own or another's, on either plane.
-	for _, base := range []string{e.b.control, e.b.sandbox} {
+	for _, base := range []string{e.b.Control, e.b.Sandbox} {
 		for _, id := range []string{s.ID, other.ID} {
-			r := e.b.do("GET", base+"/v1/sessions/"+id+"/ca.pem", s.Token, nil)
-			if r.status == 200 || bytes.Contains(r.body, []byte("CERTIFICATE")) {
-				t.Fatalf("GET %s ca.pem with a session token: %d", base, r.status)
+			r := e.b.Do("GET", base+"/v1/sessions/"+id+"/ca.pem", s.Token, nil)
+			if r.Status == 200 || bytes.Contains(r.Body, []byte("CERTIFICATE")) {
+				t.Fatalf("GET %s ca.pem with a session token: %d", base, r.Status)
 			}
 		}
 	}
 	// Nothing the admin reads about a session after its creation carries its token or a key.
 	for _, path := range []string{"/v1/sessions/" + s.ID, "/v1/sessions/" + s.ID + "/ca.pem", "/v1/sessions"} {
-		r := e.b.do("GET", e.b.control+path, adminToken, nil)
-		if r.status != 200 || bytes.Contains(r.body, []byte(s.Token)) || bytes.Contains(r.body, []byte("PRIVATE KEY")) {
-			t.Fatalf("GET %s: %d", path, r.status)
+		r := e.b.Do("GET", e.b.Control+path, brokertest.ProcAdminToken, nil)
+		if r.Status != 200 || bytes.Contains(r.Body, []byte(s.Token)) || bytes.Contains(r.Body, []byte("PRIVATE KEY")) {
+			t.Fatalf("GET %s: %d", path, r.Status)
 		}
 	}
 }
@@ -783,7 +783,7 @@ func TestProxyAttackTunnelCap(t *testing.T) {
 	// with them every other session and the control plane. A session holds
 	// at most proxy_max_tunnels (default 256) open at once.
 	e := apxStart(t, "")
-	s := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
 	open, resp, body := e.apxOpenTunnels(s.Token, s.caFile, 300)
 	if resp == nil || len(open) != 256 || resp.StatusCode != 429 || !bytes.Contains(body, []byte(`"code":"rate_limited"`)) {
 		t.Fatalf("%d tunnels open, then %v %s", len(open), resp, body)
@@ -796,19 +796,19 @@ func TestProxyAttackTunnelCap(t *testing.T) {
 		t.Fatal("the refused tunnel was not audited")
 	}
 	// Another session is not limited by this one's tunnels.
-	other := e.session(trustedSession(ghGrant()))
+	other := e.session(brokertest.TrustedSession(ghGrant()))
 	more, resp, _ := e.apxOpenTunnels(other.Token, other.caFile, 2)
 	if resp != nil || len(more) != 2 {
 		t.Fatal("another session's tunnel was refused")
 	}
 	// A closed tunnel, or one whose handshake failed, frees its place.
 	open[0].Close()
-	eventually(t, 30*time.Second, func() bool {
+	brokertest.Eventually(t, 30*time.Second, func() bool {
 		resp, _, conn := e.rawConnect(ghHost+":443", s.Token)
 		conn.Close() // no handshake: the broker ends it and frees the place again
 		return resp.StatusCode == 200
 	})
-	eventually(t, 30*time.Second, func() bool {
+	brokertest.Eventually(t, 30*time.Second, func() bool {
 		got, _, _ := e.apxOpenTunnels(s.Token, s.caFile, 1)
 		return len(got) == 1
 	})
@@ -818,7 +818,7 @@ func TestProxyAttackTunnelCap(t *testing.T) {
 
 	// Configured: proxy_max_tunnels.
 	small := apxStart(t, "proxy_max_tunnels: 2\n")
-	s = small.session(trustedSession(ghGrant()))
+	s = small.session(brokertest.TrustedSession(ghGrant()))
 	if open, resp, _ := small.apxOpenTunnels(s.Token, s.caFile, 3); len(open) != 2 || resp == nil || resp.StatusCode != 429 {
 		t.Fatalf("proxy_max_tunnels 2: %d open", len(open))
 	}

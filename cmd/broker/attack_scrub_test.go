@@ -1,22 +1,19 @@
 package main
 
-// Class 4 of issue 11: scrubbing in every form an upstream really writes.
-// A hostile sandbox asks an upstream to echo the credential back in some
-// encoding, compressed, in a header name, cut off mid-secret, or after a
-// rotation; the sandbox must receive none of it.
-
 import (
 	"bufio"
 	"bytes"
 	"compress/flate"
 	"compress/gzip"
 	"encoding/base64"
+	"encoding/csv"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"html"
 	"html/template"
 	"io"
+	"mime/quotedprintable"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +25,14 @@ import (
 	"testing"
 	"time"
 	"unicode/utf16"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
+
+// Class 4 of issue 11: scrubbing in every form an upstream really writes.
+// A hostile sandbox asks an upstream to echo the credential back in some
+// encoding, compressed, in a header name, cut off mid-secret, or after a
+// rotation; the sandbox must receive none of it.
 
 // scrubForms are the encodings of secret that upstreams really write.
 func scrubForms(secret string) []string {
@@ -304,9 +308,9 @@ func (u *scrubUpstream) serveRaw(w http.ResponseWriter, path, secret string) {
 // scrubGet sends GET path with token on a fresh connection and reads the
 // answer as the sandbox gets it: the raw bytes that arrived, and whether
 // the body ended cleanly.
-func scrubGet(t *testing.T, b *brokerProc, path, token string) (raw []byte, resp *http.Response, body []byte, bodyErr error) {
+func scrubGet(t *testing.T, b *brokertest.Proc, path, token string) (raw []byte, resp *http.Response, body []byte, bodyErr error) {
 	t.Helper()
-	conn, err := net.Dial("tcp", strings.TrimPrefix(b.sandbox, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.Sandbox, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,57 +327,57 @@ func scrubGet(t *testing.T, b *brokerProc, path, token string) (raw []byte, resp
 }
 
 // scrubSession may GET any one-segment path of the api upstream.
-func scrubSession(b *brokerProc) created {
-	return b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/{what}"})))
+func scrubSession(b *brokertest.Proc) brokertest.Created {
+	return b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/{what}"})))
 }
 
 func TestScrubAttackEveryForm(t *testing.T) {
 	up := newScrubUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	s := scrubSession(b)
 	for _, path := range []string{"forms", "gzip", "deflate", "big"} {
 		t.Run(path, func(t *testing.T) {
-			r := b.do("GET", b.sandbox+"/v1/proxy/api/"+path, s.Token, nil)
-			if r.status != 200 || !bytes.Contains(r.body, []byte("form 0: [REDACTED];")) {
-				t.Fatalf("%d %.300s", r.status, r.body)
+			r := b.Do("GET", b.Sandbox+"/v1/proxy/api/"+path, s.Token, nil)
+			if r.Status != 200 || !bytes.Contains(r.Body, []byte("form 0: [REDACTED];")) {
+				t.Fatalf("%d %.300s", r.Status, r.Body)
 			}
-			for _, secret := range []string{canary, "Bearer " + canary} {
-				scrubAssertClean(t, path+" body", r.body, secret)
-				scrubAssertHeadersClean(t, path, r.header, secret)
+			for _, secret := range []string{brokertest.Canary, "Bearer " + brokertest.Canary} {
+				scrubAssertClean(t, path+" body", r.Body, secret)
+				scrubAssertHeadersClean(t, path, r.Header, secret)
 			}
-			if ce := r.header.Get("Content-Encoding"); ce != "" {
+			if ce := r.Header.Get("Content-Encoding"); ce != "" {
 				t.Errorf("decoded answer still says Content-Encoding %q", ce)
 			}
 			if path == "forms" {
-				for k := range r.header {
+				for k := range r.Header {
 					if strings.HasPrefix(k, "X-Echo-") {
 						t.Errorf("a header whose name carried the secret reached the sandbox: %s", k)
 					}
 				}
-				if r.header.Get("X-Form-0") != "v [REDACTED]" {
-					t.Errorf("header value not scrubbed: %q", r.header.Get("X-Form-0"))
+				if r.Header.Get("X-Form-0") != "v [REDACTED]" {
+					t.Errorf("header value not scrubbed: %q", r.Header.Get("X-Form-0"))
 				}
 			}
 		})
 	}
-	assertNoCanary(t, "audit export", b.auditExport())
+	brokertest.AssertNoCanary(t, "audit export", b.AuditExport())
 }
 
 // An answer in a coding the broker cannot fully decode, so cannot scrub, is
 // refused: several codings in one header line or several, or unknown ones.
 func TestScrubAttackContentEncodings(t *testing.T) {
 	up := newScrubUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	s := scrubSession(b)
 	for path := range scrubCodings {
 		t.Run(path, func(t *testing.T) {
-			r := b.do("GET", b.sandbox+"/v1/proxy/api/"+path, s.Token, nil)
-			r.wantProblem(t, 502, "upstream_error")
-			scrubAssertClean(t, "refused answer", r.body, canary)
+			r := b.Do("GET", b.Sandbox+"/v1/proxy/api/"+path, s.Token, nil)
+			r.WantProblem(t, 502, "upstream_error")
+			scrubAssertClean(t, "refused answer", r.Body, brokertest.Canary)
 		})
 	}
 	// A transfer coding other than chunked is not read either.
-	b.do("GET", b.sandbox+"/v1/proxy/api/te-gzip", s.Token, nil).wantProblem(t, 502, "upstream_error")
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/te-gzip", s.Token, nil).WantProblem(t, 502, "upstream_error")
 }
 
 // An upstream that sends half the secret and then drops the connection: the
@@ -381,9 +385,9 @@ func TestScrubAttackContentEncodings(t *testing.T) {
 // ended as if complete.
 func TestScrubAttackResetMidSecret(t *testing.T) {
 	up := newScrubUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	s := scrubSession(b)
-	half := canary[:len(canary)/2]
+	half := brokertest.Canary[:len(brokertest.Canary)/2]
 	for _, path := range []string{"reset-chunked", "reset-gzip", "reset-length"} {
 		t.Run(path, func(t *testing.T) {
 			raw, resp, body, bodyErr := scrubGet(t, b, "/v1/proxy/api/"+path, s.Token)
@@ -399,8 +403,8 @@ func TestScrubAttackResetMidSecret(t *testing.T) {
 				if resp.Header.Get("ETag") != "" || resp.Header.Get("Content-Type") != "application/problem+json" {
 					t.Fatalf("the 502 carries the upstream's headers: %v", resp.Header)
 				}
-				eventually(t, 10*time.Second, func() bool {
-					for _, rec := range parseAudit(t, b.auditExport()) {
+				brokertest.Eventually(t, 10*time.Second, func() bool {
+					for _, rec := range brokertest.ParseAudit(t, b.AuditExport()) {
 						if rec.Type == "call.completed" && rec.Path == "/reset-length" {
 							return rec.Status == 502 && rec.Code == "upstream_error"
 						}
@@ -422,80 +426,146 @@ func TestScrubAttackRotationGrace(t *testing.T) {
 	up := newScrubUpstream(t)
 	dir := t.TempDir()
 	cred := filepath.Join(dir, "token")
-	oldSecret, newSecret := canary+"-old", canary+"-rotated-new"
+	oldSecret, newSecret := brokertest.Canary+"-old", brokertest.Canary+"-rotated-new"
 	if err := os.WriteFile(cred, []byte(oldSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: rot
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: rot
     base_url: ` + up.URL + `
     credential: {source: file, path: ` + cred + `}
     scrub: {rotation_grace: 1h}
 `})
-	s := b.session(trustedSession(map[string]any{"upstream": "rot", "rules": []any{map[string]any{"method": "GET", "path": "/seen"}}}))
-	r := b.do("GET", b.sandbox+"/v1/proxy/rot/seen", s.Token, nil)
-	if r.status != 200 || !bytes.Contains(r.body, []byte("[REDACTED]")) {
-		t.Fatalf("%d %.200s", r.status, r.body)
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "rot", "rules": []any{map[string]any{"method": "GET", "path": "/seen"}}}))
+	r := b.Do("GET", b.Sandbox+"/v1/proxy/rot/seen", s.Token, nil)
+	if r.Status != 200 || !bytes.Contains(r.Body, []byte("[REDACTED]")) {
+		t.Fatalf("%d %.200s", r.Status, r.Body)
 	}
-	scrubAssertClean(t, "before rotation", r.body, oldSecret)
+	scrubAssertClean(t, "before rotation", r.Body, oldSecret)
 
 	if err := os.WriteFile(cred, []byte(newSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r = b.do("GET", b.sandbox+"/v1/proxy/rot/seen", s.Token, nil)
-	if got := up.secrets(); r.status != 200 || len(got) != 2 || got[1] != newSecret {
-		t.Fatalf("rotation did not reach the upstream: %d, %d secrets", r.status, len(got))
+	r = b.Do("GET", b.Sandbox+"/v1/proxy/rot/seen", s.Token, nil)
+	if got := up.secrets(); r.Status != 200 || len(got) != 2 || got[1] != newSecret {
+		t.Fatalf("rotation did not reach the upstream: %d, %d secrets", r.Status, len(got))
 	}
 	// The upstream echoes the replaced secret too.
-	scrubAssertClean(t, "after rotation (old secret)", r.body, oldSecret)
-	scrubAssertClean(t, "after rotation (new secret)", r.body, newSecret)
+	scrubAssertClean(t, "after rotation (old secret)", r.Body, oldSecret)
+	scrubAssertClean(t, "after rotation (new secret)", r.Body, newSecret)
 }
 
 // An approved action's stored answer is scrubbed the same way.
-// approvedResult has a gated session (untrusted input, microvm) call
-// method path on upstream with body under its one irreversible rule, a
-// reviewer approve the action, and returns the result the sandbox reads
-// with the reviewer's token and the action's id.
-func approvedResult(t *testing.T, b *brokerProc, upstream, method, path, body string) (res response, reviewer, actionID string) {
-	t.Helper()
-	tok := func(role, name string) string {
-		var out struct{ Token string }
-		_ = json.Unmarshal(b.do("POST", b.control+"/v1/tokens", adminToken, map[string]any{"role": role, "name": name}).body, &out)
-		return out.Token
-	}
-	op, rev := tok("operator", "orchestrator"), tok("reviewer", "rita")
-	r := b.do("POST", b.control+"/v1/sessions", op, map[string]any{"task_id": "t-gated", "isolation": "microvm", "grants": []any{
-		map[string]any{"upstream": upstream, "rules": []any{map[string]any{"method": method, "path": path, "irreversible": true}}}}})
-	var s created
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 {
-		t.Fatalf("gated session: %d %s", r.status, r.body)
-	}
-	r = b.do(method, b.sandbox+"/v1/proxy/"+upstream+path, s.Token, body)
-	var a struct {
-		ActionID string `json:"action_id"`
-	}
-	if err := json.Unmarshal(r.body, &a); err != nil || r.status != 202 || a.ActionID == "" {
-		t.Fatalf("gated call: %d %s", r.status, r.body)
-	}
-	if r := b.do("POST", b.control+"/v1/approvals/"+a.ActionID+"/approve", rev, map[string]any{}); r.status != 200 {
-		t.Fatalf("approve: %d %s", r.status, r.body)
-	}
-	eventually(t, 20*time.Second, func() bool {
-		res = b.do("GET", b.sandbox+"/v1/actions/"+a.ActionID+"/result", s.Token, nil)
-		return res.status != 409 && res.status != 404
-	})
-	if res.status != 200 || !bytes.Contains(res.body, []byte("[REDACTED]")) {
-		t.Fatalf("result: %d %.300s", res.status, res.body)
-	}
-	return res, rev, a.ActionID
-}
-
 func TestScrubAttackExecutedAction(t *testing.T) {
 	up := newScrubUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	res, rev, id := approvedResult(t, b, "api", "POST", "/payments", `{"amount": 1}`)
-	for _, secret := range []string{canary, "Bearer " + canary} {
-		scrubAssertClean(t, "executed action's answer", res.body, secret)
-		scrubAssertHeadersClean(t, "executed action's answer", res.header, secret)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	res, rev, id := brokertest.ApprovedResult(t, b, "api", "POST", "/payments", `{"amount": 1}`)
+	for _, secret := range []string{brokertest.Canary, "Bearer " + brokertest.Canary} {
+		scrubAssertClean(t, "executed action's answer", res.Body, secret)
+		scrubAssertHeadersClean(t, "executed action's answer", res.Header, secret)
 	}
-	scrubAssertClean(t, "approvals list", b.do("GET", b.control+"/v1/approvals/"+id, rev, nil).body, canary)
+	scrubAssertClean(t, "approvals list", b.Do("GET", b.Control+"/v1/approvals/"+id, rev, nil).Body, brokertest.Canary)
+}
+
+// TestScrubAttackNestedURL (class 4's neighbour): the broker injects the
+// credential in the query (inject: {query: ...}); an upstream that carries
+// the request's URL inside another URL (a redirect's "next=", an echo of the
+// request) writes it percent-encoded twice ("%252F"), and an HTML encoder
+// may write "&#X2F;". Both reached the sandbox.
+func TestScrubAttackNestedURL(t *testing.T) {
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next := url.QueryEscape(r.URL.RequestURI()) // the secret, encoded twice
+		html := strings.ReplaceAll(r.URL.Query().Get("api_key"), "/", "&#X2F;")
+		w.Header().Set("Location", "/login?next="+next)
+		w.Header().Set("X-Next", next)
+		w.Header().Set("Content-Type", "text/html")
+		w.WriteHeader(http.StatusFound)
+		fmt.Fprintf(w, `<a href="/login?next=%s">login</a> <code>%s</code>`, next, html)
+	}))
+	t.Cleanup(echo.Close)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: echo.URL})
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "open", "rules": []any{map[string]any{"method": "GET", "path": "/private"}}}))
+	r := b.Do("GET", b.Sandbox+"/v1/proxy/open/private", s.Token, nil)
+	if r.Status != http.StatusFound {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	all := string(r.Body) + fmt.Sprint(r.Header)
+	for _, form := range []string{"%252F", "&#X2F;"} {
+		if strings.Contains(all, "0f1e2d3c"+form) {
+			t.Errorf("the answer holds the secret written with %s: %s", form, all)
+		}
+	}
+	if !strings.Contains(r.Header.Get("Location"), "[REDACTED]") || !strings.Contains(string(r.Body), "[REDACTED]") {
+		t.Errorf("nothing was redacted: %s", all)
+	}
+	brokertest.AssertNoCanary(t, "answer", []byte(all))
+}
+
+// rt3Secret is a credential with the characters that quoting encoders
+// escape: both quotes, a backslash, '=' (quoted-printable), a space, '<'.
+const rt3Secret = `Qk3y"wi'th=quo\tes/ sl<ash`
+
+// TestScrubAttackQuotingEncoders (class 4): an upstream echoing a
+// credential that holds quotes writes it the way its encoder quotes text:
+// CSV doubles '"', YAML single-quoted and SQL strings double "'", Python's
+// repr and JavaScript write \', a shell quotes it '\”, PHP's
+// htmlspecialchars writes &#039;, quoted-printable (e-mail bodies) writes
+// '=' as =3D, YAML double-quoted and Python write \xHH, TOML and YAML
+// \UXXXXXXXX. All of these reached the sandbox.
+func TestScrubAttackQuotingEncoders(t *testing.T) {
+	sec := rt3Secret
+	forms := rt3QuotedForms(sec)
+	echo := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := r.Header.Get("X-Key")
+		var body bytes.Buffer
+		for _, f := range rt3QuotedForms(got) {
+			fmt.Fprintf(&body, "%s: %s\n", f[0], f[1])
+			w.Header().Add("X-Form", f[1])
+		}
+		w.Header().Set("Content-Type", "text/plain")
+		_, _ = w.Write(body.Bytes())
+	}))
+	t.Cleanup(echo.Close)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: echo.URL, Env: map[string]string{"RT3_KEY": sec}, ExtraYAML: `  - name: quoted
+    base_url: ` + echo.URL + `
+    credential: {source: env, name: RT3_KEY}
+    inject: {header: X-Key, format: "{secret}"}
+`})
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "quoted", "rules": []any{map[string]any{"method": "GET", "path": "/echo"}}}))
+	r := b.Do("GET", b.Sandbox+"/v1/proxy/quoted/echo", s.Token, nil)
+	if r.Status != http.StatusOK {
+		t.Fatalf("%d %s", r.Status, r.Body)
+	}
+	all := string(r.Body) + "\n" + strings.Join(r.Header.Values("X-Form"), "\n")
+	for _, f := range forms {
+		if strings.Contains(all, f[1]) || strings.Contains(all, "th=quo") || strings.Contains(all, "th=3Dquo") {
+			t.Errorf("%s: the answer holds the credential: %q", f[0], f[1])
+		}
+	}
+	if n := strings.Count(string(r.Body), "[REDACTED]"); n != len(forms) {
+		t.Errorf("%d of %d forms redacted:\n%s", n, len(forms), r.Body)
+	}
+}
+
+// rt3QuotedForms are sec as quoting encoders write it: [name, form].
+func rt3QuotedForms(sec string) [][2]string {
+	var csvb bytes.Buffer
+	cw := csv.NewWriter(&csvb)
+	_ = cw.Write([]string{sec})
+	cw.Flush()
+	var qp bytes.Buffer
+	qw := quotedprintable.NewWriter(&qp)
+	_, _ = io.WriteString(qw, sec)
+	_ = qw.Close()
+	py := strings.NewReplacer(`\`, `\\`, `'`, `\'`, "\t", `\t`).Replace(sec)
+	return [][2]string{
+		{"csv", strings.TrimSpace(csvb.String())},
+		{"yaml single-quoted", "'" + strings.ReplaceAll(sec, "'", "''") + "'"},
+		{"python repr", "'" + py + "'"},
+		{"shell quote", "'" + strings.ReplaceAll(sec, "'", `'\''`) + "'"},
+		{"php htmlspecialchars", strings.NewReplacer(`"`, "&quot;", "'", "&#039;", "<", "&lt;").Replace(sec)},
+		{"quoted-printable", qp.String()},
+		{"yaml double-quoted \\x", `"` + strings.NewReplacer(`"`, `\x22`, `\`, `\\`, `/`, `\x2F`).Replace(sec) + `"`},
+		{"toml \\U", `"` + strings.NewReplacer(`"`, `\U00000022`, `\`, `\\`).Replace(sec) + `"`},
+		{"html padded hex", strings.NewReplacer(`"`, "&#x0022;", "'", "&#x0027;", "<", "&#x003C;").Replace(sec)},
+	}
 }

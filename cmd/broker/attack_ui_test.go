@@ -1,9 +1,5 @@
 package main
 
-// Attacks on what people open: the audit export in a spreadsheet (class 8),
-// the reviewer's web log-in after its token is revoked or expired (class 9),
-// and the destination a reviewer approves (class 10).
-
 import (
 	"bufio"
 	"bytes"
@@ -24,7 +20,13 @@ import (
 	"unicode"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
+
+// Attacks on what people open: the audit export in a spreadsheet (class 8),
+// the reviewer's web log-in after its token is revoked or expired (class 9),
+// and the destination a reviewer approves (class 10).
 
 // Formulas a hostile sandbox or a careless person plants in audited fields.
 const (
@@ -56,28 +58,28 @@ func attackUIFormulaCell(cell string) bool {
 // would run, while JSONL and OCSF keep the exact values and the chain
 // still verifies.
 func TestAttackUICSVExportIsSafeToOpen(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	auditor := b.newToken("auditor", "Ann Auditor")
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	auditor := b.NewToken("auditor", "Ann Auditor")
 
-	req := trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"}))
+	req := brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"}))
 	req["task_id"] = attackUITask
-	s := b.session(req)
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil)
+	s := b.Session(req)
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil)
 	for _, name := range []string{attackUIHyperlink, attackUISum} {
-		b.do("GET", b.sandbox+"/v1/proxy/"+url.PathEscape(name)+"/x", s.Token, nil).wantProblem(t, 404, "not_found")
+		b.Do("GET", b.Sandbox+"/v1/proxy/"+url.PathEscape(name)+"/x", s.Token, nil).WantProblem(t, 404, "not_found")
 	}
-	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": attackUIReason}); r.status != 200 {
-		t.Fatalf("engage kill-switch: %d %s", r.status, r.body)
+	if r := b.Do("POST", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": attackUIReason}); r.Status != 200 {
+		t.Fatalf("engage kill-switch: %d %s", r.Status, r.Body)
 	}
-	if r := b.do("DELETE", b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
-		t.Fatalf("release kill-switch: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("release kill-switch: %d %s", r.Status, r.Body)
 	}
 
 	// The exact records (JSONL, what the hash covers), by sequence number.
 	records := map[string]map[string]any{}
 	planted := map[string]bool{}
-	sc := bufio.NewScanner(bytes.NewReader(b.do("GET", b.control+"/v1/audit", auditor, nil).body))
+	sc := bufio.NewScanner(bytes.NewReader(b.Do("GET", b.Control+"/v1/audit", auditor, nil).Body))
 	for sc.Scan() {
 		var rec map[string]any
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
@@ -98,12 +100,12 @@ func TestAttackUICSVExportIsSafeToOpen(t *testing.T) {
 		}
 	}
 
-	r := b.do("GET", b.control+"/v1/audit?format=csv", auditor, nil)
-	if r.status != 200 {
-		t.Fatalf("csv export: %d %s", r.status, r.body)
+	r := b.Do("GET", b.Control+"/v1/audit?format=csv", auditor, nil)
+	if r.Status != 200 {
+		t.Fatalf("csv export: %d %s", r.Status, r.Body)
 	}
-	assertNoCanary(t, "csv export", r.body)
-	rows, err := csv.NewReader(bytes.NewReader(r.body)).ReadAll()
+	brokertest.AssertNoCanary(t, "csv export", r.Body)
+	rows, err := csv.NewReader(bytes.NewReader(r.Body)).ReadAll()
 	if err != nil || len(rows) != len(records)+1 {
 		t.Fatalf("csv export: %d rows for %d records, %v", len(rows), len(records), err)
 	}
@@ -150,12 +152,12 @@ func TestAttackUICSVExportIsSafeToOpen(t *testing.T) {
 	}
 	// On the wire every text cell is quoted: a ',' or ';' inside a value
 	// cannot start a cell of its own.
-	if !bytes.Contains(r.body, []byte(`,"'`+strings.ReplaceAll(attackUITask, `"`, `""`)+`",`)) {
-		t.Errorf("the task id is not one quoted cell:\n%s", r.body)
+	if !bytes.Contains(r.Body, []byte(`,"'`+strings.ReplaceAll(attackUITask, `"`, `""`)+`",`)) {
+		t.Errorf("the task id is not one quoted cell:\n%s", r.Body)
 	}
 
 	// OCSF carries the exact values.
-	sc = bufio.NewScanner(bytes.NewReader(b.do("GET", b.control+"/v1/audit?format=ocsf", auditor, nil).body))
+	sc = bufio.NewScanner(bytes.NewReader(b.Do("GET", b.Control+"/v1/audit?format=ocsf", auditor, nil).Body))
 	for sc.Scan() {
 		var o struct {
 			API struct {
@@ -185,15 +187,15 @@ func TestAttackUICSVExportIsSafeToOpen(t *testing.T) {
 	var rep struct {
 		OK bool `json:"ok"`
 	}
-	if r := b.do("GET", b.control+"/v1/audit/verify", auditor, nil); json.Unmarshal(r.body, &rep) != nil || !rep.OK {
-		t.Fatalf("online verify: %d %s", r.status, r.body)
+	if r := b.Do("GET", b.Control+"/v1/audit/verify", auditor, nil); json.Unmarshal(r.Body, &rep) != nil || !rep.OK {
+		t.Fatalf("online verify: %d %s", r.Status, r.Body)
 	}
 	var key struct {
 		PublicKey string `json:"public_key"`
 	}
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/audit/public-key", "", nil).body, &key)
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/audit/public-key", "", nil).Body, &key)
 	dir := filepath.Join(t.TempDir(), "bundle")
-	if out, err := b.cli(auditor, "", "audit", "export", "--bundle", dir); err != nil {
+	if out, err := cli(b, auditor, "", "audit", "export", "--bundle", dir); err != nil {
 		t.Fatalf("export bundle: %v %s", err, out)
 	}
 	keyFile := filepath.Join(t.TempDir(), "key")
@@ -207,16 +209,16 @@ func TestAttackUICSVExportIsSafeToOpen(t *testing.T) {
 
 // attackUIToken creates an API token through the API and returns its id
 // and secret.
-func attackUIToken(b *brokerProc, role, name, ttl string) (id, token string) {
-	b.t.Helper()
+func attackUIToken(b *brokertest.Proc, role, name, ttl string) (id, token string) {
+	b.T.Helper()
 	req := map[string]any{"role": role, "name": name}
 	if ttl != "" {
 		req["ttl"] = ttl
 	}
-	r := b.do("POST", b.control+"/v1/tokens", adminToken, req)
+	r := b.Do("POST", b.Control+"/v1/tokens", brokertest.ProcAdminToken, req)
 	var out struct{ ID, Token string }
-	if r.status != 201 || json.Unmarshal(r.body, &out) != nil {
-		b.t.Fatalf("create token: %d %s", r.status, r.body)
+	if r.Status != 201 || json.Unmarshal(r.Body, &out) != nil {
+		b.T.Fatalf("create token: %d %s", r.Status, r.Body)
 	}
 	return out.ID, out.Token
 }
@@ -225,14 +227,14 @@ func attackUIToken(b *brokerProc, role, name, ttl string) (id, token string) {
 // /ui the way the form does (the log-in CSRF cookie and field, same origin).
 type attackUIBrowser struct {
 	t    *testing.T
-	b    *brokerProc
+	b    *brokertest.Proc
 	c    *http.Client
 	csrf string // the logged-in page's CSRF token
 }
 
 var attackUICSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-func attackUILogin(t *testing.T, b *brokerProc, token string) *attackUIBrowser {
+func attackUILogin(t *testing.T, b *brokertest.Proc, token string) *attackUIBrowser {
 	t.Helper()
 	jar, _ := cookiejar.New(nil)
 	br := &attackUIBrowser{t: t, b: b, c: &http.Client{Jar: jar, Timeout: 30 * time.Second,
@@ -260,7 +262,7 @@ func attackUILogin(t *testing.T, b *brokerProc, token string) *attackUIBrowser {
 
 func (br *attackUIBrowser) get(path string) (*http.Response, string) {
 	br.t.Helper()
-	resp, err := br.c.Get(br.b.control + path)
+	resp, err := br.c.Get(br.b.Control + path)
 	if err != nil {
 		br.t.Fatal(err)
 	}
@@ -271,9 +273,9 @@ func (br *attackUIBrowser) get(path string) (*http.Response, string) {
 
 func (br *attackUIBrowser) post(path string, form url.Values) *http.Response {
 	br.t.Helper()
-	req, _ := http.NewRequest("POST", br.b.control+path, strings.NewReader(form.Encode()))
+	req, _ := http.NewRequest("POST", br.b.Control+path, strings.NewReader(form.Encode()))
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-	req.Header.Set("Origin", br.b.control)
+	req.Header.Set("Origin", br.b.Control)
 	resp, err := br.c.Do(req)
 	if err != nil {
 		br.t.Fatal(err)
@@ -290,28 +292,28 @@ func (br *attackUIBrowser) approve(actionID string) *http.Response {
 }
 
 // attackUIPending holds a gated call and returns its action id.
-func attackUIPending(t *testing.T, b *brokerProc) string {
+func attackUIPending(t *testing.T, b *brokertest.Proc) string {
 	t.Helper()
-	op := b.newToken("operator", "orchestrator")
-	s := gatedSession(b, op, nil)
-	r := b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 5}`)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("gated call: %d %s", r.status, r.body)
+	op := b.NewToken("operator", "orchestrator")
+	s := brokertest.GatedSession(b, op, nil)
+	r := b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 5}`)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("gated call: %d %s", r.Status, r.Body)
 	}
-	return decodeAction(t, r).ID
+	return brokertest.DecodeAction(t, r).ID
 }
 
 // attackUIAssertLoggedOut: the old cookie gets the log-in page, an approval
 // with it is refused, and the action is still pending, never sent.
-func attackUIAssertLoggedOut(t *testing.T, b *brokerProc, up *upstreamServer, br *attackUIBrowser, actionID string) {
+func attackUIAssertLoggedOut(t *testing.T, b *brokertest.Proc, up *brokertest.Upstream, br *attackUIBrowser, actionID string) {
 	t.Helper()
 	if resp := br.approve(actionID); resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("an approval with a dead reviewer's cookie answered %d", resp.StatusCode)
 	}
-	if a := decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+actionID, adminToken, nil)); a.Status != "pending" || a.Approvals != 0 {
+	if a := brokertest.DecodeAction(t, b.Do("GET", b.Control+"/v1/approvals/"+actionID, brokertest.ProcAdminToken, nil)); a.Status != "pending" || a.Approvals != 0 {
 		t.Fatalf("the action is %s with %d approvals", a.Status, a.Approvals)
 	}
-	if n := len(up.requests()); n != 0 {
+	if n := len(up.Requests()); n != 0 {
 		t.Fatalf("the upstream received %d requests", n)
 	}
 	for _, path := range []string{"/ui", "/ui/actions/" + actionID} {
@@ -324,8 +326,8 @@ func attackUIAssertLoggedOut(t *testing.T, b *brokerProc, up *upstreamServer, br
 // TestAttackUIRevokedReviewerIsLoggedOut: a reviewer logs in to the web page,
 // their token is revoked, and the browser's cookie no longer approves.
 func TestAttackUIRevokedReviewerIsLoggedOut(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	id := attackUIPending(t, b)
 	tokID, tok := attackUIToken(b, "reviewer", "Rita Reviewer", "")
 	br := attackUILogin(t, b, tok)
@@ -333,14 +335,14 @@ func TestAttackUIRevokedReviewerIsLoggedOut(t *testing.T) {
 		t.Fatalf("the action page before revocation: %d", resp.StatusCode)
 	}
 
-	if r := b.do("DELETE", b.control+"/v1/tokens/"+tokID, adminToken, nil); r.status >= 300 {
-		t.Fatalf("revoke: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/tokens/"+tokID, brokertest.ProcAdminToken, nil); r.Status >= 300 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
 	}
 	attackUIAssertLoggedOut(t, b, up, br, id)
 
 	// The end of the log-in is audited.
 	found := false
-	for _, line := range bytes.Split(b.auditExport(), []byte("\n")) {
+	for _, line := range bytes.Split(b.AuditExport(), []byte("\n")) {
 		var e struct {
 			Type   string `json:"type"`
 			Actor  struct{ Kind string }
@@ -358,12 +360,12 @@ func TestAttackUIRevokedReviewerIsLoggedOut(t *testing.T) {
 // TestAttackUIExpiredReviewerIsLoggedOut: a reviewer token with a short TTL
 // stops working in the web page when it expires, not when the cookie does.
 func TestAttackUIExpiredReviewerIsLoggedOut(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	id := attackUIPending(t, b)
 	_, tok := attackUIToken(b, "reviewer", "Tess Temporary", "3s")
 	br := attackUILogin(t, b, tok)
-	eventually(t, 20*time.Second, func() bool {
+	brokertest.Eventually(t, 20*time.Second, func() bool {
 		resp, _ := br.get("/ui")
 		return resp.StatusCode == http.StatusSeeOther
 	})
@@ -375,26 +377,26 @@ func TestAttackUIExpiredReviewerIsLoggedOut(t *testing.T) {
 // request goes to (scheme, host, base path + path, query), HTML-escaped,
 // with a credential that rides in the query only as a placeholder.
 func TestAttackUIReviewerSeesRealDestination(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	op := b.newToken("operator", "orchestrator")
-	rev := b.newToken("reviewer", "Rita Reviewer")
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	op := b.NewToken("operator", "orchestrator")
+	rev := b.NewToken("reviewer", "Rita Reviewer")
 	br := attackUILogin(t, b, rev)
 
-	s := gatedSession(b, op, nil)
-	r := b.do("POST", b.sandbox+"/v1/proxy/api/payments?memo=a%26b%3Cscript%3E&ref=%22x%22", s.Token, `{"amount": 5}`)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("gated call: %d %s", r.status, r.body)
+	s := brokertest.GatedSession(b, op, nil)
+	r := b.Do("POST", b.Sandbox+"/v1/proxy/api/payments?memo=a%26b%3Cscript%3E&ref=%22x%22", s.Token, `{"amount": 5}`)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("gated call: %d %s", r.Status, r.Body)
 	}
-	apiID := decodeAction(t, r).ID
+	apiID := brokertest.DecodeAction(t, r).ID
 	// A credential injected as a query parameter (the "open" upstream).
-	s2 := b.session(map[string]any{"task_id": "t-open", "ttl": "10m", "untrusted_input": false, "isolation": "container",
+	s2 := b.Session(map[string]any{"task_id": "t-open", "ttl": "10m", "untrusted_input": false, "isolation": "container",
 		"grants": []any{map[string]any{"upstream": "open", "approval": "always", "rules": []any{map[string]any{"method": "POST", "path": "/hooks/{name}"}}}}})
-	r = b.do("POST", b.sandbox+"/v1/proxy/open/hooks/deploy?env=prod", s2.Token, `{}`)
-	if r.status != http.StatusAccepted {
-		t.Fatalf("gated call on open: %d %s", r.status, r.body)
+	r = b.Do("POST", b.Sandbox+"/v1/proxy/open/hooks/deploy?env=prod", s2.Token, `{}`)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("gated call on open: %d %s", r.Status, r.Body)
 	}
-	openID := decodeAction(t, r).ID
+	openID := brokertest.DecodeAction(t, r).ID
 
 	for _, c := range []struct{ id, upstream, want string }{
 		{apiID, "api", up.URL + "/base/payments?"},
@@ -407,7 +409,7 @@ func TestAttackUIReviewerSeesRealDestination(t *testing.T) {
 				Query string `json:"query"`
 			} `json:"request"`
 		}
-		if err := json.Unmarshal(b.do("GET", b.control+"/v1/approvals/"+c.id, rev, nil).body, &a); err != nil {
+		if err := json.Unmarshal(b.Do("GET", b.Control+"/v1/approvals/"+c.id, rev, nil).Body, &a); err != nil {
 			t.Fatal(err)
 		}
 		want := c.want
@@ -422,7 +424,7 @@ func TestAttackUIReviewerSeesRealDestination(t *testing.T) {
 		}
 
 		_, page := br.get("/ui/actions/" + c.id)
-		assertNoCanary(t, "action page", []byte(page))
+		brokertest.AssertNoCanary(t, "action page", []byte(page))
 		m := regexp.MustCompile(`<code id="url">([^<]*)</code>`).FindStringSubmatch(page)
 		if m == nil || html.UnescapeString(m[1]) != want {
 			t.Fatalf("the action page does not show the full URL %q:\n%s", want, page)
@@ -443,7 +445,7 @@ func TestAttackUIReviewerSeesRealDestination(t *testing.T) {
 		!strings.Contains(html.UnescapeString(list), "POST "+up.URL+"/hooks/deploy?env=prod&api_key={credential}") {
 		t.Errorf("the pending list does not show the full URLs:\n%s", list)
 	}
-	assertNoCanary(t, "pending list", []byte(list))
+	brokertest.AssertNoCanary(t, "pending list", []byte(list))
 }
 
 // TestAttackUIRevokedReviewerBrowserLoggedOut: in real Chromium, a reviewer's
@@ -451,26 +453,59 @@ func TestAttackUIReviewerSeesRealDestination(t *testing.T) {
 // revoked (the live page reloads on the revocation); the action stays pending.
 func TestAttackUIRevokedReviewerBrowserLoggedOut(t *testing.T) {
 	ctx := browser(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	id := attackUIPending(t, b)
 	tokID, tok := attackUIToken(b, "reviewer", "Rita Reviewer", "")
 	login(t, ctx, b, tok)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(b.control+"/ui"),
+		chromedp.Navigate(b.Control+"/ui"),
 		chromedp.WaitVisible(chromedp.CSS(`a[href="/ui/actions/`+id+`"]`)),
 	); err != nil {
 		t.Fatal(err)
 	}
-	if r := b.do("DELETE", b.control+"/v1/tokens/"+tokID, adminToken, nil); r.status >= 300 {
-		t.Fatalf("revoke: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/tokens/"+tokID, brokertest.ProcAdminToken, nil); r.Status >= 300 {
+		t.Fatalf("revoke: %d %s", r.Status, r.Body)
 	}
 	// No navigation by the test: the page itself ends up on the log-in form.
 	if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.ID("token"))); err != nil {
 		t.Fatalf("the open page did not leave for the log-in form: %v", err)
 	}
 	screenshot(t, ctx, "ui-revoked-logged-out")
-	if a := decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+id, adminToken, nil)); a.Status != "pending" {
+	if a := brokertest.DecodeAction(t, b.Do("GET", b.Control+"/v1/approvals/"+id, brokertest.ProcAdminToken, nil)); a.Status != "pending" {
 		t.Fatalf("the action is %s", a.Status)
 	}
+}
+
+// A logged-out cookie (and its CSRF token) approves nothing.
+func TestUICookieAfterLogout(t *testing.T) {
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	id := attackUIPending(t, b)
+	rev := b.NewToken("reviewer", "rita")
+	br := attackUILogin(t, b, rev)
+	cookies := br.c.Jar.Cookies(mustURL(t, b.Control+"/ui"))
+	if resp := br.post("/ui/logout", map[string][]string{"csrf": {br.csrf}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("logout: %d", resp.StatusCode)
+	}
+	br.c.Jar.SetCookies(mustURL(t, b.Control+"/ui"), cookies) // the attacker kept the cookie
+	attackUIAssertLoggedOut(t, b, up, br, id)
+	// A new log-in's cookie with the old page's CSRF token is refused too.
+	br2 := attackUILogin(t, b, rev)
+	br2.csrf = br.csrf
+	if resp := br2.approve(id); resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("approve with a previous log-in's CSRF token: %d", resp.StatusCode)
+	}
+	if n := len(up.Requests()); n != 0 {
+		t.Fatalf("the upstream received %d requests", n)
+	}
+}
+
+func mustURL(t *testing.T, s string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u
 }

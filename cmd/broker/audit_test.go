@@ -10,24 +10,26 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 func TestAuditBundleVerifiesOfflineAndCatchesTampering(t *testing.T) {
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	data := t.TempDir()
-	b := startBroker(t, harnessOpts{upstream: up.URL, dataDir: data, extraYAML: "audit: {checkpoint_every: 5}\n"})
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, DataDir: data, ExtraYAML: "audit: {checkpoint_every: 5}\n"})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
 	for i := 0; i < 12; i++ {
-		b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil)
+		b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil)
 	}
-	b.do("GET", b.sandbox+"/v1/proxy/api/nope", s.Token, nil)
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/nope", s.Token, nil)
 	var key struct {
 		PublicKey string `json:"public_key"`
 	}
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/audit/public-key", "", nil).body, &key)
-	b.stop() // shutdown signs the head
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/audit/public-key", "", nil).Body, &key)
+	b.Stop() // shutdown signs the head
 
-	b = startBroker(t, harnessOpts{upstream: up.URL, dataDir: data})
+	b = startBroker(t, brokertest.ProcOptions{Upstream: up.URL, DataDir: data})
 	var rep struct {
 		OK             bool   `json:"ok"`
 		Records        uint64 `json:"records"`
@@ -35,12 +37,12 @@ func TestAuditBundleVerifiesOfflineAndCatchesTampering(t *testing.T) {
 		LastCheckpoint uint64 `json:"last_checkpoint"`
 		Checkpoints    int    `json:"checkpoints"`
 	}
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/audit/verify", adminToken, nil).body, &rep)
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/audit/verify", brokertest.ProcAdminToken, nil).Body, &rep)
 	if !rep.OK || rep.Checkpoints < 3 {
 		t.Fatalf("online verify: %+v", rep)
 	}
 	dir := filepath.Join(t.TempDir(), "bundle")
-	if out, err := b.cli(adminToken, "", "audit", "export", "--bundle", dir); err != nil {
+	if out, err := cli(b, brokertest.ProcAdminToken, "", "audit", "export", "--bundle", dir); err != nil {
 		t.Fatalf("export bundle: %v %s", err, out)
 	}
 	keyFile := filepath.Join(t.TempDir(), "key")
@@ -51,7 +53,7 @@ func TestAuditBundleVerifiesOfflineAndCatchesTampering(t *testing.T) {
 	if err != nil || !strings.Contains(out.String(), `"ok": true`) {
 		t.Fatalf("offline verify of an intact bundle: %v\n%s", err, out.String())
 	}
-	assertNoCanary(t, "audit bundle", mustRead(t, filepath.Join(dir, "records.jsonl")))
+	brokertest.AssertNoCanary(t, "audit bundle", mustRead(t, filepath.Join(dir, "records.jsonl")))
 
 	records := mustRead(t, filepath.Join(dir, "records.jsonl"))
 	lines := bytes.Split(bytes.TrimSpace(records), []byte("\n"))
@@ -90,22 +92,22 @@ func replaceLine(lines [][]byte, i int, l []byte) [][]byte {
 }
 
 func TestAuditFormatsAndPrune(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
 	for i := 0; i < 5; i++ {
-		b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil)
+		b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil)
 	}
-	b.do("DELETE", b.sandbox+"/v1/proxy/api/ok", s.Token, nil)
-	all := parseAudit(t, b.auditExport())
+	b.Do("DELETE", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil)
+	all := brokertest.ParseAudit(t, b.AuditExport())
 
-	r := b.do("GET", b.control+"/v1/audit?format=csv", adminToken, nil)
-	rows, err := csv.NewReader(bytes.NewReader(r.body)).ReadAll()
-	if err != nil || len(rows) < len(all)+1 || rows[0][0] != "seq" || r.header.Get("Content-Type") != "text/csv; charset=utf-8" {
+	r := b.Do("GET", b.Control+"/v1/audit?format=csv", brokertest.ProcAdminToken, nil)
+	rows, err := csv.NewReader(bytes.NewReader(r.Body)).ReadAll()
+	if err != nil || len(rows) < len(all)+1 || rows[0][0] != "seq" || r.Header.Get("Content-Type") != "text/csv; charset=utf-8" {
 		t.Fatalf("csv: %d rows for %d records, %v", len(rows), len(all), err)
 	}
-	r = b.do("GET", b.control+"/v1/audit?format=ocsf&type=call.denied", adminToken, nil)
-	sc := bufio.NewScanner(bytes.NewReader(r.body))
+	r = b.Do("GET", b.Control+"/v1/audit?format=ocsf&type=call.denied", brokertest.ProcAdminToken, nil)
+	sc := bufio.NewScanner(bytes.NewReader(r.Body))
 	n := 0
 	for sc.Scan() {
 		var o struct {
@@ -124,34 +126,34 @@ func TestAuditFormatsAndPrune(t *testing.T) {
 	if n != 1 {
 		t.Fatalf("ocsf filtered to call.denied: %d events", n)
 	}
-	b.do("GET", b.control+"/v1/audit?format=xml", adminToken, nil).wantProblem(t, 400, "bad_request")
+	b.Do("GET", b.Control+"/v1/audit?format=xml", brokertest.ProcAdminToken, nil).WantProblem(t, 400, "bad_request")
 
 	// Prune everything but the newest records: what remains verifies.
 	cut := time.Now().UTC().Add(time.Second).Format(time.RFC3339Nano)
-	b.do("GET", b.control+"/v1/audit?since=not-a-time", adminToken, nil).wantProblem(t, 400, "bad_request")
-	if r := b.do("DELETE", b.control+"/v1/audit?before="+cut, s.Token, nil); r.status != 401 {
-		t.Fatalf("a sandbox token pruned the log: %d", r.status)
+	b.Do("GET", b.Control+"/v1/audit?since=not-a-time", brokertest.ProcAdminToken, nil).WantProblem(t, 400, "bad_request")
+	if r := b.Do("DELETE", b.Control+"/v1/audit?before="+cut, s.Token, nil); r.Status != 401 {
+		t.Fatalf("a sandbox token pruned the log: %d", r.Status)
 	}
-	r = b.do("DELETE", b.control+"/v1/audit?before="+cut, adminToken, nil)
+	r = b.Do("DELETE", b.Control+"/v1/audit?before="+cut, brokertest.ProcAdminToken, nil)
 	var pr struct {
 		Deleted uint64 `json:"deleted"`
 	}
-	_ = json.Unmarshal(r.body, &pr)
-	if r.status != 200 || pr.Deleted < uint64(len(all)-1) {
-		t.Fatalf("prune: %d %s (had at least %d records)", r.status, r.body, len(all))
+	_ = json.Unmarshal(r.Body, &pr)
+	if r.Status != 200 || pr.Deleted < uint64(len(all)-1) {
+		t.Fatalf("prune: %d %s (had at least %d records)", r.Status, r.Body, len(all))
 	}
 	var rep struct {
 		OK       bool   `json:"ok"`
 		FirstSeq uint64 `json:"first_seq"`
 		Reason   string `json:"reason"`
 	}
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/audit/verify", adminToken, nil).body, &rep)
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/audit/verify", brokertest.ProcAdminToken, nil).Body, &rep)
 	if !rep.OK || rep.FirstSeq != pr.Deleted+1 {
 		t.Fatalf("after prune: %+v", rep)
 	}
 	// The chain goes on after pruning.
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil)
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/audit/verify", adminToken, nil).body, &rep)
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil)
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/audit/verify", brokertest.ProcAdminToken, nil).Body, &rep)
 	if !rep.OK {
 		t.Fatalf("after prune and new calls: %+v", rep)
 	}

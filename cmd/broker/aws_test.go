@@ -26,6 +26,8 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3mem"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 const awsCanary = "CANARY-aws-secret-key-0123456789abcdef"
@@ -57,18 +59,18 @@ func newFakeS3(t *testing.T) *fakeS3 {
 
 // awsSession starts a broker with an S3 upstream and a session whose grant
 // covers reports/t-42/; it returns the sandbox's environment.
-func awsSession(t *testing.T) (*brokerProc, *fakeS3, map[string]string) {
+func awsSession(t *testing.T) (*brokertest.Proc, *fakeS3, map[string]string) {
 	t.Helper()
 	f := newFakeS3(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: s3
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: s3
     type: aws
     service: s3
     region: us-east-1
     endpoint: ` + f.URL + `
     credential: {source: env, access_key_name: REAL_AWS_KEY_ID, secret_key_name: REAL_AWS_SECRET}
-`, env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
+`, Env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container",
 		"grants": []any{map[string]any{"upstream": "s3", "rules": []any{
 			map[string]any{"action": "s3:*Object", "resource": "arn:aws:s3:::reports/t-42/*"},
 			map[string]any{"action": "s3:ListBucket", "resource": "arn:aws:s3:::reports", "constraints": map[string]any{
@@ -81,11 +83,11 @@ func awsSession(t *testing.T) (*brokerProc, *fakeS3, map[string]string) {
 			SecretAccessKey string `json:"secret_access_key"`
 		} `json:"aws_credentials"`
 	}
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 || s.AWSCredentials.SecretAccessKey == "" {
-		t.Fatalf("aws session: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 || s.AWSCredentials.SecretAccessKey == "" {
+		t.Fatalf("aws session: %d %s", r.Status, r.Body)
 	}
 	env := map[string]string{
-		"AWS_ENDPOINT_URL": b.sandbox + "/v1/aws/s3", "AWS_ACCESS_KEY_ID": s.AWSCredentials.AccessKeyID,
+		"AWS_ENDPOINT_URL": b.Sandbox + "/v1/aws/s3", "AWS_ACCESS_KEY_ID": s.AWSCredentials.AccessKeyID,
 		"AWS_SECRET_ACCESS_KEY": s.AWSCredentials.SecretAccessKey, "AWS_REGION": "us-east-1", "AWS_DEFAULT_REGION": "us-east-1",
 		"AWS_CONFIG_FILE": filepath.Join(t.TempDir(), "none"), "AWS_SHARED_CREDENTIALS_FILE": filepath.Join(t.TempDir(), "none"),
 		"AWS_EC2_METADATA_DISABLED": "true",
@@ -109,7 +111,7 @@ func TestAWSSDKThroughBroker(t *testing.T) {
 	capture := func(what string, body io.Reader) {
 		data, _ := io.ReadAll(body)
 		got = append(got, string(data))
-		assertNoCanary(t, what, data)
+		brokertest.AssertNoCanary(t, what, data)
 	}
 
 	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv"), Body: strings.NewReader("id,total\n1,42\n")}); err != nil {
@@ -181,11 +183,11 @@ func TestAWSSDKThroughBroker(t *testing.T) {
 		}
 	}
 	f.mu.Unlock()
-	assertNoCanary(t, "audit", b.auditExport())
+	brokertest.AssertNoCanary(t, "audit", b.AuditExport())
 }
 
 func TestAWSCLIThroughBroker(t *testing.T) {
-	awsCLI := requireTool(t, "aws", "apt-get install -y awscli")
+	awsCLI := brokertest.RequireTool(t, "aws", "apt-get install -y awscli")
 	_, _, env := awsSession(t)
 	run := func(args ...string) (string, error) {
 		cmd := exec.Command(awsCLI, append([]string{"--endpoint-url", env["AWS_ENDPOINT_URL"]}, args...)...)
@@ -194,7 +196,7 @@ func TestAWSCLIThroughBroker(t *testing.T) {
 			cmd.Env = append(cmd.Env, k+"="+v)
 		}
 		out, err := cmd.CombinedOutput()
-		assertNoCanary(t, "aws cli output", out)
+		brokertest.AssertNoCanary(t, "aws cli output", out)
 		return string(out), err
 	}
 	awsCLIRoundTrip(t, run, nil)
@@ -230,7 +232,7 @@ func awsCLIRoundTrip(t *testing.T, run func(args ...string) (string, error), ref
 // another, nor sign as a session it does not hold.
 func TestAWSSignedBodyMustMatch(t *testing.T) {
 	b, f, env := awsSession(t)
-	send := func(accessKey, secret, signedBody, sentBody string) response {
+	send := func(accessKey, secret, signedBody, sentBody string) brokertest.Response {
 		req, _ := http.NewRequest("PUT", env["AWS_ENDPOINT_URL"]+"/reports/t-42/x.txt", strings.NewReader(signedBody))
 		sum := sha256.Sum256([]byte(signedBody))
 		hash := hex.EncodeToString(sum[:])
@@ -241,27 +243,27 @@ func TestAWSSignedBodyMustMatch(t *testing.T) {
 		}
 		req.Body = io.NopCloser(strings.NewReader(sentBody))
 		req.ContentLength = int64(len(sentBody))
-		resp, err := b.http.Do(req)
+		resp, err := b.HTTP.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer resp.Body.Close()
 		data, _ := io.ReadAll(resp.Body)
-		return response{status: resp.StatusCode, header: resp.Header, body: data}
+		return brokertest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
 	}
 	f.mu.Lock()
 	before := len(f.auths)
 	f.mu.Unlock()
-	if r := send(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], "approved", "approved"); r.status != 200 {
-		t.Fatalf("a correctly signed PUT: %d %s", r.status, r.body)
+	if r := send(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], "approved", "approved"); r.Status != 200 {
+		t.Fatalf("a correctly signed PUT: %d %s", r.Status, r.Body)
 	}
-	for name, r := range map[string]response{
+	for name, r := range map[string]brokertest.Response{
 		"swapped body":    send(env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"], "approved", "evil!!!!"),
 		"unknown session": send("ses_nope", env["AWS_SECRET_ACCESS_KEY"], "x", "x"),
 		"other secret":    send(env["AWS_ACCESS_KEY_ID"], "guessed", "x", "x"),
 	} {
-		if r.status != 403 && r.status != 401 || !bytes.Contains(r.body, []byte("<Error>")) || r.header.Get("X-Airlock-Code") == "" {
-			t.Errorf("%s: %d %s", name, r.status, r.body)
+		if r.Status != 403 && r.Status != 401 || !bytes.Contains(r.Body, []byte("<Error>")) || r.Header.Get("X-Airlock-Code") == "" {
+			t.Errorf("%s: %d %s", name, r.Status, r.Body)
 		}
 	}
 	f.mu.Lock()

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -9,62 +8,18 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
 
 var crashTrials = flag.Int("crash.trials", 3, "crash trials to run (make crash runs 100)")
-
-// proc is a broker running as its own process (this test binary, re-executed).
-type proc struct {
-	cmd              *exec.Cmd
-	sandbox, control string
-}
-
-func startProc(t *testing.T, cfg string, env []string) *proc {
-	t.Helper()
-	return startProcLogs(t, cfg, env, io.Discard)
-}
-
-// startProcLogs is startProc with the process's stderr (its logs) to logs.
-func startProcLogs(t *testing.T, cfg string, env []string, logs io.Writer) *proc {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), "AIRLOCK_TEST_SERVE="+cfg), env...)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		_ = cmd.Process.Kill()
-		t.Fatalf("broker process did not start: %v", err)
-	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
-	p := &proc{cmd: cmd}
-	if _, err := fmt.Sscanf(line, "airlock: sandbox plane %s control plane %s", &p.sandbox, &p.control); err != nil {
-		t.Fatalf("start line %q", line)
-	}
-	p.sandbox = strings.TrimSuffix(p.sandbox, ",")
-	return p
-}
-
-func (p *proc) kill() {
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	_ = p.cmd.Wait()
-}
 
 func checkBolt(t *testing.T, path string) {
 	t.Helper()
@@ -94,7 +49,7 @@ type crashLimited struct {
 // no budget grant spent more than its budget there. Trials alternate the
 // audit durability modes (fsync, buffered).
 func TestCrashTrials(t *testing.T) {
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
 	cfg := filepath.Join(dir, "airlock.yaml")
@@ -111,12 +66,12 @@ upstreams:
   - name: api
     base_url: %s
     credential: {source: env, name: CANARY_TOKEN}
-`, dataDir, adminToken, durability, up.URL)), 0o600)
+`, dataDir, brokertest.ProcAdminToken, durability, up.URL)), 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}
 	}
-	env := []string{"CANARY_TOKEN=" + canary}
+	env := []string{"CANARY_TOKEN=" + brokertest.Canary}
 	client := &http.Client{Timeout: 5 * time.Second}
 	var token string
 	var limited []crashLimited
@@ -126,15 +81,15 @@ upstreams:
 	rng := rand.New(rand.NewPCG(seed, 7))
 	for trial := 0; trial < *crashTrials; trial++ {
 		writeCfg([]string{store.DurabilityFsync, store.DurabilityBuffered}[trial%2])
-		p := startProc(t, cfg, env)
-		b := &brokerProc{t: t, control: p.control, http: client}
+		p := brokertest.StartChild(t, cfg, env)
+		b := &brokertest.Proc{T: t, Control: p.Control, HTTP: client}
 		if token == "" {
-			s := b.session(map[string]any{"task_id": "crash", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
-				"grants": []any{apiGrant(map[string]any{"method": "GET", "path": "/ok"})}})
+			s := b.Session(map[string]any{"task_id": "crash", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
+				"grants": []any{brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})}})
 			token = s.Token
 		}
 		lim, spend := fmt.Sprintf("/lim/%d", trial), fmt.Sprintf("/spend/%d", trial)
-		ls := b.session(map[string]any{"task_id": "crash-limits", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
+		ls := b.Session(map[string]any{"task_id": "crash-limits", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
 			"grants": []any{
 				map[string]any{"upstream": "api", "max_uses": crashMaxUses, "rules": []any{map[string]any{"method": "GET", "path": lim}}},
 				map[string]any{"upstream": "api", "budget": map[string]any{"body.amount": crashBudget},
@@ -157,7 +112,7 @@ upstreams:
 						return
 					default:
 					}
-					req, _ := http.NewRequest("GET", p.sandbox+"/v1/proxy/api/ok", nil)
+					req, _ := http.NewRequest("GET", p.Sandbox+"/v1/proxy/api/ok", nil)
 					req.Header.Set("Authorization", "Bearer "+token)
 					// Two calls in three spend a limited grant, this trial's
 					// most often, earlier ones (exhausted before a kill) too.
@@ -167,10 +122,10 @@ upstreams:
 					}
 					switch rand.IntN(3) {
 					case 1:
-						req, _ = http.NewRequest("GET", p.sandbox+"/v1/proxy/api"+tg.lim, nil)
+						req, _ = http.NewRequest("GET", p.Sandbox+"/v1/proxy/api"+tg.lim, nil)
 						req.Header.Set("Authorization", "Bearer "+tg.token)
 					case 2:
-						req, _ = http.NewRequest("POST", p.sandbox+"/v1/proxy/api"+tg.spend, strings.NewReader(fmt.Sprintf(`{"amount": %d}`, 1+rand.IntN(3))))
+						req, _ = http.NewRequest("POST", p.Sandbox+"/v1/proxy/api"+tg.spend, strings.NewReader(fmt.Sprintf(`{"amount": %d}`, 1+rand.IntN(3))))
 						req.Header.Set("Authorization", "Bearer "+tg.token)
 						req.Header.Set("Content-Type", "application/json")
 					}
@@ -189,27 +144,27 @@ upstreams:
 			}()
 		}
 		<-time.After(time.Duration(20+rng.IntN(300)) * time.Millisecond)
-		p.kill()
+		p.Kill()
 		close(stop)
 		wg.Wait()
 		checkBolt(t, filepath.Join(dataDir, "airlock.db"))
 	}
 
-	p := startProc(t, cfg, env)
-	defer func() { _ = p.cmd.Process.Signal(os.Interrupt); _ = p.cmd.Wait() }()
-	b := &brokerProc{t: t, sandbox: p.sandbox, control: p.control, http: client}
+	p := brokertest.StartChild(t, cfg, env)
+	defer func() { _ = p.Cmd.Process.Signal(os.Interrupt); _ = p.Cmd.Wait() }()
+	b := &brokertest.Proc{T: t, Sandbox: p.Sandbox, Control: p.Control, HTTP: client}
 	crashCheckLimits(t, b, up, limited)
 	var rep struct {
 		OK      bool   `json:"ok"`
 		Records uint64 `json:"records"`
 		Reason  string `json:"reason"`
 	}
-	_ = json.Unmarshal(b.do("GET", p.control+"/v1/audit/verify", adminToken, nil).body, &rep)
+	_ = json.Unmarshal(b.Do("GET", p.Control+"/v1/audit/verify", brokertest.ProcAdminToken, nil).Body, &rep)
 	if !rep.OK {
 		t.Fatalf("the chain does not verify after %d crashes: %s", *crashTrials, rep.Reason)
 	}
 	allowed := map[string]bool{}
-	for _, r := range parseAudit(t, b.auditExport()) {
+	for _, r := range brokertest.ParseAudit(t, b.AuditExport()) {
 		if r.Type == "call.allowed" {
 			allowed[r.RequestID] = true
 		}
@@ -235,24 +190,24 @@ upstreams:
 // than max_uses calls or the budget per grant, whatever the kills
 // interrupted. (Fewer is possible: a call whose record was written when the
 // broker was killed counts as used though it was never sent.)
-func crashCheckLimits(t *testing.T, b *brokerProc, up *upstreamServer, limited []crashLimited) {
+func crashCheckLimits(t *testing.T, b *brokertest.Proc, up *brokertest.Upstream, limited []crashLimited) {
 	t.Helper()
 	for _, l := range limited {
 		for i := 0; i <= crashMaxUses; i++ {
-			if r := b.do("GET", b.sandbox+"/v1/proxy/api"+l.lim, l.token, nil); r.status != 200 {
-				r.wantProblem(t, http.StatusForbidden, "grant_exhausted")
+			if r := b.Do("GET", b.Sandbox+"/v1/proxy/api"+l.lim, l.token, nil); r.Status != 200 {
+				r.WantProblem(t, http.StatusForbidden, "grant_exhausted")
 				break
 			}
 		}
 		for i := 0; i <= crashBudget; i++ {
-			if r := b.do("POST", b.sandbox+"/v1/proxy/api"+l.spend, l.token, `{"amount": 1}`); r.status != 200 {
-				r.wantProblem(t, http.StatusForbidden, "budget_exceeded")
+			if r := b.Do("POST", b.Sandbox+"/v1/proxy/api"+l.spend, l.token, `{"amount": 1}`); r.Status != 200 {
+				r.WantProblem(t, http.StatusForbidden, "budget_exceeded")
 				break
 			}
 		}
 	}
 	uses, spent := map[string]int{}, map[string]float64{}
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		uses[r.RawPath]++
 		if strings.HasPrefix(r.RawPath, "/spend/") {
 			var body struct{ Amount float64 }

@@ -11,31 +11,19 @@ import (
 	"strings"
 	"testing"
 	"time"
-)
 
-// requireTool finds a command the test needs: with CI=true a missing one
-// fails the test, locally it skips with how to get it.
-func requireTool(t *testing.T, name, install string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s is required in CI: %s", name, install)
-		}
-		t.Skipf("%s not found; %s", name, install)
-	}
-	return p
-}
+	"github.com/airlock-broker/airlock/internal/brokertest"
+)
 
 // TestDevQuickstart runs `broker dev` and executes the quickstart it prints,
 // literally, with curl: what a new user copy-pastes must work.
 func TestDevQuickstart(t *testing.T) {
-	requireTool(t, "curl", "apt-get install -y curl")
-	bash := requireTool(t, "bash", "apt-get install -y bash")
+	brokertest.RequireTool(t, "curl", "apt-get install -y curl")
+	bash := brokertest.RequireTool(t, "bash", "apt-get install -y bash")
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)
-	logs := &syncBuffer{}
+	logs := &brokertest.SyncBuffer{}
 	go func() {
 		done <- run(ctx, []string{"dev", "--sandbox-listen", "127.0.0.1:0", "--control-listen", "127.0.0.1:0", "--proxy-listen", "127.0.0.1:0"}, func(string) string { return "" }, nil, pw, logs)
 		pw.Close()

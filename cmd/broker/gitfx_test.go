@@ -1,12 +1,5 @@
 package main
 
-// A git smart-HTTP upstream for the proxy-door tests: the real
-// `git http-backend` (Debian's git) served through net/http/cgi on a
-// loopback TLS server whose certificate comes from its own test CA. It
-// requires the credential the broker injects (401 otherwise, so git would
-// prompt, or fail with GIT_TERMINAL_PROMPT=0, without the broker) and
-// records what it received.
-
 import (
 	"bytes"
 	"crypto/ecdsa"
@@ -30,7 +23,16 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
+
+// A git smart-HTTP upstream for the proxy-door tests: the real
+// `git http-backend` (Debian's git) served through net/http/cgi on a
+// loopback TLS server whose certificate comes from its own test CA. It
+// requires the credential the broker injects (401 otherwise, so git would
+// prompt, or fail with GIT_TERMINAL_PROMPT=0, without the broker) and
+// records what it received.
 
 // gitfxRequest is one request the git upstream received.
 type gitfxRequest struct {
@@ -67,7 +69,7 @@ func gitfxBasic(user, secret string) string {
 // for 127.0.0.1, localhost and names; every request must carry wantAuth.
 func gitfxNewServer(t *testing.T, wantAuth string, names ...string) *gitfxServer {
 	t.Helper()
-	git := requireTool(t, "git", "apt-get install -y git")
+	git := brokertest.RequireTool(t, "git", "apt-get install -y git")
 	backend := gitfxBackend(t, git)
 	dir := t.TempDir()
 	g := &gitfxServer{Root: filepath.Join(dir, "repos"), CAFile: filepath.Join(dir, "ca.pem"), WantAuth: wantAuth}

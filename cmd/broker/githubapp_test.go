@@ -21,6 +21,8 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // fakeGitHub is a loopback GitHub API: it verifies the app JWT with the
@@ -182,21 +184,21 @@ func githubAppYAML(gh *fakeGitHub, keyFile, repos string) string {
 func TestGitHubAppTokenPerSession(t *testing.T) {
 	key, keyFile := writeAppKey(t)
 	gh := newFakeGitHub(t, &key.PublicKey, "1234")
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: githubAppYAML(gh, keyFile, "widgets, gadgets")})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, ExtraYAML: githubAppYAML(gh, keyFile, "widgets, gadgets")})
 	repoRule := func(repo string) map[string]any {
 		return map[string]any{"method": "GET", "path": "/repos/{owner}/{repo}/issues", "constraints": map[string]any{
 			"path.owner": map[string]any{"pin": "acme"}, "path.repo": map[string]any{"pin": repo}}}
 	}
-	s1 := b.session(trustedSession(map[string]any{"upstream": "github", "rules": []any{repoRule("widgets")}}))
+	s1 := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "github", "rules": []any{repoRule("widgets")}}))
 
 	var answers [][]byte
 	for range 2 {
-		r := b.do("GET", b.sandbox+"/v1/proxy/github/repos/acme/widgets/issues", s1.Token, nil)
-		if r.status != 200 {
-			t.Fatalf("call: %d %s", r.status, r.body)
+		r := b.Do("GET", b.Sandbox+"/v1/proxy/github/repos/acme/widgets/issues", s1.Token, nil)
+		if r.Status != 200 {
+			t.Fatalf("call: %d %s", r.Status, r.Body)
 		}
-		answers = append(answers, r.body)
-		for k, vs := range r.header {
+		answers = append(answers, r.Body)
+		for k, vs := range r.Header {
 			answers = append(answers, []byte(k+": "+strings.Join(vs, ",")))
 		}
 	}
@@ -209,12 +211,12 @@ func TestGitHubAppTokenPerSession(t *testing.T) {
 		t.Fatalf("revoked before the session ended: %d", len(revoked))
 	}
 	// The grant does not allow another repository: refused by the broker, and the token could not anyway.
-	b.do("GET", b.sandbox+"/v1/proxy/github/repos/acme/gadgets/issues", s1.Token, nil).wantProblem(t, 403, "constraint_violated")
+	b.Do("GET", b.Sandbox+"/v1/proxy/github/repos/acme/gadgets/issues", s1.Token, nil).WantProblem(t, 403, "constraint_violated")
 
 	// A second session gets its own token, for its own repository.
-	s2 := b.session(trustedSession(map[string]any{"upstream": "github", "rules": []any{repoRule("gadgets")}}))
-	if r := b.do("GET", b.sandbox+"/v1/proxy/github/repos/acme/gadgets/issues", s2.Token, nil); r.status != 200 {
-		t.Fatalf("second session: %d %s", r.status, r.body)
+	s2 := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "github", "rules": []any{repoRule("gadgets")}}))
+	if r := b.Do("GET", b.Sandbox+"/v1/proxy/github/repos/acme/gadgets/issues", s2.Token, nil); r.Status != 200 {
+		t.Fatalf("second session: %d %s", r.Status, r.Body)
 	}
 	asked, _, tokens := gh.snapshot()
 	if len(asked) != 2 || len(tokens) != 2 || !cmp.Equal(asked[1].Repositories, []string{"gadgets"}) {
@@ -222,10 +224,10 @@ func TestGitHubAppTokenPerSession(t *testing.T) {
 	}
 
 	// Kill the first session: its token is revoked at GitHub, the other's is not.
-	if r := b.do("DELETE", b.control+"/v1/sessions/"+s1.ID, adminToken, nil); r.status/100 != 2 {
-		t.Fatalf("kill: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/sessions/"+s1.ID, brokertest.ProcAdminToken, nil); r.Status/100 != 2 {
+		t.Fatalf("kill: %d %s", r.Status, r.Body)
 	}
-	eventually(t, 5*time.Second, func() bool { _, rv, _ := gh.snapshot(); return len(rv) == 1 })
+	brokertest.Eventually(t, 5*time.Second, func() bool { _, rv, _ := gh.snapshot(); return len(rv) == 1 })
 	_, revoked, _ = gh.snapshot()
 	gh.mu.Lock()
 	s1Tok := ""
@@ -238,17 +240,17 @@ func TestGitHubAppTokenPerSession(t *testing.T) {
 	if revoked[0] != s1Tok {
 		t.Fatal("the killed session's token was not the one revoked")
 	}
-	if r := b.do("GET", b.sandbox+"/v1/proxy/github/repos/acme/gadgets/issues", s2.Token, nil); r.status != 200 {
-		t.Fatalf("the other session after the kill: %d %s", r.status, r.body)
+	if r := b.Do("GET", b.Sandbox+"/v1/proxy/github/repos/acme/gadgets/issues", s2.Token, nil); r.Status != 200 {
+		t.Fatalf("the other session after the kill: %d %s", r.Status, r.Body)
 	}
 
 	_, _, tokens = gh.snapshot()
 	for i, a := range answers {
 		assertNoneOf(t, fmt.Sprintf("sandbox answer %d", i), a, tokens)
 	}
-	assertNoneOf(t, "audit export", b.auditExport(), tokens)
-	b.stop()
-	assertNoneOf(t, "broker logs", b.logs.Bytes(), tokens)
+	assertNoneOf(t, "audit export", b.AuditExport(), tokens)
+	b.Stop()
+	assertNoneOf(t, "broker logs", b.Logs.Bytes(), tokens)
 	if gh.badJWT != 0 {
 		t.Fatalf("%d app JWTs failed verification", gh.badJWT)
 	}
@@ -260,12 +262,12 @@ func TestGitHubAppUnavailable(t *testing.T) {
 	key, _ := writeAppKey(t)
 	_, otherKeyFile := writeAppKey(t)
 	gh := newFakeGitHub(t, &key.PublicKey, "1234")
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: `  - name: github
+	b := startBroker(t, brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, ExtraYAML: `  - name: github
     base_url: ` + gh.URL + `
     credential: {source: github_app, app_id: "1234", installation_id: "42", private_key_file: ` + otherKeyFile + `, api_url: ` + gh.URL + `}
 `})
-	s := b.session(trustedSession(map[string]any{"upstream": "github", "rules": []any{map[string]any{"method": "GET", "path": "/repos/acme/widgets/issues"}}}))
-	b.do("GET", b.sandbox+"/v1/proxy/github/repos/acme/widgets/issues", s.Token, nil).wantProblem(t, 503, "credential_unavailable")
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "github", "rules": []any{map[string]any{"method": "GET", "path": "/repos/acme/widgets/issues"}}}))
+	b.Do("GET", b.Sandbox+"/v1/proxy/github/repos/acme/widgets/issues", s.Token, nil).WantProblem(t, 503, "credential_unavailable")
 	gh.mu.Lock()
 	defer gh.mu.Unlock()
 	if gh.badJWT != 1 || len(gh.issued) != 0 || gh.calls != 0 {
@@ -281,16 +283,16 @@ func TestGitHubAppUnavailable(t *testing.T) {
 func TestGitHubAppNarrowedRevokesBroader(t *testing.T) {
 	key, keyFile := writeAppKey(t)
 	gh := newFakeGitHub(t, &key.PublicKey, "1234")
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: githubAppYAML(gh, keyFile, "widgets, gadgets, gizmos")})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, ExtraYAML: githubAppYAML(gh, keyFile, "widgets, gadgets, gizmos")})
 	repoGrant := func(repo string) map[string]any {
 		return map[string]any{"upstream": "github", "rules": []any{map[string]any{"method": "GET", "path": "/repos/{owner}/{repo}/issues", "constraints": map[string]any{
 			"path.owner": map[string]any{"pin": "acme"}, "path.repo": map[string]any{"pin": repo}}}}}
 	}
-	s := b.session(trustedSession(repoGrant("widgets"), repoGrant("gadgets")))
+	s := b.Session(brokertest.TrustedSession(repoGrant("widgets"), repoGrant("gadgets")))
 	call := func(repo string) {
 		t.Helper()
-		if r := b.do("GET", b.sandbox+"/v1/proxy/github/repos/acme/"+repo+"/issues", s.Token, nil); r.status != 200 {
-			t.Fatalf("call %s: %d %s", repo, r.status, r.body)
+		if r := b.Do("GET", b.Sandbox+"/v1/proxy/github/repos/acme/"+repo+"/issues", s.Token, nil); r.Status != 200 {
+			t.Fatalf("call %s: %d %s", repo, r.Status, r.Body)
 		}
 	}
 	tokenFor := func(repos ...string) string {
@@ -308,14 +310,14 @@ func TestGitHubAppNarrowedRevokesBroader(t *testing.T) {
 	revocations := 0
 	revokedNow := func(what, tok string) {
 		t.Helper()
-		eventually(t, 10*time.Second, func() bool {
+		brokertest.Eventually(t, 10*time.Second, func() bool {
 			gh.mu.Lock()
 			defer gh.mu.Unlock()
 			return gh.issued[tok].revoked
 		})
-		eventually(t, 10*time.Second, func() bool { // recorded, saying why
+		brokertest.Eventually(t, 10*time.Second, func() bool { // recorded, saying why
 			n := 0
-			for _, r := range parseAudit(t, b.auditExport()) {
+			for _, r := range brokertest.ParseAudit(t, b.AuditExport()) {
 				if r.Type == "credential.revoked" && strings.Contains(r.Reason, "grants changed") {
 					n++
 				}
@@ -329,8 +331,8 @@ func TestGitHubAppNarrowedRevokesBroader(t *testing.T) {
 	call("widgets")
 	broad := tokenFor("widgets", "gadgets")
 	// Revoke the gadgets grant: the token covering gadgets dies at once.
-	if r := b.do("DELETE", b.control+"/v1/grants/"+s.Grants[1].ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("revoke grant: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/grants/"+s.Grants[1].ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("revoke grant: %d %s", r.Status, r.Body)
 	}
 	revokedNow("grant revoked", broad)
 	call("widgets")
@@ -340,8 +342,8 @@ func TestGitHubAppNarrowedRevokesBroader(t *testing.T) {
 	// and the token minted for both dies when the added grant expires.
 	add := repoGrant("gizmos")
 	add["ttl"] = "3s"
-	if r := b.do("POST", b.control+"/v1/sessions/"+s.ID+"/grants", adminToken, add); r.status != 201 {
-		t.Fatalf("add grant: %d %s", r.status, r.body)
+	if r := b.Do("POST", b.Control+"/v1/sessions/"+s.ID+"/grants", brokertest.ProcAdminToken, add); r.Status != 201 {
+		t.Fatalf("add grant: %d %s", r.Status, r.Body)
 	}
 	revokedNow("grant added", narrow)
 	call("gizmos")

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // hmacUpstream is a loopback API that authenticates each request by its
@@ -42,7 +44,7 @@ func newHMACUpstream(t *testing.T) *hmacUpstream {
 		body, _ := io.ReadAll(r.Body)
 		u.mu.Lock()
 		defer u.mu.Unlock()
-		if !hmacVerify(canary, r, body) {
+		if !hmacVerify(brokertest.Canary, r, body) {
 			u.rejected++
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
@@ -51,7 +53,7 @@ func newHMACUpstream(t *testing.T) *hmacUpstream {
 		u.bodies = append(u.bodies, body)
 		w.Header().Set("Content-Type", "application/json")
 		// An upstream that echoes its key: the broker must scrub it.
-		_, _ = w.Write([]byte(`{"ok":true,"echo":"` + canary + `"}`))
+		_, _ = w.Write([]byte(`{"ok":true,"echo":"` + brokertest.Canary + `"}`))
 	}))
 	t.Cleanup(u.Close)
 	return u
@@ -63,27 +65,27 @@ func newHMACUpstream(t *testing.T) *hmacUpstream {
 // never reaches the sandbox nor the upstream as a value.
 func TestHMACSigningThroughBroker(t *testing.T) {
 	up := newHMACUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: `  - name: signed
+	b := startBroker(t, brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, ExtraYAML: `  - name: signed
     base_url: ` + up.URL + `/v2
     credential: {source: env, name: CANARY_TOKEN}
     inject: {hmac: {header: X-Signature, algorithm: sha256}}
 `})
-	s := b.session(trustedSession(map[string]any{"upstream": "signed", "rules": []any{
+	s := b.Session(brokertest.TrustedSession(map[string]any{"upstream": "signed", "rules": []any{
 		map[string]any{"method": "GET", "path": "/items/{id}", "constraints": map[string]any{"query.org": map[string]any{"pin": "acme"}}},
 		map[string]any{"method": "POST", "path": "/charges", "irreversible": false},
 	}}))
 
-	r := b.do("GET", b.sandbox+"/v1/proxy/signed/items/a%20b?limit=5", s.Token, nil)
-	if r.status != 200 {
-		t.Fatalf("GET: %d %s", r.status, r.body)
+	r := b.Do("GET", b.Sandbox+"/v1/proxy/signed/items/a%20b?limit=5", s.Token, nil)
+	if r.Status != 200 {
+		t.Fatalf("GET: %d %s", r.Status, r.Body)
 	}
-	assertNoCanary(t, "the signed answer", r.body)
-	for k, vs := range r.header {
-		assertNoCanary(t, "header "+k, []byte(strings.Join(vs, ",")))
+	brokertest.AssertNoCanary(t, "the signed answer", r.Body)
+	for k, vs := range r.Header {
+		brokertest.AssertNoCanary(t, "header "+k, []byte(strings.Join(vs, ",")))
 	}
-	r = b.do("POST", b.sandbox+"/v1/proxy/signed/charges", s.Token, map[string]any{"amount": 5})
-	if r.status != 200 {
-		t.Fatalf("POST: %d %s", r.status, r.body)
+	r = b.Do("POST", b.Sandbox+"/v1/proxy/signed/charges", s.Token, map[string]any{"amount": 5})
+	if r.Status != 200 {
+		t.Fatalf("POST: %d %s", r.Status, r.Body)
 	}
 
 	up.mu.Lock()
@@ -104,7 +106,7 @@ func TestHMACSigningThroughBroker(t *testing.T) {
 			t.Fatal("an hmac upstream got an Authorization header")
 		}
 		for k, vs := range req.Header {
-			assertNoCanary(t, "upstream header "+k, []byte(strings.Join(vs, ",")))
+			brokertest.AssertNoCanary(t, "upstream header "+k, []byte(strings.Join(vs, ",")))
 		}
 	}
 
@@ -145,5 +147,5 @@ func TestHMACSigningThroughBroker(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Fatalf("the untampered request answered %d", resp.StatusCode)
 	}
-	assertNoCanary(t, "audit export", b.auditExport())
+	brokertest.AssertNoCanary(t, "audit export", b.AuditExport())
 }

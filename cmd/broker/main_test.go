@@ -4,17 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"testing"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
 // TestMain lets a test start this package's broker as a separate process:
-// the test binary re-executes itself with AIRLOCK_TEST_SERVE set to a config
-// path, and then is `broker serve` (used by the crash trials, which must
-// SIGKILL a real process). With AIRLOCK_TEST_CLI=1 it is the broker
+// brokertest.StartChild re-executes the test binary, which then is `broker
+// serve` (used by the crash trials and the replicas, which must SIGKILL a
+// real process). With AIRLOCK_TEST_CLI=1 it is the broker
 // command itself, its arguments those of `broker` (a test puts a `broker`
 // on PATH that runs it, to execute printed commands literally).
 func TestMain(m *testing.M) {
@@ -25,15 +24,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	if cfg := os.Getenv("AIRLOCK_TEST_SERVE"); cfg != "" {
-		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-		err := run(ctx, []string{"serve", "--config", cfg}, os.Getenv, os.Stdin, os.Stdout, os.Stderr)
-		stop()
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "broker:", err)
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	brokertest.ServeChild(run)
 	os.Exit(pgtest.Main(m, pgtest.Config{})) // the PostgreSQL tests' server, started on first use
+}
+
+// startBroker starts this package's broker through run, as `broker serve`
+// (brokertest.StartProc).
+func startBroker(t *testing.T, o brokertest.ProcOptions) *brokertest.Proc {
+	t.Helper()
+	return brokertest.StartProc(t, run, o)
 }

@@ -19,6 +19,7 @@ import (
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream/awscred"
 )
@@ -58,8 +59,8 @@ func newScopedSTS(t *testing.T) *scopedSTS {
 func TestScopedSTSEndToEnd(t *testing.T) {
 	sts := newScopedSTS(t)
 	f := newFakeS3(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: s3
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: s3
     type: aws
     service: s3
     region: us-east-1
@@ -69,12 +70,12 @@ func TestScopedSTSEndToEnd(t *testing.T) {
       access_key_name: REAL_AWS_KEY_ID
       secret_key_name: REAL_AWS_SECRET
       assume_role: {role_arn: "arn:aws:iam::123456789012:role/reports", sts_endpoint: "` + sts.URL + `", scope_to_grant: true}
-`, env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+`, Env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
 	rules := []any{
 		map[string]any{"action": "s3:GetObject", "resource": "arn:aws:s3:::reports/t-42/*"},
 		map[string]any{"action": "s3:PutObject", "resource": "arn:aws:s3:::reports/t-42/*"},
 	}
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "ttl": "40m",
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "ttl": "40m",
 		"grants": []any{map[string]any{"upstream": "s3", "rules": rules}}})
 	var s struct {
 		ID             string `json:"id"`
@@ -83,8 +84,8 @@ func TestScopedSTSEndToEnd(t *testing.T) {
 			SecretAccessKey string `json:"secret_access_key"`
 		} `json:"aws_credentials"`
 	}
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 {
-		t.Fatalf("aws session: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
+		t.Fatalf("aws session: %d %s", r.Status, r.Body)
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(context.Background(), awsconfig.WithRegion("us-east-1"),
 		awsconfig.WithCredentialsProvider(aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
@@ -94,7 +95,7 @@ func TestScopedSTSEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(b.sandbox + "/v1/aws/s3"); o.UsePathStyle = true })
+	c := s3.NewFromConfig(cfg, func(o *s3.Options) { o.BaseEndpoint = aws.String(b.Sandbox + "/v1/aws/s3"); o.UsePathStyle = true })
 	ctx := context.Background()
 	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv"), Body: strings.NewReader("id,total\n1,42\n")}); err != nil {
 		t.Fatalf("PutObject inside the grant: %v", err)
@@ -132,13 +133,13 @@ func TestScopedSTSEndToEnd(t *testing.T) {
 			t.Fatalf("S3 saw a call not signed with the session's minted keys: %q", a)
 		}
 	}
-	assertNoCanary(t, "the broker's logs", b.logs.Bytes())
-	if strings.Contains(string(b.logs.Bytes()), "scoped-session-secret") {
+	brokertest.AssertNoCanary(t, "the broker's logs", b.Logs.Bytes())
+	if strings.Contains(string(b.Logs.Bytes()), "scoped-session-secret") {
 		t.Fatal("the logs carry a minted secret")
 	}
 
-	if r := b.do("DELETE", b.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
-		t.Fatalf("kill: %d %s", r.status, r.body)
+	if r := b.Do("DELETE", b.Control+"/v1/sessions/"+s.ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("kill: %d %s", r.Status, r.Body)
 	}
 	if _, err := c.GetObject(ctx, &s3.GetObjectInput{Bucket: aws.String("reports"), Key: aws.String("t-42/a.csv")}); err == nil {
 		t.Fatal("a killed session's call went through")

@@ -9,20 +9,23 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
+	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
 
 // pgBroker starts the real broker on PostgreSQL (database dsn) with a data_dir of its own.
-func pgBroker(t *testing.T, up *upstreamServer, dsn string, extra string) *brokerProc {
+func pgBroker(t *testing.T, up *brokertest.Upstream, dsn string, extra string) *brokertest.Proc {
 	t.Helper()
-	return startBroker(t, harnessOpts{
-		upstream:  up.URL,
-		dataDir:   filepath.Join(t.TempDir(), "data"),
-		extraYAML: "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n" + extra,
-		env:       map[string]string{"AIRLOCK_PG_DSN": dsn},
+	return startBroker(t, brokertest.ProcOptions{
+		Upstream:  up.URL,
+		DataDir:   filepath.Join(t.TempDir(), "data"),
+		ExtraYAML: "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n" + extra,
+		Env:       map[string]string{"AIRLOCK_PG_DSN": dsn},
 	})
 }
 
@@ -33,29 +36,29 @@ func pgBroker(t *testing.T, up *upstreamServer, dsn string, extra string) *broke
 // verifies offline, and /readyz reports the database.
 func TestPostgresEndToEnd(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	b := pgBroker(t, up, dsn, "audit: {checkpoint_every: 5}\n")
 
-	ready := func(b *brokerProc) (int, map[string]string) {
-		r := b.do("GET", b.control+"/readyz", "", nil)
+	ready := func(b *brokertest.Proc) (int, map[string]string) {
+		r := b.Do("GET", b.Control+"/readyz", "", nil)
 		var body struct{ Checks map[string]string }
-		_ = json.Unmarshal(r.body, &body)
-		return r.status, body.Checks
+		_ = json.Unmarshal(r.Body, &body)
+		return r.Status, body.Checks
 	}
 	if st, checks := ready(b); st != http.StatusOK || checks["store"] != "ok" {
 		t.Fatalf("/readyz on PostgreSQL = %d %v", st, checks)
 	}
 
-	grant := apiGrant(map[string]any{"method": "GET", "path": "/ok"})
+	grant := brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})
 	grant["max_uses"] = 5
-	s := b.session(trustedSession(grant))
+	s := b.Session(brokertest.TrustedSession(grant))
 	for range 3 {
-		if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
-			t.Fatalf("allowed call: %d %s", r.status, r.body)
+		if r := b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil); r.Status != 200 {
+			t.Fatalf("allowed call: %d %s", r.Status, r.Body)
 		}
 	}
-	b.do("GET", b.sandbox+"/v1/proxy/api/nope", s.Token, nil).wantProblem(t, 403, "no_matching_grant")
-	out, err := b.cli(adminToken, "", "tokens", "create", "--role", "operator", "--name", "orchestrator")
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/nope", s.Token, nil).WantProblem(t, 403, "no_matching_grant")
+	out, err := cli(b, brokertest.ProcAdminToken, "", "tokens", "create", "--role", "operator", "--name", "orchestrator")
 	if err != nil {
 		t.Fatalf("tokens create: %v %s", err, out)
 	}
@@ -66,44 +69,44 @@ func TestPostgresEndToEnd(t *testing.T) {
 	var key struct {
 		PublicKey string `json:"public_key"`
 	}
-	_ = json.Unmarshal(b.do("GET", b.control+"/v1/audit/public-key", "", nil).body, &key)
-	if r := b.do("POST", b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
-		t.Fatalf("engage kill-switch: %d %s", r.status, r.body)
+	_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/audit/public-key", "", nil).Body, &key)
+	if r := b.Do("POST", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": "incident"}); r.Status != 200 {
+		t.Fatalf("engage kill-switch: %d %s", r.Status, r.Body)
 	}
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 503, "killswitch_engaged")
-	b.stop()
-	if _, err := os.Stat(filepath.Join(b.dataDir, "airlock.db")); !os.IsNotExist(err) {
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 503, "killswitch_engaged")
+	b.Stop()
+	if _, err := os.Stat(filepath.Join(b.DataDir, "airlock.db")); !os.IsNotExist(err) {
 		t.Errorf("a broker on PostgreSQL wrote a bbolt file (%v)", err)
 	}
-	hits := len(up.requests())
+	hits := len(up.Requests())
 
 	// Restarted, with a fresh data_dir: everything comes from the database.
 	b = pgBroker(t, up, dsn, "")
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 503, "killswitch_engaged")
-	if r := b.do("DELETE", b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
-		t.Fatalf("release kill-switch: %d %s", r.status, r.body)
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 503, "killswitch_engaged")
+	if r := b.Do("DELETE", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, nil); r.Status != 200 {
+		t.Fatalf("release kill-switch: %d %s", r.Status, r.Body)
 	}
-	if r := b.do("GET", b.control+"/v1/sessions/"+s.ID, tok.Token, nil); r.status != 200 {
-		t.Fatalf("the operator token after a restart: %d %s", r.status, r.body)
+	if r := b.Do("GET", b.Control+"/v1/sessions/"+s.ID, tok.Token, nil); r.Status != 200 {
+		t.Fatalf("the operator token after a restart: %d %s", r.Status, r.Body)
 	}
 	for i := range 2 { // uses 4 and 5 of max_uses 5
-		if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
-			t.Fatalf("call %d after the restart: %d %s", 4+i, r.status, r.body)
+		if r := b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil); r.Status != 200 {
+			t.Fatalf("call %d after the restart: %d %s", 4+i, r.Status, r.Body)
 		}
 	}
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 403, "grant_exhausted")
-	if got := len(up.requests()); got != hits+2 {
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 403, "grant_exhausted")
+	if got := len(up.Requests()); got != hits+2 {
 		t.Errorf("upstream saw %d requests after the restart, want 2", got-hits)
 	}
 
 	// The chain, written by two broker lifetimes, verifies offline.
 	dir := filepath.Join(t.TempDir(), "bundle")
-	if out, err := b.cli(adminToken, "", "audit", "export", "--bundle", dir); err != nil {
+	if out, err := cli(b, brokertest.ProcAdminToken, "", "audit", "export", "--bundle", dir); err != nil {
 		t.Fatalf("export bundle: %v %s", err, out)
 	}
 	records := mustRead(t, filepath.Join(dir, "records.jsonl"))
-	assertNoCanary(t, "audit bundle", records)
-	recs := parseAudit(t, records)
+	brokertest.AssertNoCanary(t, "audit bundle", records)
+	recs := brokertest.ParseAudit(t, records)
 	allowed := 0
 	for _, r := range recs {
 		if r.Type == "call.allowed" && r.SessionID == s.ID {
@@ -146,4 +149,39 @@ func mustPG(t *testing.T, dsn string) *pgx.Conn {
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
 	return conn
+}
+
+// pgConn opens a connection of the test's own to dsn.
+func pgConn(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close(context.Background()) })
+	return c
+}
+
+// cutListeners terminates every replica's LISTEN connection (the change
+// feed's dedicated connection) and returns how many it cut.
+// awaitListeners waits until n replicas' change-feed listeners are
+// connected (a replica connects its listener after it starts serving).
+func awaitListeners(t *testing.T, c *pgx.Conn, n int) {
+	t.Helper()
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		var got int
+		err := c.QueryRow(t.Context(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", pgstore.ListenerApplicationName).Scan(&got)
+		return err == nil && got == n
+	})
+}
+
+func cutListeners(t *testing.T, c *pgx.Conn) int {
+	t.Helper()
+	var n int
+	err := c.QueryRow(context.Background(), `SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = $1 AND pid <> pg_backend_pid()) AS cut`, pgstore.ListenerApplicationName).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

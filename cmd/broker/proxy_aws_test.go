@@ -1,13 +1,5 @@
 package main
 
-// AWS through the proxy door (DESIGN §8, issue 14): the stock SDK and CLI
-// reach the real AWS host names (s3.us-east-1.amazonaws.com,
-// reports.s3.us-east-1.amazonaws.com) with no endpoint override, through
-// HTTPS_PROXY, trusting the session's CA (AWS_CA_BUNDLE), signing with the
-// session's aws_credentials; the broker verifies, maps, re-signs for the
-// configured endpoint (gofakes3 on loopback) and forwards. Nothing leaves
-// loopback: the clients only ever dial the proxy.
-
 import (
 	"context"
 	"crypto/sha256"
@@ -34,7 +26,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
+
+// AWS through the proxy door (DESIGN §8, issue 14): the stock SDK and CLI
+// reach the real AWS host names (s3.us-east-1.amazonaws.com,
+// reports.s3.us-east-1.amazonaws.com) with no endpoint override, through
+// HTTPS_PROXY, trusting the session's CA (AWS_CA_BUNDLE), signing with the
+// session's aws_credentials; the broker verifies, maps, re-signs for the
+// configured endpoint (gofakes3 on loopback) and forwards. Nothing leaves
+// loopback: the clients only ever dial the proxy.
 
 // sandboxProxy is what a sandbox gets for proxy mode.
 type sandboxProxy struct {
@@ -46,9 +48,9 @@ type sandboxProxy struct {
 }
 
 // sandboxProxyFor creates a session and reads its proxy answer.
-func sandboxProxyFor(t *testing.T, b *brokerProc, req map[string]any) sandboxProxy {
+func sandboxProxyFor(t *testing.T, b *brokertest.Proc, req map[string]any) sandboxProxy {
 	t.Helper()
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, req)
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, req)
 	var s struct {
 		ID    string `json:"id"`
 		Token string `json:"token"`
@@ -61,8 +63,8 @@ func sandboxProxyFor(t *testing.T, b *brokerProc, req map[string]any) sandboxPro
 			SecretAccessKey string `json:"secret_access_key"`
 		} `json:"aws_credentials"`
 	}
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != http.StatusCreated || s.Proxy == nil || s.Proxy.URL == "" || s.Proxy.CAPEM == "" {
-		t.Fatalf("proxy session: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != http.StatusCreated || s.Proxy == nil || s.Proxy.URL == "" || s.Proxy.CAPEM == "" {
+		t.Fatalf("proxy session: %d %s", r.Status, r.Body)
 	}
 	ps := sandboxProxy{ID: s.ID, Token: s.Token, ProxyURL: s.Proxy.URL, CAFile: filepath.Join(t.TempDir(), "ca.pem")}
 	if err := os.WriteFile(ps.CAFile, []byte(s.Proxy.CAPEM), 0o600); err != nil {
@@ -77,18 +79,18 @@ func sandboxProxyFor(t *testing.T, b *brokerProc, req map[string]any) sandboxPro
 // proxyS3Broker starts a broker with the proxy door and an S3 upstream
 // (us-east-1, its endpoint gofakes3 on loopback, no hosts: the AWS names
 // by default).
-func proxyS3Broker(t *testing.T) (*brokerProc, *fakeS3) {
+func proxyS3Broker(t *testing.T) (*brokertest.Proc, *fakeS3) {
 	t.Helper()
 	f := newFakeS3(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: s3
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: s3
     type: aws
     service: s3
     region: us-east-1
     endpoint: ` + f.URL + `
     credential: {source: env, access_key_name: REAL_AWS_KEY_ID, secret_key_name: REAL_AWS_SECRET}
 proxy_listen: 127.0.0.1:0
-`, env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
+`, Env: map[string]string{"REAL_AWS_KEY_ID": "AKIAREALKEY0000", "REAL_AWS_SECRET": awsCanary}})
 	return b, f
 }
 
@@ -202,7 +204,7 @@ func TestProxyAWSSDK(t *testing.T) {
 			}
 			data, _ := io.ReadAll(obj.Body)
 			obj.Body.Close()
-			assertNoCanary(t, "object", data)
+			brokertest.AssertNoCanary(t, "object", data)
 			if string(data) != body {
 				t.Fatalf("object = %q, want %q", data, body)
 			}
@@ -265,10 +267,10 @@ func TestProxyAWSSDK(t *testing.T) {
 	}
 	f.mu.Unlock()
 	// The audit names the path-style request the grant checked.
-	audit := b.auditExport()
-	assertNoCanary(t, "audit", audit)
+	audit := b.AuditExport()
+	brokertest.AssertNoCanary(t, "audit", audit)
 	found := false
-	for _, rec := range parseAudit(t, audit) {
+	for _, rec := range brokertest.ParseAudit(t, audit) {
 		if rec.Decision == "allow" && rec.Path == "/reports/t-42/a.csv" {
 			found = true
 		}
@@ -281,7 +283,7 @@ func TestProxyAWSSDK(t *testing.T) {
 // TestProxyAWSCLI: the stock AWS CLI with only HTTPS_PROXY, AWS_CA_BUNDLE,
 // the region and the session's aws_credentials.
 func TestProxyAWSCLI(t *testing.T) {
-	awsCLI := requireTool(t, "aws", "apt-get install -y awscli")
+	awsCLI := brokertest.RequireTool(t, "aws", "apt-get install -y awscli")
 	b, f := proxyS3Broker(t)
 	ps := sandboxProxyFor(t, b, map[string]any{"task_id": "t-42", "untrusted_input": false, "isolation": "container", "grants": []any{s3Grant()}})
 	home := t.TempDir()
@@ -300,7 +302,7 @@ func TestProxyAWSCLI(t *testing.T) {
 		cmd := exec.Command(awsCLI, args...)
 		cmd.Env = env
 		out, err := cmd.CombinedOutput()
-		assertNoCanary(t, "aws cli output", out)
+		brokertest.AssertNoCanary(t, "aws cli output", out)
 		return string(out), err
 	}
 	awsCLIRoundTrip(t, run, func(copyOut func()) {

@@ -1,19 +1,21 @@
 package main
 
-// git through the proxy door (issue 14): Debian's git, configured only by
-// the environment (HTTPS_PROXY, GIT_SSL_CAINFO, GIT_TERMINAL_PROMPT=0),
-// clones and pushes over smart HTTP to a real `git http-backend` (the gitfx
-// fixture, TLS with its own test CA) by the upstream's own name; the broker
-// injects the token the fixture requires. A push the grant does not allow
-// is refused before the upstream sees it.
-
 import (
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
+
+// git through the proxy door (issue 14): Debian's git, configured only by
+// the environment (HTTPS_PROXY, GIT_SSL_CAINFO, GIT_TERMINAL_PROMPT=0),
+// clones and pushes over smart HTTP to a real `git http-backend` (the gitfx
+// fixture, TLS with its own test CA) by the upstream's own name; the broker
+// injects the token the fixture requires. A push the grant does not allow
+// is refused before the upstream sees it.
 
 const gitHost = "git.airlock.test"
 
@@ -34,13 +36,13 @@ func gitGrant() map[string]any {
 // proxyGitBroker starts the git fixture (requiring the canary as the token
 // of x-access-token) and a broker with the proxy door and a `git`
 // upstream named git.airlock.test.
-func proxyGitBroker(t *testing.T) (*brokerProc, *gitfxServer) {
+func proxyGitBroker(t *testing.T) (*brokertest.Proc, *gitfxServer) {
 	t.Helper()
-	g := gitfxNewServer(t, gitfxBasic("x-access-token", canary), gitHost)
+	g := gitfxNewServer(t, gitfxBasic("x-access-token", brokertest.Canary), gitHost)
 	g.Repo(t, "acme/app.git")
 	g.Repo(t, "acme/lib.git")
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: git
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: git
     base_url: ` + g.URL + `
     hosts: [` + gitHost + `]
     ca_cert: ` + g.CAFile + `
@@ -55,11 +57,11 @@ proxy_listen: 127.0.0.1:0
 
 func TestProxyGitCloneAndPush(t *testing.T) {
 	b, g := proxyGitBroker(t)
-	ps := sandboxProxyFor(t, b, trustedSession(gitGrant()))
+	ps := sandboxProxyFor(t, b, brokertest.TrustedSession(gitGrant()))
 	env := append(gitfxEnv(t), "HTTPS_PROXY="+ps.ProxyURL, "GIT_SSL_CAINFO="+ps.CAFile)
 	git := func(dir string, args ...string) (string, error) {
 		out, err := gitfxCommand(t, dir, env, args...)
-		assertNoCanary(t, "git output", []byte(out))
+		brokertest.AssertNoCanary(t, "git output", []byte(out))
 		return out, err
 	}
 	dir := t.TempDir()
@@ -126,10 +128,10 @@ func TestProxyGitCloneAndPush(t *testing.T) {
 			t.Errorf("a refused request reached the upstream: %s %s", r.Method, r.Path)
 		}
 	}
-	audit := b.auditExport()
-	assertNoCanary(t, "audit", audit)
+	audit := b.AuditExport()
+	brokertest.AssertNoCanary(t, "audit", audit)
 	refused := false
-	for _, rec := range parseAudit(t, audit) {
+	for _, rec := range brokertest.ParseAudit(t, audit) {
 		// The push's first request, info/refs?service=git-receive-pack,
 		// fails the service constraint of the clone rule.
 		if rec.Type == "call.denied" && rec.Code == "constraint_violated" && rec.Path == "/acme/lib.git/info/refs" {
@@ -155,14 +157,14 @@ func TestProxyGitCloneManyRefs(t *testing.T) {
 	}
 	gitfxRun(t, work, env, "push", "-q", "--tags", bare)
 
-	ps := sandboxProxyFor(t, b, trustedSession(gitGrant()))
+	ps := sandboxProxyFor(t, b, brokertest.TrustedSession(gitGrant()))
 	penv := append(gitfxEnv(t), "HTTPS_PROXY="+ps.ProxyURL, "GIT_SSL_CAINFO="+ps.CAFile)
 	out, err := gitfxCommand(t, t.TempDir(), penv, "clone", "https://"+gitHost+"/acme/app.git", "app")
-	assertNoCanary(t, "git output", []byte(out))
+	brokertest.AssertNoCanary(t, "git output", []byte(out))
 	if err != nil {
 		t.Fatalf("git clone of a repository with 60 tags through the proxy: %v\n%s", err, out)
 	}
-	if !strings.Contains(string(b.auditExport()), "git-upload-pack") {
+	if !strings.Contains(string(b.AuditExport()), "git-upload-pack") {
 		t.Fatal("the upload-pack call is not in the audit log")
 	}
 }

@@ -4,19 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,6 +22,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // The proxy door's end-to-end tests: stock clients (curl, Python urllib and
@@ -35,60 +31,12 @@ import (
 // TLS upstreams on loopback by host names the broker maps (the clients never
 // resolve them), through the real broker.
 
-// testCA is a CA of the test's own upstreams (the broker trusts it through
-// the upstream's ca_cert).
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pem  []byte
-}
-
-func newTestCA(t *testing.T) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "airlock test upstream CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
-}
-
-// leaf is a server certificate for the names (and 127.0.0.1, where the
-// broker dials the upstream).
-func (ca *testCA) leaf(t *testing.T, names ...string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: names[0]}, DNSNames: names,
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		NotBefore:   time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // proxyEnv is a broker with the proxy door on and a TLS upstream known as
 // api.github.test (upstream "github") and other.test (upstream "other").
 type proxyEnv struct {
 	t     *testing.T
-	b     *brokerProc
-	up    *upstreamServer
+	b     *brokertest.Proc
+	up    *brokertest.Upstream
 	proxy string // host:port of the proxy door
 	dir   string
 }
@@ -98,17 +46,17 @@ const ghHost = "api.github.test"
 func startProxyBroker(t *testing.T, extraYAML string) *proxyEnv {
 	t.Helper()
 	dir := t.TempDir()
-	ca := newTestCA(t)
+	ca := brokertest.NewCA(t)
 	caFile := filepath.Join(dir, "upstream-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	up := &upstreamServer{started: make(chan struct{}, 16)}
-	up.Server = httptest.NewUnstartedServer(http.HandlerFunc(up.serve))
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, ghHost, "other.test")}}
+	up := &brokertest.Upstream{Started: make(chan struct{}, 16)}
+	up.Server = httptest.NewUnstartedServer(up)
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, ghHost, "other.test")}}
 	up.StartTLS()
 	t.Cleanup(up.Close)
-	plain := newUpstream(t) // the harness's own upstreams (unused here)
+	plain := brokertest.NewUpstream(t) // the harness's own upstreams (unused here)
 	yaml := fmt.Sprintf(`  - name: github
     base_url: %s
     hosts: [%s]
@@ -123,20 +71,20 @@ func startProxyBroker(t *testing.T, extraYAML string) *proxyEnv {
     credential: {source: env, name: CANARY_TOKEN}
 proxy_listen: 127.0.0.1:0
 %s`, up.URL, ghHost, caFile, up.URL, caFile, extraYAML)
-	b := startBroker(t, harnessOpts{upstream: plain.URL, extraYAML: yaml})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: plain.URL, ExtraYAML: yaml})
 	return &proxyEnv{t: t, b: b, up: up, proxy: proxyDoorAddr(t, b), dir: dir}
 }
 
 // proxyDoorAddr reads the proxy door's address from the broker's start log.
-func proxyDoorAddr(t *testing.T, b *brokerProc) string {
+func proxyDoorAddr(t *testing.T, b *brokertest.Proc) string {
 	t.Helper()
-	for _, line := range bytes.Split(b.logs.Bytes(), []byte("\n")) {
+	for _, line := range bytes.Split(b.Logs.Bytes(), []byte("\n")) {
 		var l struct{ Msg, Proxy string }
 		if json.Unmarshal(line, &l) == nil && l.Msg == "broker listening" && l.Proxy != "" {
 			return l.Proxy
 		}
 	}
-	t.Fatalf("no proxy door address in the logs:\n%s", b.logs.Bytes())
+	t.Fatalf("no proxy door address in the logs:\n%s", b.Logs.Bytes())
 	return ""
 }
 
@@ -153,23 +101,23 @@ func ghGrant() map[string]any {
 // sandbox is a session as its sandbox sees it: its token and the files
 // and variables stock clients are given.
 type sandbox struct {
-	created
+	brokertest.Created
 	caFile string
 }
 
 // session creates a session and writes its CA (GET /v1/sessions/{id}/ca.pem) to a file.
 func (e *proxyEnv) session(req map[string]any) sandbox {
 	e.t.Helper()
-	c := e.b.session(req)
-	r := e.b.do("GET", e.b.control+"/v1/sessions/"+c.ID+"/ca.pem", adminToken, nil)
-	if r.status != 200 || !bytes.Contains(r.body, []byte("BEGIN CERTIFICATE")) {
-		e.t.Fatalf("ca.pem: %d %s", r.status, r.body)
+	c := e.b.Session(req)
+	r := e.b.Do("GET", e.b.Control+"/v1/sessions/"+c.ID+"/ca.pem", brokertest.ProcAdminToken, nil)
+	if r.Status != 200 || !bytes.Contains(r.Body, []byte("BEGIN CERTIFICATE")) {
+		e.t.Fatalf("ca.pem: %d %s", r.Status, r.Body)
 	}
 	f := filepath.Join(e.dir, c.ID+"-ca.pem")
-	if err := os.WriteFile(f, r.body, 0o644); err != nil {
+	if err := os.WriteFile(f, r.Body, 0o644); err != nil {
 		e.t.Fatal(err)
 	}
-	return sandbox{created: c, caFile: f}
+	return sandbox{Created: c, caFile: f}
 }
 
 // proxyURL is HTTPS_PROXY for a token.
@@ -220,15 +168,15 @@ func runClient(t *testing.T, env []string, name string, args ...string) (stdout 
 	case err != nil:
 		t.Fatalf("%s: %v", name, err)
 	}
-	assertNoCanary(t, name+" output", out.Bytes())
-	assertNoCanary(t, name+" stderr", errb.Bytes())
+	brokertest.AssertNoCanary(t, name+" output", out.Bytes())
+	brokertest.AssertNoCanary(t, name+" stderr", errb.Bytes())
 	return out.Bytes(), errb.String(), exit
 }
 
 // curl runs Debian's curl: curl [args] URL, with the status, headers and body.
 func (e *proxyEnv) curl(token, caFile string, args ...string) clientResult {
 	e.t.Helper()
-	curl := requireTool(e.t, "curl", "apt-get install -y curl")
+	curl := brokertest.RequireTool(e.t, "curl", "apt-get install -y curl")
 	dir := e.t.TempDir()
 	hdr, body := filepath.Join(dir, "h"), filepath.Join(dir, "b")
 	all := append([]string{"-sS", "-o", body, "-D", hdr, "-w", "%{http_code}"}, args...)
@@ -238,8 +186,8 @@ func (e *proxyEnv) curl(token, caFile string, args ...string) clientResult {
 	h, _ := os.ReadFile(hdr)
 	r.header = string(h)
 	r.body, _ = os.ReadFile(body)
-	assertNoCanary(e.t, "curl headers", h)
-	assertNoCanary(e.t, "curl body", r.body)
+	brokertest.AssertNoCanary(e.t, "curl headers", h)
+	brokertest.AssertNoCanary(e.t, "curl body", r.body)
 	return r
 }
 
@@ -261,7 +209,7 @@ func decodeEcho(t *testing.T, body []byte) echoed {
 func (e *proxyEnv) auditOf(typ string) []map[string]any {
 	e.t.Helper()
 	var out []map[string]any
-	for _, line := range bytes.Split(bytes.TrimSpace(e.b.auditExport()), []byte("\n")) {
+	for _, line := range bytes.Split(bytes.TrimSpace(e.b.AuditExport()), []byte("\n")) {
 		var m map[string]any
 		if err := json.Unmarshal(line, &m); err != nil {
 			e.t.Fatal(err)
@@ -286,7 +234,7 @@ func (e *proxyEnv) wantEgressDenied(sessionID, dest string) {
 
 func TestProxyDoorCurl(t *testing.T) {
 	e := startProxyBroker(t, "")
-	s := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
 	url := "https://" + ghHost + "/repos/acme/widgets"
 
 	// Allowed: the credential is injected (the upstream sees it), the
@@ -296,8 +244,8 @@ func TestProxyDoorCurl(t *testing.T) {
 	if r.exit != 0 || r.status != 200 {
 		t.Fatalf("curl: exit %d status %d %s %s", r.exit, r.status, r.stderr, r.body)
 	}
-	got := e.up.last(t)
-	if got.Header.Get("Authorization") != "Bearer "+canary || got.RawPath != "/repos/acme/widgets" {
+	got := e.up.Last(t)
+	if got.Header.Get("Authorization") != "Bearer "+brokertest.Canary || got.RawPath != "/repos/acme/widgets" {
 		t.Fatalf("upstream got %s %q", got.RawPath, got.Header.Values("Authorization"))
 	}
 	if ec := decodeEcho(t, r.body); !strings.Contains(ec.Auth, "[REDACTED]") || ec.Path != "/repos/acme/widgets" {
@@ -308,7 +256,7 @@ func TestProxyDoorCurl(t *testing.T) {
 	}
 
 	// A pinned parameter: refused inside the tunnel, nothing sent.
-	n := len(e.up.requests())
+	n := len(e.up.Requests())
 	r = e.curl(s.Token, s.caFile, "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"title":"x"}`,
 		"https://"+ghHost+"/repos/mallory/widgets/issues")
 	if r.exit != 0 || r.status != 403 || r.problemCode(t) != "constraint_violated" {
@@ -319,7 +267,7 @@ func TestProxyDoorCurl(t *testing.T) {
 	if r.status != 200 || decodeEcho(t, r.body).Body != `{"title":"x"}` {
 		t.Fatalf("allowed POST: %d %s", r.status, r.body)
 	}
-	if got := len(e.up.requests()); got != n+1 {
+	if got := len(e.up.Requests()); got != n+1 {
 		t.Fatalf("upstream received %d requests, want %d", got, n+1)
 	}
 
@@ -341,7 +289,7 @@ func TestProxyDoorCurl(t *testing.T) {
 		t.Fatalf("metadata over plain http: %d %s", r.status, r.body)
 	}
 	e.wantEgressDenied(s.ID, "169.254.169.254:80")
-	assertNoCanary(t, "audit", e.b.auditExport())
+	brokertest.AssertNoCanary(t, "audit", e.b.AuditExport())
 }
 
 // debianPython is Debian's python3 with python3-requests.
@@ -377,7 +325,7 @@ else:
 func TestProxyDoorPython(t *testing.T) {
 	py := debianPython(t)
 	e := startProxyBroker(t, "")
-	s := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
 	for _, lib := range []string{"urllib", "requests"} {
 		t.Run(lib, func(t *testing.T) {
 			run := func(method, url, body string) clientResult {
@@ -399,7 +347,7 @@ func TestProxyDoorPython(t *testing.T) {
 			if r.status != 200 || !strings.Contains(decodeEcho(t, r.body).Auth, "[REDACTED]") {
 				t.Fatalf("GET: %d %s", r.status, r.body)
 			}
-			if e.up.last(t).Header.Get("Authorization") != "Bearer "+canary {
+			if e.up.Last(t).Header.Get("Authorization") != "Bearer "+brokertest.Canary {
 				t.Fatal("the credential was not injected")
 			}
 			r = run("POST", "https://"+ghHost+"/repos/mallory/x/issues", `{"title":"t"}`)
@@ -446,7 +394,7 @@ func goProxyClient(t *testing.T) string {
 func TestProxyDoorGoClient(t *testing.T) {
 	bin := goProxyClient(t)
 	e := startProxyBroker(t, "")
-	s := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
 	run := func(method, url, body string) clientResult {
 		t.Helper()
 		args := []string{method, url}
@@ -504,7 +452,7 @@ func (e *proxyEnv) rawConnect(target, token string) (*http.Response, []byte, net
 	var body []byte
 	if resp.StatusCode != 200 {
 		body, _ = io.ReadAll(resp.Body)
-		assertNoCanary(e.t, "CONNECT answer", body)
+		brokertest.AssertNoCanary(e.t, "CONNECT answer", body)
 	}
 	return resp, body, conn
 }
@@ -543,7 +491,7 @@ func roundTrip(t *testing.T, c net.Conn, raw string, max int) []*http.Response {
 		}
 		body, _ := io.ReadAll(resp.Body)
 		resp.Body = io.NopCloser(bytes.NewReader(body))
-		assertNoCanary(t, "answer in the tunnel", body)
+		brokertest.AssertNoCanary(t, "answer in the tunnel", body)
 		out = append(out, resp)
 	}
 	return out
@@ -561,14 +509,14 @@ func problemOf(t *testing.T, resp *http.Response) (int, string) {
 
 func TestProxyDoorAttacks(t *testing.T) {
 	e := startProxyBroker(t, "")
-	s := e.session(trustedSession(ghGrant()))
-	other := e.session(trustedSession(ghGrant()))
+	s := e.session(brokertest.TrustedSession(ghGrant()))
+	other := e.session(brokertest.TrustedSession(ghGrant()))
 
 	t.Run("proxy authentication", func(t *testing.T) {
 		for _, tc := range []struct{ name, token, code string }{
 			{"none", "", "invalid_token"},
 			{"not a token", "nope", "invalid_token"},
-			{"the admin token", adminToken, "invalid_token"},
+			{"the admin token", brokertest.ProcAdminToken, "invalid_token"},
 		} {
 			resp, body, _ := e.rawConnect(ghHost+":443", tc.token)
 			if resp.StatusCode != 407 || resp.Header.Get("Proxy-Authenticate") != `Basic realm="airlock"` || !bytes.Contains(body, []byte(`"code":"`+tc.code+`"`)) {
@@ -604,9 +552,9 @@ func TestProxyDoorAttacks(t *testing.T) {
 	})
 
 	t.Run("revoked grant", func(t *testing.T) {
-		g := e.session(trustedSession(ghGrant()))
-		if r := e.b.do("DELETE", e.b.control+"/v1/grants/"+g.Grants[0].ID, adminToken, nil); r.status != 200 {
-			t.Fatalf("revoke: %d %s", r.status, r.body)
+		g := e.session(brokertest.TrustedSession(ghGrant()))
+		if r := e.b.Do("DELETE", e.b.Control+"/v1/grants/"+g.Grants[0].ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+			t.Fatalf("revoke: %d %s", r.Status, r.Body)
 		}
 		resp, body, _ := e.rawConnect(ghHost+":443", g.Token)
 		if resp.StatusCode != 403 || !bytes.Contains(body, []byte(`"code":"egress_denied"`)) {
@@ -640,7 +588,7 @@ func TestProxyDoorAttacks(t *testing.T) {
 			t.Fatal("the broker completed a handshake for a server name other than the CONNECT host")
 		}
 		// The broker records the refusal once its side of the handshake ends.
-		eventually(t, 10*time.Second, func() bool {
+		brokertest.Eventually(t, 10*time.Second, func() bool {
 			for _, m := range e.auditOf("egress.denied") {
 				if m["path"] == ghHost+":443" && strings.Contains(fmt.Sprint(m["reason"]), "server name") {
 					return true
@@ -651,7 +599,7 @@ func TestProxyDoorAttacks(t *testing.T) {
 	})
 
 	t.Run("Host differs from the CONNECT host", func(t *testing.T) {
-		n := len(e.up.requests())
+		n := len(e.up.Requests())
 		for _, host := range []string{"other.test", ghHost + ":8443", "evil.test"} {
 			tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
 			if err != nil {
@@ -665,7 +613,7 @@ func TestProxyDoorAttacks(t *testing.T) {
 				t.Fatalf("Host %s: %d %s", host, st, code)
 			}
 		}
-		if len(e.up.requests()) != n {
+		if len(e.up.Requests()) != n {
 			t.Fatal("a misdirected request reached the upstream")
 		}
 	})
@@ -714,7 +662,7 @@ func TestProxyDoorAttacks(t *testing.T) {
 			"TE obfuscated": "POST /repos/acme/widgets/issues HTTP/1.1\r\nHost: " + ghHost + "\r\nContent-Type: application/json\r\nContent-Length: 2\r\nTransfer-Encoding: xchunked\r\n\r\n{}" + smuggled,
 		}
 		for name, raw := range cases {
-			before := len(e.up.requests())
+			before := len(e.up.Requests())
 			allowedBefore := len(e.auditOf("call.allowed"))
 			tc, err := e.tunnel(ghHost, ghHost, s.Token, s.caFile)
 			if err != nil {
@@ -733,12 +681,12 @@ func TestProxyDoorAttacks(t *testing.T) {
 					t.Fatalf("%s: the second request was answered %d %s", name, st, code)
 				}
 			}
-			got := e.up.requests()[before:]
+			got := e.up.Requests()[before:]
 			for _, r := range got {
 				if strings.Contains(r.RawPath, "smuggled") {
 					t.Fatalf("%s: the smuggled request reached the upstream", name)
 				}
-				if r.Header.Get("Authorization") != "Bearer "+canary || r.Header.Get("Transfer-Encoding") != "" {
+				if r.Header.Get("Authorization") != "Bearer "+brokertest.Canary || r.Header.Get("Transfer-Encoding") != "" {
 					t.Fatalf("%s: upstream got %+v", name, r.Header)
 				}
 			}
@@ -749,7 +697,7 @@ func TestProxyDoorAttacks(t *testing.T) {
 	})
 
 	t.Run("killed session", func(t *testing.T) {
-		k := e.session(trustedSession(ghGrant()))
+		k := e.session(brokertest.TrustedSession(ghGrant()))
 		tc, err := e.tunnel(ghHost, ghHost, k.Token, k.caFile)
 		if err != nil {
 			t.Fatal(err)
@@ -758,8 +706,8 @@ func TestProxyDoorAttacks(t *testing.T) {
 		if rs := roundTrip(t, tc, get, 1); len(rs) != 1 || rs[0].StatusCode != 200 {
 			t.Fatalf("before the kill: %v", rs)
 		}
-		if r := e.b.do("DELETE", e.b.control+"/v1/sessions/"+k.ID, adminToken, nil); r.status != 200 {
-			t.Fatalf("kill: %d %s", r.status, r.body)
+		if r := e.b.Do("DELETE", e.b.Control+"/v1/sessions/"+k.ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+			t.Fatalf("kill: %d %s", r.Status, r.Body)
 		}
 		// The open tunnel stops at its next request.
 		rs := roundTrip(t, tc, get, 1)
@@ -781,10 +729,10 @@ func TestProxyDoorAttacks(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r := e.b.do("POST", e.b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "test"}); r.status != 200 {
-			t.Fatalf("engage: %d %s", r.status, r.body)
+		if r := e.b.Do("POST", e.b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": "test"}); r.Status != 200 {
+			t.Fatalf("engage: %d %s", r.Status, r.Body)
 		}
-		n := len(e.up.requests())
+		n := len(e.up.Requests())
 		rs := roundTrip(t, tc, "GET /repos/acme/widgets HTTP/1.1\r\nHost: "+ghHost+"\r\n\r\n", 1)
 		if len(rs) != 1 {
 			t.Fatalf("%d answers", len(rs))
@@ -796,22 +744,22 @@ func TestProxyDoorAttacks(t *testing.T) {
 		if resp.StatusCode != 503 || !bytes.Contains(body, []byte(`"code":"killswitch_engaged"`)) {
 			t.Fatalf("CONNECT: %d %s", resp.StatusCode, body)
 		}
-		if len(e.up.requests()) != n {
+		if len(e.up.Requests()) != n {
 			t.Fatal("a call reached the upstream under the kill-switch")
 		}
-		if r := e.b.do("DELETE", e.b.control+"/v1/killswitch", adminToken, nil); r.status != 200 {
-			t.Fatalf("release: %d %s", r.status, r.body)
+		if r := e.b.Do("DELETE", e.b.Control+"/v1/killswitch", brokertest.ProcAdminToken, nil); r.Status != 200 {
+			t.Fatalf("release: %d %s", r.Status, r.Body)
 		}
 		if resp, body, _ := e.rawConnect(ghHost+":443", s.Token); resp.StatusCode != 200 {
 			t.Fatalf("CONNECT after release: %d %s", resp.StatusCode, body)
 		}
 	})
-	assertNoCanary(t, "audit", e.b.auditExport())
+	brokertest.AssertNoCanary(t, "audit", e.b.AuditExport())
 }
 
 func TestProxyDoorGatedCallApprovedWhileCurlWaits(t *testing.T) {
 	e := startProxyBroker(t, "approval: {proxy_wait: 30s}\n")
-	rev := e.b.newToken("reviewer", "rita")
+	rev := e.b.NewToken("reviewer", "rita")
 	// Untrusted input, a sensitive upstream, an irreversible rule: gated.
 	s := e.session(map[string]any{"task_id": "t-gate", "isolation": "microvm", "grants": []any{ghGrant()}})
 	issue := "https://" + ghHost + "/repos/acme/widgets/issues"
@@ -820,12 +768,12 @@ func TestProxyDoorGatedCallApprovedWhileCurlWaits(t *testing.T) {
 	go func() {
 		done <- e.curl(s.Token, s.caFile, "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"title":"approved"}`, issue)
 	}()
-	id := e.b.pendingAction(t, rev)
-	if len(e.up.requests()) != 0 {
+	id := e.b.PendingAction(t, rev)
+	if len(e.up.Requests()) != 0 {
 		t.Fatal("a gated call reached the upstream before approval")
 	}
-	if r := e.b.do("POST", e.b.control+"/v1/approvals/"+id+"/approve", rev, map[string]any{"comment": "ok"}); r.status != 200 {
-		t.Fatalf("approve: %d %s", r.status, r.body)
+	if r := e.b.Do("POST", e.b.Control+"/v1/approvals/"+id+"/approve", rev, map[string]any{"comment": "ok"}); r.Status != 200 {
+		t.Fatalf("approve: %d %s", r.Status, r.Body)
 	}
 	var r clientResult
 	select {
@@ -836,7 +784,7 @@ func TestProxyDoorGatedCallApprovedWhileCurlWaits(t *testing.T) {
 	if r.exit != 0 || r.status != 200 || decodeEcho(t, r.body).Body != `{"title":"approved"}` || !strings.Contains(decodeEcho(t, r.body).Auth, "[REDACTED]") {
 		t.Fatalf("curl: exit %d %d %s %s", r.exit, r.status, r.body, r.stderr)
 	}
-	if n := len(e.up.requests()); n != 1 {
+	if n := len(e.up.Requests()); n != 1 {
 		t.Fatalf("upstream received %d requests, want 1", n)
 	}
 
@@ -844,9 +792,9 @@ func TestProxyDoorGatedCallApprovedWhileCurlWaits(t *testing.T) {
 	go func() {
 		done <- e.curl(s.Token, s.caFile, "-X", "POST", "-H", "Content-Type: application/json", "-d", `{"title":"denied"}`, issue)
 	}()
-	id = e.b.pendingAction(t, rev)
-	if r := e.b.do("POST", e.b.control+"/v1/approvals/"+id+"/deny", rev, map[string]any{"comment": "no"}); r.status != 200 {
-		t.Fatalf("deny: %d %s", r.status, r.body)
+	id = e.b.PendingAction(t, rev)
+	if r := e.b.Do("POST", e.b.Control+"/v1/approvals/"+id+"/deny", rev, map[string]any{"comment": "no"}); r.Status != 200 {
+		t.Fatalf("deny: %d %s", r.Status, r.Body)
 	}
 	select {
 	case r = <-done:
@@ -856,7 +804,7 @@ func TestProxyDoorGatedCallApprovedWhileCurlWaits(t *testing.T) {
 	if r.status != 403 || r.problemCode(t) != "approval_denied" {
 		t.Fatalf("denied: %d %s", r.status, r.body)
 	}
-	if n := len(e.up.requests()); n != 1 {
+	if n := len(e.up.Requests()); n != 1 {
 		t.Fatalf("upstream received %d requests, want 1", n)
 	}
 }

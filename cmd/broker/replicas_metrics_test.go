@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -15,25 +16,25 @@ import (
 // observation per waited-for record appended; a broker on bbolt (one writer, no
 // shared chain) has no such series.
 func TestSequencingLagMetric(t *testing.T) {
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	count := regexp.MustCompile(`(?m)^airlock_audit_append_seconds_count (\d+)$`)
-	scrape := func(b *brokerProc) string {
+	scrape := func(b *brokertest.Proc) string {
 		t.Helper()
-		r := b.do("GET", b.control+"/metrics", "", nil)
-		if r.status != 200 {
-			t.Fatalf("/metrics: %d", r.status)
+		r := b.Do("GET", b.Control+"/metrics", "", nil)
+		if r.Status != 200 {
+			t.Fatalf("/metrics: %d", r.Status)
 		}
-		return string(r.body)
+		return string(r.Body)
 	}
 	b := pgBroker(t, up, pgtest.DSN(t), "")
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
 	for range 3 {
-		if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
-			t.Fatalf("call: %d %s", r.status, r.body)
+		if r := b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil); r.Status != 200 {
+			t.Fatalf("call: %d %s", r.Status, r.Body)
 		}
 	}
 	var n int
-	eventually(t, 5*time.Second, func() bool { // the calls' completion records follow asynchronously
+	brokertest.Eventually(t, 5*time.Second, func() bool { // the calls' completion records follow asynchronously
 		m := count.FindStringSubmatch(scrape(b))
 		if m != nil {
 			n, _ = strconv.Atoi(m[1])
@@ -44,7 +45,7 @@ func TestSequencingLagMetric(t *testing.T) {
 		t.Error("no airlock_change_feed_lag_seconds beside the sequencing lag")
 	}
 
-	one := startBroker(t, harnessOpts{upstream: up.URL})
+	one := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	if count.MatchString(scrape(one)) {
 		t.Error("a broker on bbolt reports airlock_audit_append_seconds")
 	}

@@ -10,13 +10,15 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // proxyBroker is the harness broker with the proxy door on and an
 // upstream "gh" named api.github.test whose placeholder is GITHUB_TOKEN.
-func proxyBroker(t *testing.T, up *upstreamServer) *brokerProc {
+func proxyBroker(t *testing.T, up *brokertest.Upstream) *brokertest.Proc {
 	t.Helper()
-	return startBroker(t, harnessOpts{upstream: up.URL, extraYAML: `  - name: gh
+	return startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: `  - name: gh
     base_url: ` + up.URL + `
     hosts: [api.github.test]
     credential: {source: env, name: CANARY_TOKEN}
@@ -38,9 +40,9 @@ type proxySession struct {
 
 // sessionEnvRun runs `broker session env` as a user would, with env as
 // its environment; it returns stdout and stderr.
-func sessionEnvRun(t *testing.T, b *brokerProc, env map[string]string, args ...string) (string, string) {
+func sessionEnvRun(t *testing.T, b *brokertest.Proc, env map[string]string, args ...string) (string, string) {
 	t.Helper()
-	full := map[string]string{"AIRLOCK_ADDR": b.control, "AIRLOCK_TOKEN": adminToken, "HOME": t.TempDir()}
+	full := map[string]string{"AIRLOCK_ADDR": b.Control, "AIRLOCK_TOKEN": brokertest.ProcAdminToken, "HOME": t.TempDir()}
 	for k, v := range env {
 		full[k] = v
 	}
@@ -83,15 +85,15 @@ var envNames = []string{"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"
 // with quotes, spaces and $(...) arrives verbatim and runs nothing); the
 // CA file is the session's; no private key anywhere.
 func TestSessionEnv(t *testing.T) {
-	sh := requireTool(t, "sh", "apt-get install -y dash")
-	up := newUpstream(t)
+	sh := brokertest.RequireTool(t, "sh", "apt-get install -y dash")
+	up := brokertest.NewUpstream(t)
 	b := proxyBroker(t, up)
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, trustedSession(map[string]any{"upstream": "gh", "rules": []any{map[string]any{"method": "GET", "path": "/x"}}}))
-	if r.status != 201 {
-		t.Fatalf("create: %d %s", r.status, r.body)
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, brokertest.TrustedSession(map[string]any{"upstream": "gh", "rules": []any{map[string]any{"method": "GET", "path": "/x"}}}))
+	if r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
 	}
 	var s proxySession
-	if err := json.Unmarshal(r.body, &s); err != nil {
+	if err := json.Unmarshal(r.Body, &s); err != nil {
 		t.Fatal(err)
 	}
 	pu, err := url.Parse(s.Proxy.URL)
@@ -173,11 +175,11 @@ func TestSessionEnv(t *testing.T) {
 		t.Errorf("default CA file: %v (%s)", err, where)
 	}
 
-	for what, data := range map[string]string{"sh": stdout, "env": envOut, "logs": string(b.logs.Bytes()), "answer": string(r.body)} {
+	for what, data := range map[string]string{"sh": stdout, "env": envOut, "logs": string(b.Logs.Bytes()), "answer": string(r.Body)} {
 		if strings.Contains(data, "PRIVATE KEY") {
 			t.Fatalf("%s carries a private key", what)
 		}
-		assertNoCanary(t, what, []byte(data))
+		brokertest.AssertNoCanary(t, what, []byte(data))
 	}
 }
 
@@ -186,14 +188,14 @@ func TestSessionEnv(t *testing.T) {
 // door; the placeholder it sends is dropped and the real credential
 // injected; the answer it reads holds no credential.
 func TestSessionEnvCurl(t *testing.T) {
-	sh := requireTool(t, "sh", "apt-get install -y dash")
-	requireTool(t, "curl", "apt-get install -y curl")
-	up := newUpstream(t)
+	sh := brokertest.RequireTool(t, "sh", "apt-get install -y dash")
+	brokertest.RequireTool(t, "curl", "apt-get install -y curl")
+	up := brokertest.NewUpstream(t)
 	b := proxyBroker(t, up)
-	r := b.do("POST", b.control+"/v1/sessions", adminToken, trustedSession(map[string]any{"upstream": "gh", "rules": []any{map[string]any{"method": "GET", "path": "/x"}}}))
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, brokertest.TrustedSession(map[string]any{"upstream": "gh", "rules": []any{map[string]any{"method": "GET", "path": "/x"}}}))
 	var s proxySession
-	if err := json.Unmarshal(r.body, &s); err != nil || r.status != 201 {
-		t.Fatalf("create: %d %s", r.status, r.body)
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
 	}
 	stdout, _ := sessionEnvRun(t, b, map[string]string{"AIRLOCK_SESSION_TOKEN": s.Token}, s.ID, "--ca-out", filepath.Join(t.TempDir(), "ca.pem"))
 	cmd := exec.Command(sh, "-c", stdout+"\n"+`curl -sS --fail-with-body -H "Authorization: Bearer $GITHUB_TOKEN" https://api.github.test/x`)
@@ -202,12 +204,12 @@ func TestSessionEnvCurl(t *testing.T) {
 	if err != nil {
 		t.Fatalf("curl through the proxy door: %v\n%s", err, out)
 	}
-	assertNoCanary(t, "curl's answer", out)
-	last := up.last(t)
-	if got := last.Header.Get("Authorization"); got != "Bearer "+canary {
+	brokertest.AssertNoCanary(t, "curl's answer", out)
+	last := up.Last(t)
+	if got := last.Header.Get("Authorization"); got != "Bearer "+brokertest.Canary {
 		t.Errorf("the upstream received Authorization %q, want the real credential", got)
 	}
-	for _, rec := range up.requests() {
+	for _, rec := range up.Requests() {
 		for _, vs := range rec.Header {
 			for _, v := range vs {
 				if strings.Contains(v, s.Placeholders["GITHUB_TOKEN"]) {

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // TestStalledBodyIsCut: a sandbox that sends a request's headers and then
@@ -17,21 +19,21 @@ import (
 // The deadline is for the body only: a call held for a reviewer's decision
 // past the idle timeout is not cut by it.
 func TestStalledBodyIsCut(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL, extraYAML: "body_idle_timeout: 300ms\n"})
-	alice := b.newToken("reviewer", "alice")
-	gated := gatedSession(b, adminToken, nil)
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "POST", "path": "/items"})))
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL, ExtraYAML: "body_idle_timeout: 300ms\n"})
+	alice := b.NewToken("reviewer", "alice")
+	gated := brokertest.GatedSession(b, brokertest.ProcAdminToken, nil)
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "POST", "path": "/items"})))
 
 	// A call held for a decision, its body fully sent.
-	held := make(chan response, 1)
+	held := make(chan brokertest.Response, 1)
 	go func() {
-		held <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 3}`, "Prefer", "wait=60")
+		held <- b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", gated.Token, `{"amount": 3}`, "Prefer", "wait=60")
 	}()
-	id := b.pendingAction(t, alice)
+	id := b.PendingAction(t, alice)
 
 	// A body that stops after 10 of its 100 bytes.
-	conn, err := net.Dial("tcp", strings.TrimPrefix(b.sandbox, "http://"))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.Sandbox, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,8 +41,8 @@ func TestStalledBodyIsCut(t *testing.T) {
 	_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // a guard against a hung test, not a measurement
 	fmt.Fprintf(conn, "POST /v1/proxy/api/items HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\": 1, ", s.Token)
 	// Others are served while it stalls.
-	if r := b.do("POST", b.sandbox+"/v1/proxy/api/items", s.Token, `{"b": 2}`); r.status != 200 {
-		t.Fatalf("a bystander's call while a body stalls: %d %s", r.status, r.body)
+	if r := b.Do("POST", b.Sandbox+"/v1/proxy/api/items", s.Token, `{"b": 2}`); r.Status != 200 {
+		t.Fatalf("a bystander's call while a body stalls: %d %s", r.Status, r.Body)
 	}
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	if err != nil {
@@ -50,8 +52,8 @@ func TestStalledBodyIsCut(t *testing.T) {
 	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), `"code":"bad_request"`) {
 		t.Fatalf("stalled body: %d %s", resp.StatusCode, body)
 	}
-	assertNoCanary(t, "408", body)
-	for _, rec := range up.requests() {
+	brokertest.AssertNoCanary(t, "408", body)
+	for _, rec := range up.Requests() {
 		if strings.Contains(string(rec.Body), `"a"`) {
 			t.Fatal("the stalled request reached the upstream")
 		}
@@ -61,16 +63,16 @@ func TestStalledBodyIsCut(t *testing.T) {
 	// call is still waiting, and gets the upstream's answer once approved.
 	select {
 	case r := <-held:
-		t.Fatalf("the held call ended before its decision: %d %s", r.status, r.body)
+		t.Fatalf("the held call ended before its decision: %d %s", r.Status, r.Body)
 	default:
 	}
-	if r := b.do("POST", b.control+"/v1/approvals/"+id+"/approve", alice, map[string]any{}); r.status != 200 {
-		t.Fatalf("approve: %d %s", r.status, r.body)
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+id+"/approve", alice, map[string]any{}); r.Status != 200 {
+		t.Fatalf("approve: %d %s", r.Status, r.Body)
 	}
 	select {
 	case r := <-held:
-		if r.status != 200 {
-			t.Fatalf("the held call after approval: %d %s", r.status, r.body)
+		if r.Status != 200 {
+			t.Fatalf("the held call after approval: %d %s", r.Status, r.Body)
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the held call did not return after approval")

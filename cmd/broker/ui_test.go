@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // browser starts real headless Chromium (Debian's package) for one test.
@@ -74,10 +75,10 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	}
 }
 
-func login(t *testing.T, ctx context.Context, b *brokerProc, token string) {
+func login(t *testing.T, ctx context.Context, b *brokertest.Proc, token string) {
 	t.Helper()
 	err := chromedp.Do(ctx,
-		chromedp.Navigate(b.control+"/ui"),
+		chromedp.Navigate(b.Control+"/ui"),
 		chromedp.WaitVisible(chromedp.ID("token")),
 		chromedp.SendKeys(chromedp.ID("token"), token),
 		chromedp.Click(chromedp.ID("login")),
@@ -88,38 +89,24 @@ func login(t *testing.T, ctx context.Context, b *brokerProc, token string) {
 	}
 }
 
-func (b *brokerProc) pendingAction(t *testing.T, token string) string {
-	t.Helper()
-	var id string
-	eventually(t, 10*time.Second, func() bool {
-		var list struct{ Items []actionView }
-		_ = json.Unmarshal(b.do("GET", b.control+"/v1/approvals?status=pending", token, nil).body, &list)
-		if len(list.Items) > 0 {
-			id = list.Items[0].ID
-		}
-		return id != ""
-	})
-	return id
-}
-
 func TestUIApproveInBrowser(t *testing.T) {
 	ctx := browser(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	op := b.newToken("operator", "orchestrator")
-	rev := b.newToken("reviewer", "Rita Reviewer")
-	s := gatedSession(b, op, nil)
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	op := b.NewToken("operator", "orchestrator")
+	rev := b.NewToken("reviewer", "Rita Reviewer")
+	s := brokertest.GatedSession(b, op, nil)
 
-	res := make(chan response, 1)
+	res := make(chan brokertest.Response, 1)
 	go func() {
-		res <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42, "memo": "invoice 7"}`, "Prefer", "wait=60")
+		res <- b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42, "memo": "invoice 7"}`, "Prefer", "wait=60")
 	}()
-	id := b.pendingAction(t, rev)
+	id := b.PendingAction(t, rev)
 	login(t, ctx, b, rev)
 
 	var listText string
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(b.control+"/ui"),
+		chromedp.Navigate(b.Control+"/ui"),
 		chromedp.WaitVisible(chromedp.CSS("table")),
 		textInto(chromedp.CSS("main"), &listText),
 	); err != nil {
@@ -172,14 +159,14 @@ func TestUIApproveInBrowser(t *testing.T) {
 	}
 	select {
 	case r := <-res:
-		if r.status != 200 || !strings.Contains(string(r.body), "invoice 7") {
-			t.Fatalf("the waiting sandbox call got %d %s", r.status, r.body)
+		if r.Status != 200 || !strings.Contains(string(r.Body), "invoice 7") {
+			t.Fatalf("the waiting sandbox call got %d %s", r.Status, r.Body)
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the waiting sandbox call did not return after the approval")
 	}
 	// The figure for the resolution: approve click → upstream call (reported, never asserted).
-	executed := up.last(t).At
+	executed := up.Last(t).At
 	submitMS, err := chromedp.Run(ctx, chromedp.Evaluate[float64](`Number(sessionStorage.getItem("airlockSubmitAt"))`))
 	if err != nil {
 		t.Fatal(err)
@@ -196,19 +183,19 @@ func TestUIApproveInBrowser(t *testing.T) {
 
 func TestUIDenyAndCrossSiteRefused(t *testing.T) {
 	ctx := browser(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	op := b.newToken("operator", "orchestrator")
-	rev := b.newToken("reviewer", "Dan")
-	s := gatedSession(b, op, nil)
-	a := decodeAction(t, b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 5}`))
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	op := b.NewToken("operator", "orchestrator")
+	rev := b.NewToken("reviewer", "Dan")
+	s := brokertest.GatedSession(b, op, nil)
+	a := brokertest.DecodeAction(t, b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 5}`))
 	login(t, ctx, b, rev)
 
 	// A page on another origin posts an approval form to the broker (with and without a guessed token).
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, `<!doctype html><html><body><form id="f" method="post" action="%s/ui/actions/%s/approve">
 <input name="comment" value="pwned"><input name="csrf" value="guessed"></form>
-<script>document.getElementById("f").submit()</script><p id="sent">sent</p></body></html>`, b.control, a.ID)
+<script>document.getElementById("f").submit()</script><p id="sent">sent</p></body></html>`, b.Control, a.ID)
 	}))
 	defer evil.Close()
 	var body string
@@ -222,12 +209,12 @@ func TestUIDenyAndCrossSiteRefused(t *testing.T) {
 	if !strings.Contains(body, "CSRF") {
 		t.Errorf("cross-site post answered: %q", body)
 	}
-	got := decodeAction(t, b.do("GET", b.control+"/v1/approvals/"+a.ID, rev, nil))
+	got := brokertest.DecodeAction(t, b.Do("GET", b.Control+"/v1/approvals/"+a.ID, rev, nil))
 	if got.Status != "pending" {
 		t.Fatalf("a cross-site form changed the action: %s", got.Status)
 	}
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(b.control+"/ui/actions/"+a.ID),
+		chromedp.Navigate(b.Control+"/ui/actions/"+a.ID),
 		chromedp.WaitVisible(chromedp.ID("deny")),
 		chromedp.SendKeys(chromedp.ID("comment"), "wrong vendor"),
 		chromedp.Click(chromedp.ID("deny")),
@@ -235,8 +222,8 @@ func TestUIDenyAndCrossSiteRefused(t *testing.T) {
 	); err != nil {
 		t.Fatal(err)
 	}
-	b.do("GET", b.sandbox+"/v1/actions/"+a.ID+"/result", s.Token, nil).wantProblem(t, 403, "approval_denied")
-	if len(up.requests()) != 0 {
+	b.Do("GET", b.Sandbox+"/v1/actions/"+a.ID+"/result", s.Token, nil).WantProblem(t, 403, "approval_denied")
+	if len(up.Requests()) != 0 {
 		t.Fatal("a denied action reached the upstream")
 	}
 	screenshot(t, ctx, "ui-denied")
@@ -244,20 +231,20 @@ func TestUIDenyAndCrossSiteRefused(t *testing.T) {
 
 func TestUIKillCutsInFlightCallAndKillswitch(t *testing.T) {
 	ctx := browser(t)
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
-	rev := b.newToken("reviewer", "Kim")
-	s := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/slow"}, map[string]any{"method": "GET", "path": "/ok"})))
-	res := make(chan response, 1)
-	go func() { res <- b.do("GET", b.sandbox+"/v1/proxy/api/slow", s.Token, nil) }()
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
+	rev := b.NewToken("reviewer", "Kim")
+	s := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/slow"}, map[string]any{"method": "GET", "path": "/ok"})))
+	res := make(chan brokertest.Response, 1)
+	go func() { res <- b.Do("GET", b.Sandbox+"/v1/proxy/api/slow", s.Token, nil) }()
 	select {
-	case <-up.started:
+	case <-up.Started:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the slow call never reached the upstream")
 	}
 	login(t, ctx, b, rev)
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(b.control+"/ui/sessions"),
+		chromedp.Navigate(b.Control+"/ui/sessions"),
 		chromedp.WaitVisible(chromedp.ID("kill-"+s.ID)),
 	); err != nil {
 		t.Fatal(err)
@@ -268,16 +255,16 @@ func TestUIKillCutsInFlightCallAndKillswitch(t *testing.T) {
 	}
 	select {
 	case r := <-res:
-		r.wantProblem(t, 401, "session_revoked")
+		r.WantProblem(t, 401, "session_revoked")
 	case <-time.After(10 * time.Second):
 		t.Fatal("killing the session from the page did not cut the in-flight call")
 	}
 
 	// The global kill-switch, behind a confirmation.
-	other := b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	other := b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
 	var state string
 	if err := chromedp.Do(ctx,
-		chromedp.Navigate(b.control+"/ui/killswitch"),
+		chromedp.Navigate(b.Control+"/ui/killswitch"),
 		chromedp.WaitVisible(chromedp.ID("engage")),
 		chromedp.SendKeys(chromedp.ID("reason"), "drill"),
 		chromedp.Click(chromedp.ID("confirm")),
@@ -291,5 +278,5 @@ func TestUIKillCutsInFlightCallAndKillswitch(t *testing.T) {
 		t.Fatalf("kill-switch page shows %q", state)
 	}
 	screenshot(t, ctx, "ui-killswitch")
-	b.do("GET", b.sandbox+"/v1/proxy/api/ok", other.Token, nil).wantProblem(t, 503, "killswitch_engaged")
+	b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", other.Token, nil).WantProblem(t, 503, "killswitch_engaged")
 }

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"crypto/sha1"
 	"crypto/tls"
-
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -21,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // WebSocket upgrades through the REST door and the proxy door: a real
@@ -106,10 +107,10 @@ func (u *wsxUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func newWSXUpstream(t *testing.T, ca *testCA) *wsxUpstream {
+func newWSXUpstream(t *testing.T, ca *brokertest.CA) *wsxUpstream {
 	u := &wsxUpstream{}
 	u.Server = httptest.NewUnstartedServer(http.HandlerFunc(u.serve))
-	u.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, wsxHost)}, NextProtos: []string{"h2", "http/1.1"}}
+	u.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, wsxHost)}, NextProtos: []string{"h2", "http/1.1"}}
 	u.EnableHTTP2 = true // the broker must still speak HTTP/1.1 for an upgrade
 	u.StartTLS()
 	t.Cleanup(func() {
@@ -287,14 +288,14 @@ type wsxEnv struct {
 
 func startWSX(t *testing.T) *wsxEnv {
 	t.Helper()
-	ca := newTestCA(t)
+	ca := brokertest.NewCA(t)
 	dir := t.TempDir()
 	caFile := filepath.Join(dir, "wsx-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	ws := newWSXUpstream(t, ca)
-	plain := newUpstream(t)
+	plain := brokertest.NewUpstream(t)
 	yaml := fmt.Sprintf(`  - name: wsx
     base_url: %s
     hosts: [%s]
@@ -305,7 +306,7 @@ func startWSX(t *testing.T) *wsxEnv {
     inject: {header: Authorization, format: "Bearer {secret}"}
 proxy_listen: 127.0.0.1:0
 `, ws.URL, wsxHost, caFile)
-	b := startBroker(t, harnessOpts{upstream: plain.URL, extraYAML: yaml})
+	b := startBroker(t, brokertest.ProcOptions{Upstream: plain.URL, ExtraYAML: yaml})
 	return &wsxEnv{proxyEnv: &proxyEnv{t: t, b: b, proxy: proxyDoorAddr(t, b), dir: dir}, ws: ws}
 }
 
@@ -319,7 +320,7 @@ func wsxGrant(websocket bool) map[string]any {
 // restDial is a connection to the REST door.
 func (e *wsxEnv) restDial(t *testing.T) net.Conn {
 	t.Helper()
-	host := strings.TrimPrefix(e.b.sandbox, "http://")
+	host := strings.TrimPrefix(e.b.Sandbox, "http://")
 	conn, err := net.Dial("tcp", host)
 	if err != nil {
 		t.Fatal(err)
@@ -331,7 +332,7 @@ func (e *wsxEnv) restDial(t *testing.T) net.Conn {
 // restWS opens a WebSocket through the REST door.
 func (e *wsxEnv) restWS(t *testing.T, token, path string, extra ...string) *wsxClient {
 	t.Helper()
-	host := strings.TrimPrefix(e.b.sandbox, "http://")
+	host := strings.TrimPrefix(e.b.Sandbox, "http://")
 	return wsxHandshake(t, e.restDial(t), "/v1/proxy/wsx"+path, host, append([]string{"Authorization: Bearer " + token}, extra...)...)
 }
 
@@ -397,12 +398,12 @@ func (c *wsxClient) exchange() {
 	if !c.closed() {
 		t.Fatal("the relay did not end after the close handshake")
 	}
-	assertNoCanary(t, "bytes the WebSocket client received", c.got.Bytes())
+	brokertest.AssertNoCanary(t, "bytes the WebSocket client received", c.got.Bytes())
 }
 
 func TestWebSocketThroughBothDoors(t *testing.T) {
 	e := startWSX(t)
-	sb := e.session(trustedSession(wsxGrant(true)))
+	sb := e.session(brokertest.TrustedSession(wsxGrant(true)))
 	for _, tc := range []struct {
 		name string
 		open func() *wsxClient
@@ -428,7 +429,7 @@ func TestWebSocketThroughBothDoors(t *testing.T) {
 				t.Fatalf("the upstream saw %d handshakes, want 1", len(hs)-before)
 			}
 			h := hs[len(hs)-1]
-			if h.Get("Authorization") != "Bearer "+canary {
+			if h.Get("Authorization") != "Bearer "+brokertest.Canary {
 				t.Errorf("the upstream did not get the injected credential: %q", h.Get("Authorization"))
 			}
 			if v := h.Values("Sec-WebSocket-Extensions"); len(v) != 0 {
@@ -437,19 +438,19 @@ func TestWebSocketThroughBothDoors(t *testing.T) {
 			if h.Get("Sec-WebSocket-Protocol") != "chat.v1" || h.Get("Sec-WebSocket-Version") != "13" || h.Get("Sec-WebSocket-Key") == "" {
 				t.Errorf("handshake headers not forwarded: %v", h)
 			}
-			e.b.auditHas(t, "call.allowed", id, 0, "")
-			e.b.auditHas(t, "call.completed", id, 101, "")
+			e.b.AuditHas(t, "call.allowed", id, 0, "")
+			e.b.AuditHas(t, "call.completed", id, 101, "")
 		})
 	}
-	assertNoCanary(t, "audit export", e.b.auditExport())
-	assertNoCanary(t, "logs", e.b.logs.Bytes())
+	brokertest.AssertNoCanary(t, "audit export", e.b.AuditExport())
+	brokertest.AssertNoCanary(t, "logs", e.b.Logs.Bytes())
 }
 
 func TestWebSocketRefused(t *testing.T) {
 	e := startWSX(t)
-	plainRule := e.session(trustedSession(wsxGrant(false)))
-	wsRule := e.session(trustedSession(wsxGrant(true)))
-	host := strings.TrimPrefix(e.b.sandbox, "http://")
+	plainRule := e.session(brokertest.TrustedSession(wsxGrant(false)))
+	wsRule := e.session(brokertest.TrustedSession(wsxGrant(true)))
+	host := strings.TrimPrefix(e.b.Sandbox, "http://")
 	// rawUpgrade sends a GET of the websocket rule's path through the REST
 	// door with these upgrade headers, as written, and reads the answer.
 	rawUpgrade := func(headers string) *wsxClient {
@@ -499,7 +500,7 @@ func TestWebSocketRefused(t *testing.T) {
 			if n := len(e.ws.handshakes()) - before; n != 0 {
 				t.Fatalf("the upstream saw %d requests", n)
 			}
-			e.b.auditHas(t, "call.denied", c.resp.Header.Get("X-Airlock-Request-Id"), 0, "bad_request")
+			e.b.AuditHas(t, "call.denied", c.resp.Header.Get("X-Airlock-Request-Id"), 0, "bad_request")
 		})
 	}
 }
@@ -515,24 +516,24 @@ func TestWebSocketGrantValidation(t *testing.T) {
 		{"approval always", map[string]any{"upstream": "wsx", "approval": "always", "rules": []any{map[string]any{"method": "GET", "path": "/chat", "websocket": true}}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := e.b.do("POST", e.b.control+"/v1/sessions", adminToken, trustedSession(tc.grant))
-			if p := r.wantProblem(t, 400, "bad_request"); !strings.Contains(fmt.Sprint(p["field"]), "websocket") {
+			r := e.b.Do("POST", e.b.Control+"/v1/sessions", brokertest.ProcAdminToken, brokertest.TrustedSession(tc.grant))
+			if p := r.WantProblem(t, 400, "bad_request"); !strings.Contains(fmt.Sprint(p["field"]), "websocket") {
 				t.Fatalf("field %v", p["field"])
 			}
 		})
 	}
 	// The rule reads back.
-	sb := e.b.session(trustedSession(wsxGrant(true)))
-	r := e.b.do("GET", e.b.control+"/v1/grants/"+sb.Grants[0].ID, adminToken, nil)
-	if r.status != 200 || !bytes.Contains(r.body, []byte(`"websocket":true`)) {
-		t.Fatalf("grant: %d %s", r.status, r.body)
+	sb := e.b.Session(brokertest.TrustedSession(wsxGrant(true)))
+	r := e.b.Do("GET", e.b.Control+"/v1/grants/"+sb.Grants[0].ID, brokertest.ProcAdminToken, nil)
+	if r.Status != 200 || !bytes.Contains(r.Body, []byte(`"websocket":true`)) {
+		t.Fatalf("grant: %d %s", r.Status, r.Body)
 	}
 }
 
 // A kill (the session's, then the kill-switch) ends a relay at once.
 func TestWebSocketKilledMidRelay(t *testing.T) {
 	e := startWSX(t)
-	open := func(sb created) *wsxClient {
+	open := func(sb brokertest.Created) *wsxClient {
 		c := e.restWS(t, sb.Token, "/chat/lobby")
 		if c.resp.StatusCode != http.StatusSwitchingProtocols {
 			t.Fatalf("handshake: %d", c.resp.StatusCode)
@@ -545,37 +546,37 @@ func TestWebSocketKilledMidRelay(t *testing.T) {
 		}
 	}
 	t.Run("session kill", func(t *testing.T) {
-		sb := e.b.session(trustedSession(wsxGrant(true)))
+		sb := e.b.Session(brokertest.TrustedSession(wsxGrant(true)))
 		c := open(sb)
 		id := c.resp.Header.Get("X-Airlock-Request-Id")
-		if r := e.b.do("DELETE", e.b.control+"/v1/sessions/"+sb.ID, adminToken, nil); r.status >= 300 {
-			t.Fatalf("kill: %d %s", r.status, r.body)
+		if r := e.b.Do("DELETE", e.b.Control+"/v1/sessions/"+sb.ID, brokertest.ProcAdminToken, nil); r.Status >= 300 {
+			t.Fatalf("kill: %d %s", r.Status, r.Body)
 		}
 		if !c.closed() {
 			t.Fatal("the relay outlived the session's kill")
 		}
-		e.b.auditHas(t, "call.completed", id, 101, "session_revoked")
-		assertNoCanary(t, "bytes received", c.got.Bytes())
+		e.b.AuditHas(t, "call.completed", id, 101, "session_revoked")
+		brokertest.AssertNoCanary(t, "bytes received", c.got.Bytes())
 	})
 	t.Run("kill-switch", func(t *testing.T) {
-		sb := e.b.session(trustedSession(wsxGrant(true)))
+		sb := e.b.Session(brokertest.TrustedSession(wsxGrant(true)))
 		c := open(sb)
 		id := c.resp.Header.Get("X-Airlock-Request-Id")
-		if r := e.b.do("POST", e.b.control+"/v1/killswitch", adminToken, map[string]any{"reason": "incident"}); r.status != 200 {
-			t.Fatalf("kill-switch: %d %s", r.status, r.body)
+		if r := e.b.Do("POST", e.b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": "incident"}); r.Status != 200 {
+			t.Fatalf("kill-switch: %d %s", r.Status, r.Body)
 		}
-		t.Cleanup(func() { e.b.do("DELETE", e.b.control+"/v1/killswitch", adminToken, nil) })
+		t.Cleanup(func() { e.b.Do("DELETE", e.b.Control+"/v1/killswitch", brokertest.ProcAdminToken, nil) })
 		if !c.closed() {
 			t.Fatal("the relay outlived the kill-switch")
 		}
-		e.b.auditHas(t, "call.completed", id, 101, "killswitch_engaged")
+		e.b.AuditHas(t, "call.completed", id, 101, "killswitch_engaged")
 	})
 }
 
 // A frame over the upstream's max_body closes the relay with 1009.
 func TestWebSocketFrameTooLarge(t *testing.T) {
 	e := startWSX(t)
-	sb := e.b.session(trustedSession(wsxGrant(true)))
+	sb := e.b.Session(brokertest.TrustedSession(wsxGrant(true)))
 	c := e.restWS(t, sb.Token, "/chat/big")
 	if c.resp.StatusCode != http.StatusSwitchingProtocols {
 		t.Fatalf("handshake: %d", c.resp.StatusCode)
@@ -587,5 +588,5 @@ func TestWebSocketFrameTooLarge(t *testing.T) {
 	if !c.closed() {
 		t.Fatal("the relay did not end")
 	}
-	e.b.auditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "websocket_frame_too_large")
+	e.b.AuditHas(t, "call.completed", c.resp.Header.Get("X-Airlock-Request-Id"), 101, "websocket_frame_too_large")
 }

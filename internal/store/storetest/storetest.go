@@ -1,9 +1,10 @@
 // Package storetest is the contract suite of the broker's store ports
 // (broker.SessionStore, TokenStore, MetaStore, ActionStore, AuditStore,
-// HealthCheck): what every adapter must do, including each port's
-// not-found sentinel. It is what defines the ports' behaviour beyond their
-// doc comments; bbolt runs it (internal/store/boltstore), and so does any
-// new adapter:
+// HealthCheck, and ChangeFeed where the store offers one): what every
+// adapter must do, including each port's not-found sentinel. It is what
+// defines the ports' behaviour beyond their doc comments; bbolt runs it
+// (internal/store/boltstore), PostgreSQL too (internal/store/pgstore, the
+// change feed's part only there), and so does any new adapter:
 //
 //	func TestContract(t *testing.T) {
 //		storetest.Run(t, func(t *testing.T) storetest.Ports {
@@ -54,12 +55,17 @@ type Ports struct {
 	// (PostgreSQL), or nil: the grants count in memory (bbolt). The
 	// limits' contract runs either way, through the grants' reservation.
 	Usage broker.UsageStore
+	// Feed is the change feed of a store several brokers share
+	// (PostgreSQL), or nil: one broker per store (bbolt), whose memory is
+	// the truth. The feed's contract (changes.go) runs only when it is set.
+	Feed broker.ChangeFeed
 }
 
 // All is every port of a whole store.
 func All(s store.Store) Ports {
 	u, _ := s.(broker.UsageStore)
-	return Ports{Sessions: s, Tokens: s, Meta: s, Actions: s, Audit: s, Health: s, Usage: u}
+	f, _ := s.(broker.ChangeFeed)
+	return Ports{Sessions: s, Tokens: s, Meta: s, Actions: s, Audit: s, Health: s, Usage: u, Feed: f}
 }
 
 // Run runs the contract against the ports open returns (a fresh, empty
@@ -72,6 +78,7 @@ func Run(t *testing.T, open func(t *testing.T) Ports) {
 	t.Run("Audit", func(t *testing.T) { testAudit(t, open) })
 	t.Run("Limits", func(t *testing.T) { testLimits(t, open) })
 	t.Run("Races", func(t *testing.T) { testRaces(t, open) })
+	t.Run("Changes", func(t *testing.T) { testChanges(t, open) })
 	t.Run("Health", func(t *testing.T) {
 		if err := open(t).Health.Ready(context.Background()); err != nil {
 			t.Fatalf("Ready on an open store = %v", err)

@@ -3,6 +3,7 @@ package main
 import (
 	"testing"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -15,7 +16,7 @@ import (
 // killed session session_revoked. Nothing reaches the upstream.
 func TestAuditGuardRefusalCode(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	b := pgBroker(t, up, dsn, "")
 	conn := pgConn(t, dsn)
 	exec := func(sql string, args ...any) {
@@ -24,35 +25,35 @@ func TestAuditGuardRefusalCode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	grant := apiGrant(map[string]any{"method": "GET", "path": "/ok"})
-	live := func() created { // a session B serves from memory
+	grant := brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})
+	live := func() brokertest.Created { // a session B serves from memory
 		t.Helper()
-		s := b.session(trustedSession(grant))
-		if r := b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil); r.status != 200 {
-			t.Fatalf("call before the kill: %d %s", r.status, r.body)
+		s := b.Session(brokertest.TrustedSession(grant))
+		if r := b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil); r.Status != 200 {
+			t.Fatalf("call before the kill: %d %s", r.Status, r.Body)
 		}
 		return s
 	}
 	for _, c := range []struct {
 		name   string
-		kill   func(s created)
+		kill   func(s brokertest.Created)
 		undo   func()
 		status int
 		code   string
 	}{
-		{"killswitch", func(created) {
+		{"killswitch", func(brokertest.Created) {
 			exec(`INSERT INTO meta (key, value) VALUES ('killswitch', $1) ON CONFLICT (key) DO UPDATE SET value = excluded.value`, []byte(`{"engaged":true}`))
 		}, func() {
 			exec(`UPDATE meta SET value = $1 WHERE key = 'killswitch'`, []byte(`{"engaged":false}`))
 		}, 503, "killswitch_engaged"},
-		{"grant", func(s created) { exec(`UPDATE grants SET revoked_at = now() WHERE id = $1`, s.Grants[0].ID) }, nil, 403, "no_matching_grant"},
-		{"session", func(s created) { exec(`UPDATE sessions SET revoked_at = now() WHERE id = $1`, s.ID) }, nil, 401, "session_revoked"},
+		{"grant", func(s brokertest.Created) { exec(`UPDATE grants SET revoked_at = now() WHERE id = $1`, s.Grants[0].ID) }, nil, 403, "no_matching_grant"},
+		{"session", func(s brokertest.Created) { exec(`UPDATE sessions SET revoked_at = now() WHERE id = $1`, s.ID) }, nil, 401, "session_revoked"},
 	} {
 		s := live()
 		c.kill(s)
-		hits := len(up.requests())
-		b.do("GET", b.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, c.status, c.code)
-		if got := len(up.requests()); got != hits {
+		hits := len(up.Requests())
+		b.Do("GET", b.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, c.status, c.code)
+		if got := len(up.Requests()); got != hits {
 			t.Errorf("%s: the upstream saw %d requests after the kill", c.name, got-hits)
 		}
 		if c.undo != nil {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -21,17 +22,17 @@ import (
 func TestProxyDoorGrantAddedOnAnotherReplica(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	dir := t.TempDir()
-	ca := newTestCA(t)
+	ca := brokertest.NewCA(t)
 	caFile := filepath.Join(dir, "upstream-ca.pem")
-	if err := os.WriteFile(caFile, ca.pem, 0o600); err != nil {
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	up := &upstreamServer{started: make(chan struct{}, 16)}
-	up.Server = httptest.NewUnstartedServer(http.HandlerFunc(up.serve))
-	up.TLS = &tls.Config{Certificates: []tls.Certificate{ca.leaf(t, ghHost)}}
+	up := &brokertest.Upstream{Started: make(chan struct{}, 16)}
+	up.Server = httptest.NewUnstartedServer(up)
+	up.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, ghHost)}}
 	up.StartTLS()
 	t.Cleanup(up.Close)
-	plain := newUpstream(t)
+	plain := brokertest.NewUpstream(t)
 	yaml := fmt.Sprintf(`  - name: github
     base_url: %s
     hosts: [%s]
@@ -41,20 +42,20 @@ proxy_listen: 127.0.0.1:0
 store: {driver: postgres, dsn: "${AIRLOCK_PG_DSN}"}
 `, up.URL, ghHost, caFile)
 	start := func() *proxyEnv {
-		b := startBroker(t, harnessOpts{upstream: plain.URL, dataDir: filepath.Join(t.TempDir(), "data"),
-			extraYAML: yaml, env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
+		b := startBroker(t, brokertest.ProcOptions{Upstream: plain.URL, DataDir: filepath.Join(t.TempDir(), "data"),
+			ExtraYAML: yaml, Env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
 		return &proxyEnv{t: t, b: b, up: up, proxy: proxyDoorAddr(t, b), dir: dir}
 	}
 	a, b := start(), start()
 
-	s := a.b.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	s := a.b.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
 	resp, body, _ := b.rawConnect(ghHost+":443", s.Token)
 	if resp.StatusCode != http.StatusForbidden {
 		t.Fatalf("CONNECT on B before the github grant: %d %s, want 403 egress_denied", resp.StatusCode, body)
 	}
 	gh := map[string]any{"upstream": "github", "rules": []any{map[string]any{"method": "GET", "path": "/repos/{owner}/{repo}"}}}
-	if r := a.b.do("POST", a.b.control+"/v1/sessions/"+s.ID+"/grants", adminToken, gh); r.status != http.StatusCreated {
-		t.Fatalf("add the github grant on A: %d %s", r.status, r.body)
+	if r := a.b.Do("POST", a.b.Control+"/v1/sessions/"+s.ID+"/grants", brokertest.ProcAdminToken, gh); r.Status != http.StatusCreated {
+		t.Fatalf("add the github grant on A: %d %s", r.Status, r.Body)
 	}
 	if resp, body, _ := b.rawConnect(ghHost+":443", s.Token); resp.StatusCode != http.StatusOK {
 		t.Fatalf("CONNECT on B after A added the github grant: %d %s, want 200", resp.StatusCode, body)

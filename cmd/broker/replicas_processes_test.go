@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 )
 
@@ -34,23 +35,23 @@ type replica struct {
 	name string
 	cfg  string
 	env  []string
-	logs *syncBuffer
+	logs *brokertest.SyncBuffer
 
 	mu sync.Mutex
-	p  *proc
+	p  *brokertest.Child
 }
 
 // startReplicas starts n broker processes on the database dsn, all with the
 // same configuration (extra appended), each with its own data_dir and a
 // stable replica_id. They are stopped (SIGTERM, then waited for) at the
 // test's end.
-func startReplicas(t *testing.T, n int, up *upstreamServer, dsn, extra string) []*replica {
+func startReplicas(t *testing.T, n int, up *brokertest.Upstream, dsn, extra string) []*replica {
 	t.Helper()
 	rs := make([]*replica, n)
 	for i := range rs {
 		dir := t.TempDir()
-		r := &replica{name: string(rune('a' + i)), cfg: filepath.Join(dir, "airlock.yaml"), logs: &syncBuffer{},
-			env: []string{"CANARY_TOKEN=" + canary, "AIRLOCK_PG_DSN=" + dsn}}
+		r := &replica{name: string(rune('a' + i)), cfg: filepath.Join(dir, "airlock.yaml"), logs: &brokertest.SyncBuffer{},
+			env: []string{"CANARY_TOKEN=" + brokertest.Canary, "AIRLOCK_PG_DSN=" + dsn}}
 		err := os.WriteFile(r.cfg, []byte(fmt.Sprintf(`sandbox_listen: 127.0.0.1:0
 control_listen: 127.0.0.1:0
 data_dir: %s
@@ -65,7 +66,7 @@ upstreams:
     timeout: 60s
     credential: {source: env, name: CANARY_TOKEN}
     inject: {header: Authorization, format: "Bearer {secret}"}
-%s`, filepath.Join(dir, "data"), adminToken, r.name, up.URL, extra)), 0o600)
+%s`, filepath.Join(dir, "data"), brokertest.ProcAdminToken, r.name, up.URL, extra)), 0o600)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -78,7 +79,7 @@ upstreams:
 
 func (r *replica) start(t *testing.T) {
 	t.Helper()
-	p := startProcLogs(t, r.cfg, r.env, r.logs)
+	p := brokertest.StartChildLogs(t, r.cfg, r.env, r.logs)
 	r.mu.Lock()
 	r.p = p
 	r.mu.Unlock()
@@ -91,7 +92,7 @@ func (r *replica) kill() {
 	r.p = nil
 	r.mu.Unlock()
 	if p != nil {
-		p.kill()
+		p.Kill()
 	}
 }
 
@@ -102,21 +103,21 @@ func (r *replica) stop(t *testing.T) {
 	r.p = nil
 	r.mu.Unlock()
 	if p != nil {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
-		_ = p.cmd.Wait()
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.Cmd.Wait()
 	}
-	assertNoCanary(t, "replica "+r.name+"'s logs", r.logs.Bytes())
+	brokertest.AssertNoCanary(t, "replica "+r.name+"'s logs", r.logs.Bytes())
 }
 
 // on is a client of the replica's current process for test t (nil while
 // it is down).
-func (r *replica) on(t *testing.T) *brokerProc {
+func (r *replica) on(t *testing.T) *brokertest.Proc {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.p == nil {
 		return nil
 	}
-	return &brokerProc{t: t, sandbox: r.p.sandbox, control: r.p.control, http: &http.Client{Timeout: 60 * time.Second}}
+	return &brokertest.Proc{T: t, Sandbox: r.p.Sandbox, Control: r.p.Control, HTTP: &http.Client{Timeout: 60 * time.Second}}
 }
 
 // acked collects the request ids of calls answered 200 to a client.
@@ -125,8 +126,8 @@ type acked struct {
 	ids map[string]bool
 }
 
-func (a *acked) add(r response) {
-	if r.status != http.StatusOK {
+func (a *acked) add(r brokertest.Response) {
+	if r.Status != http.StatusOK {
 		return
 	}
 	a.mu.Lock()
@@ -134,13 +135,13 @@ func (a *acked) add(r response) {
 	if a.ids == nil {
 		a.ids = map[string]bool{}
 	}
-	a.ids[r.header.Get("X-Airlock-Request-Id")] = true
+	a.ids[r.Header.Get("X-Airlock-Request-Id")] = true
 }
 
 // hitsOf counts the upstream's requests whose path ends in suffix.
-func hitsOf(up *upstreamServer, suffix string) int {
+func hitsOf(up *brokertest.Upstream, suffix string) int {
 	n := 0
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		if strings.HasSuffix(r.RawPath, suffix) {
 			n++
 		}
@@ -151,14 +152,14 @@ func hitsOf(up *upstreamServer, suffix string) int {
 // verifyExport exports the cluster's chain from p as a bundle (`broker
 // audit export`), verifies it offline (`broker audit verify` with the
 // installation's public key) and returns its records.
-func verifyExport(t *testing.T, p *brokerProc) []auditRecord {
+func verifyExport(t *testing.T, p *brokertest.Proc) []brokertest.AuditRecord {
 	t.Helper()
 	var key struct {
 		PublicKey string `json:"public_key"`
 	}
-	_ = json.Unmarshal(p.do("GET", p.control+"/v1/audit/public-key", "", nil).body, &key)
+	_ = json.Unmarshal(p.Do("GET", p.Control+"/v1/audit/public-key", "", nil).Body, &key)
 	dir := filepath.Join(t.TempDir(), "bundle")
-	if out, err := p.cli(adminToken, "", "audit", "export", "--bundle", dir); err != nil {
+	if out, err := cli(p, brokertest.ProcAdminToken, "", "audit", "export", "--bundle", dir); err != nil {
 		t.Fatalf("audit export --bundle: %v %s", err, out)
 	}
 	var vout bytes.Buffer
@@ -167,13 +168,13 @@ func verifyExport(t *testing.T, p *brokerProc) []auditRecord {
 		t.Fatalf("offline verify of the cluster's chain: %v\n%s", err, vout.String())
 	}
 	records := mustRead(t, filepath.Join(dir, "records.jsonl"))
-	assertNoCanary(t, "audit bundle", records)
-	return parseAudit(t, records)
+	brokertest.AssertNoCanary(t, "audit bundle", records)
+	return brokertest.ParseAudit(t, records)
 }
 
 // checkAcked fails t for every acknowledged call without its call.allowed
 // record in recs, and returns the number of call.allowed records.
-func checkAcked(t *testing.T, recs []auditRecord, ack *acked) int {
+func checkAcked(t *testing.T, recs []brokertest.AuditRecord, ack *acked) int {
 	t.Helper()
 	allowed := map[string]bool{}
 	n := 0
@@ -212,25 +213,25 @@ func checkAcked(t *testing.T, recs []auditRecord, ack *acked) int {
 //     as there are call.allowed records.
 func TestThreeReplicas(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	rs := startReplicas(t, 3, up, dsn, "")
 	var ack acked
 
 	t.Run("kill", func(t *testing.T) {
 		a, b, c := rs[0].on(t), rs[1].on(t), rs[2].on(t)
-		grant := apiGrant(map[string]any{"method": "GET", "path": "/ok"}, map[string]any{"method": "GET", "path": "/slow"})
+		grant := brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"}, map[string]any{"method": "GET", "path": "/slow"})
 		for _, cut := range []bool{false, true} {
-			s := a.session(trustedSession(grant))
-			for _, p := range []*brokerProc{b, c} { // both serve it from memory
-				r := p.do("GET", p.sandbox+"/v1/proxy/api/ok", s.Token, nil)
-				if r.status != 200 {
-					t.Fatalf("call before the kill: %d %s", r.status, r.body)
+			s := a.Session(brokertest.TrustedSession(grant))
+			for _, p := range []*brokertest.Proc{b, c} { // both serve it from memory
+				r := p.Do("GET", p.Sandbox+"/v1/proxy/api/ok", s.Token, nil)
+				if r.Status != 200 {
+					t.Fatalf("call before the kill: %d %s", r.Status, r.Body)
 				}
 				ack.add(r)
 			}
-			inflight := make(chan response, 1)
-			go func() { inflight <- b.do("GET", b.sandbox+"/v1/proxy/api/slow", s.Token, nil) }()
-			<-up.started
+			inflight := make(chan brokertest.Response, 1)
+			go func() { inflight <- b.Do("GET", b.Sandbox+"/v1/proxy/api/slow", s.Token, nil) }()
+			<-up.Started
 			if cut {
 				conn := pgConn(t, dsn)
 				// Every replica's listener is up (a replica connects it
@@ -240,33 +241,33 @@ func TestThreeReplicas(t *testing.T) {
 					t.Fatalf("cut %d listener connections, want one per replica (3)", n)
 				}
 			}
-			if r := a.do("DELETE", a.control+"/v1/sessions/"+s.ID, adminToken, nil); r.status != 200 {
-				t.Fatalf("kill on A: %d %s", r.status, r.body)
+			if r := a.Do("DELETE", a.Control+"/v1/sessions/"+s.ID, brokertest.ProcAdminToken, nil); r.Status != 200 {
+				t.Fatalf("kill on A: %d %s", r.Status, r.Body)
 			}
-			hits := len(up.requests())
+			hits := len(up.Requests())
 			select {
 			case r := <-inflight:
-				r.wantProblem(t, 401, "session_revoked")
+				r.WantProblem(t, 401, "session_revoked")
 			case <-time.After(20 * time.Second): // the upstream holds it 30 s: only the kill ends it sooner
 				t.Fatalf("B's in-flight call was not cut by the kill on A (listeners cut: %v)", cut)
 			}
-			for _, p := range []*brokerProc{b, c} {
-				eventually(t, 5*time.Second, func() bool { // DESIGN §9: within 1 s, stale past 2 s fails closed
-					return p.do("GET", p.sandbox+"/v1/proxy/api/ok", s.Token, nil).status == 401
+			for _, p := range []*brokertest.Proc{b, c} {
+				brokertest.Eventually(t, 5*time.Second, func() bool { // DESIGN §9: within 1 s, stale past 2 s fails closed
+					return p.Do("GET", p.Sandbox+"/v1/proxy/api/ok", s.Token, nil).Status == 401
 				})
-				p.do("GET", p.sandbox+"/v1/proxy/api/ok", s.Token, nil).wantProblem(t, 401, "session_revoked")
+				p.Do("GET", p.Sandbox+"/v1/proxy/api/ok", s.Token, nil).WantProblem(t, 401, "session_revoked")
 			}
-			if got := len(up.requests()); got != hits {
+			if got := len(up.Requests()); got != hits {
 				t.Errorf("the upstream saw %d requests of the killed session after the kill (listeners cut: %v)", got-hits, cut)
 			}
 		}
 	})
 
 	t.Run("limits", func(t *testing.T) {
-		ps := []*brokerProc{rs[0].on(t), rs[1].on(t), rs[2].on(t)}
-		g := apiGrant(map[string]any{"method": "GET", "path": "/lim"})
+		ps := []*brokertest.Proc{rs[0].on(t), rs[1].on(t), rs[2].on(t)}
+		g := brokertest.APIGrant(map[string]any{"method": "GET", "path": "/lim"})
 		g["max_uses"] = 50
-		s := ps[0].session(trustedSession(g))
+		s := ps[0].Session(brokertest.TrustedSession(g))
 		var mu sync.Mutex
 		got := map[string]int{}
 		var wg sync.WaitGroup
@@ -278,12 +279,12 @@ func TestThreeReplicas(t *testing.T) {
 					defer wg.Done()
 					<-start
 					for range 2 {
-						r := p.do("GET", p.sandbox+"/v1/proxy/api/lim", s.Token, nil)
+						r := p.Do("GET", p.Sandbox+"/v1/proxy/api/lim", s.Token, nil)
 						ack.add(r)
-						key := strconv.Itoa(r.status)
-						if r.status != 200 {
+						key := strconv.Itoa(r.Status)
+						if r.Status != 200 {
 							var pb struct{ Code string }
-							_ = json.Unmarshal(r.body, &pb)
+							_ = json.Unmarshal(r.Body, &pb)
 							key += " " + pb.Code
 						}
 						mu.Lock()
@@ -302,7 +303,7 @@ func TestThreeReplicas(t *testing.T) {
 			t.Errorf("the upstream saw %d calls on max_uses 50, want 50", n)
 		}
 		allowed := 0
-		for _, r := range parseAudit(t, ps[2].auditExport()) {
+		for _, r := range brokertest.ParseAudit(t, ps[2].AuditExport()) {
 			if r.Type == "call.allowed" && r.SessionID == s.ID {
 				allowed++
 			}
@@ -314,21 +315,21 @@ func TestThreeReplicas(t *testing.T) {
 
 	t.Run("approvals", func(t *testing.T) {
 		a, b, c := rs[0].on(t), rs[1].on(t), rs[2].on(t)
-		op := a.newToken("operator", "orchestrator")
-		alice := a.newToken("reviewer", "alice")
-		bob := a.newToken("reviewer", "bob")
-		s := gatedSession(a, op, nil)
+		op := a.NewToken("operator", "orchestrator")
+		alice := a.NewToken("reviewer", "alice")
+		bob := a.NewToken("reviewer", "bob")
+		s := brokertest.GatedSession(a, op, nil)
 		base := hitsOf(up, "/payments")
-		res := make(chan response, 1)
+		res := make(chan brokertest.Response, 1)
 		go func() {
-			res <- b.do("POST", b.sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42}`, "Prefer", "wait=30")
+			res <- b.Do("POST", b.Sandbox+"/v1/proxy/api/payments", s.Token, `{"amount": 42}`, "Prefer", "wait=30")
 		}()
-		id := a.pendingAction(t, alice)
+		id := a.PendingAction(t, alice)
 		approveAtOnce(t, id, reviewerOn{a, alice}, reviewerOn{c, bob})
 		select {
 		case r := <-res:
-			if r.status != 200 || !strings.Contains(string(r.body), "acme") {
-				t.Fatalf("the sandbox waiting on B: %d %s", r.status, r.body)
+			if r.Status != 200 || !strings.Contains(string(r.Body), "acme") {
+				t.Fatalf("the sandbox waiting on B: %d %s", r.Status, r.Body)
 			}
 			ack.add(r)
 		case <-time.After(30 * time.Second):
@@ -342,14 +343,14 @@ func TestThreeReplicas(t *testing.T) {
 	t.Run("chain", func(t *testing.T) {
 		recs := verifyExport(t, rs[2].on(t))
 		allowed := checkAcked(t, recs, &ack)
-		if n := len(up.requests()); n != allowed {
+		if n := len(up.Requests()); n != allowed {
 			t.Errorf("the upstream saw %d requests, the chain holds %d call.allowed records", n, allowed)
 		}
 		// The sequencing lag each replica saw (a figure, not a bound).
 		for _, r := range rs {
 			p := r.on(t)
 			m := map[string]float64{}
-			for _, line := range strings.Split(string(p.do("GET", p.control+"/metrics", "", nil).body), "\n") {
+			for _, line := range strings.Split(string(p.Do("GET", p.Control+"/metrics", "", nil).Body), "\n") {
 				if k, v, ok := strings.Cut(line, " "); ok && strings.HasPrefix(k, "airlock_audit_append_seconds_") {
 					m[k], _ = strconv.ParseFloat(v, 64)
 				}
@@ -370,19 +371,19 @@ func TestThreeReplicas(t *testing.T) {
 // reached the upstream twice.
 func TestThreeReplicasCrashTrials(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	up := newUpstream(t)
+	up := brokertest.NewUpstream(t)
 	rs := startReplicas(t, 3, up, dsn, "approval: {execution_lease: 2s}\n")
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("replica crash trials: seed %d", seed)
 	rng := rand.New(rand.NewPCG(seed, 13))
 
 	a := rs[0].on(t)
-	op := a.newToken("operator", "orchestrator")
-	alice := a.newToken("reviewer", "alice")
-	plain := a.session(trustedSession(apiGrant(map[string]any{"method": "GET", "path": "/ok"})))
-	gated := gatedSession(a, op, nil)
+	op := a.NewToken("operator", "orchestrator")
+	alice := a.NewToken("reviewer", "alice")
+	plain := a.Session(brokertest.TrustedSession(brokertest.APIGrant(map[string]any{"method": "GET", "path": "/ok"})))
+	gated := brokertest.GatedSession(a, op, nil)
 	lim := crashLimited{lim: "/lim/3", spend: "/spend/3"}
-	lim.token = a.session(map[string]any{"task_id": "crash-limits", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
+	lim.token = a.Session(map[string]any{"task_id": "crash-limits", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
 		"grants": []any{
 			map[string]any{"upstream": "api", "max_uses": crashMaxUses, "rules": []any{map[string]any{"method": "GET", "path": lim.lim}}},
 			map[string]any{"upstream": "api", "budget": map[string]any{"body.amount": crashBudget},
@@ -401,14 +402,14 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 	client := &http.Client{Timeout: 10 * time.Second}
 	// call makes one request on a random live replica; nil when it failed
 	// (the replica died under it, or was down).
-	call := func(method, path, token, body string, ctrl bool) *response {
+	call := func(method, path, token, body string, ctrl bool) *brokertest.Response {
 		p := rs[rand.IntN(len(rs))].on(t)
 		if p == nil {
 			return nil
 		}
-		base := p.sandbox + "/v1/proxy/api"
+		base := p.Sandbox + "/v1/proxy/api"
 		if ctrl {
-			base = p.control
+			base = p.Control
 		}
 		var rd io.Reader
 		if body != "" {
@@ -428,7 +429,7 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 		if err != nil {
 			return nil
 		}
-		return &response{status: resp.StatusCode, header: resp.Header, body: data}
+		return &brokertest.Response{Status: resp.StatusCode, Header: resp.Header, Body: data}
 	}
 	stopped := func() bool {
 		select {
@@ -443,7 +444,7 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for !stopped() {
-				var r *response
+				var r *brokertest.Response
 				switch rand.IntN(3) {
 				case 0:
 					r = call("GET", "/ok", plain.Token, "", false)
@@ -452,7 +453,7 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 				case 2:
 					r = call("POST", lim.spend, lim.token, fmt.Sprintf(`{"amount": %d}`, 1+rand.IntN(3)), false)
 				}
-				if r != nil && r.status == 200 {
+				if r != nil && r.Status == 200 {
 					ack.add(*r)
 					succeeded.Add(1)
 				}
@@ -466,22 +467,22 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 		for !stopped() && amount.Load() < 100 {
 			n := amount.Add(1)
 			r := call("POST", "/payments", gated.Token, fmt.Sprintf(`{"amount": %d}`, n), false)
-			if r == nil || r.status != http.StatusAccepted {
+			if r == nil || r.Status != http.StatusAccepted {
 				continue
 			}
-			var v actionView
-			if json.Unmarshal(r.body, &v) != nil || v.ID == "" {
+			var v brokertest.ActionView
+			if json.Unmarshal(r.Body, &v) != nil || v.ID == "" {
 				continue
 			}
 			for !stopped() {
 				d := call("POST", "/v1/approvals/"+v.ID+"/approve", alice, "{}", true)
-				if d != nil && d.status == 200 {
+				if d != nil && d.Status == 200 {
 					amu.Lock()
 					approved = append(approved, v.ID)
 					amu.Unlock()
 					break
 				}
-				if d != nil && d.status != http.StatusServiceUnavailable && d.status/100 != 5 {
+				if d != nil && d.Status != http.StatusServiceUnavailable && d.Status/100 != 5 {
 					break // decided already (its approval's answer was lost with a killed replica)
 				}
 			}
@@ -490,7 +491,7 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 
 	for trial := 0; trial < *replicaTrials; trial++ {
 		from := succeeded.Load()
-		eventually(t, 30*time.Second, func() bool { return succeeded.Load() >= from+20 })
+		brokertest.Eventually(t, 30*time.Second, func() bool { return succeeded.Load() >= from+20 })
 		<-time.After(time.Duration(rng.IntN(200)) * time.Millisecond) // a random moment of the load
 		victim := rs[rng.IntN(len(rs))]
 		victim.kill()
@@ -498,7 +499,7 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 		t.Logf("trial %d: replica %s SIGKILLed and restarted", trial, victim.name)
 	}
 	from := succeeded.Load()
-	eventually(t, 30*time.Second, func() bool { return succeeded.Load() >= from+20 }) // every replica serves again
+	brokertest.Eventually(t, 30*time.Second, func() bool { return succeeded.Load() >= from+20 }) // every replica serves again
 	close(stop)
 	wg.Wait()
 
@@ -506,13 +507,13 @@ func TestThreeReplicasCrashTrials(t *testing.T) {
 	// Executions the kills interrupted end failed after their lease; none is
 	// left executing or approved.
 	for _, id := range approved {
-		eventually(t, 20*time.Second, func() bool {
-			st := decodeAction(t, p.do("GET", p.control+"/v1/approvals/"+id, alice, nil)).Status
+		brokertest.Eventually(t, 20*time.Second, func() bool {
+			st := brokertest.DecodeAction(t, p.Do("GET", p.Control+"/v1/approvals/"+id, alice, nil)).Status
 			return st != "executing" && st != "approved"
 		})
 	}
 	paid := map[string]int{}
-	for _, r := range up.requests() {
+	for _, r := range up.Requests() {
 		if strings.HasSuffix(r.RawPath, "/payments") {
 			paid[string(r.Body)]++
 		}

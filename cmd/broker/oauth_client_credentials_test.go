@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // fakeAuthServer is a loopback OAuth2 authorization server (client
@@ -85,8 +87,8 @@ func (a *fakeAuthServer) tokens() []string {
 // fails the next session's call closed (503 credential_unavailable,
 // nothing sent).
 func TestOAuth2ClientCredentials(t *testing.T) {
-	as := newFakeAuthServer(t, canary, 2*time.Second)
-	b := startBroker(t, harnessOpts{upstream: newUpstream(t).URL, extraYAML: `  - name: oauth
+	as := newFakeAuthServer(t, brokertest.Canary, 2*time.Second)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, ExtraYAML: `  - name: oauth
     base_url: ` + as.URL + `/api
     credential:
       source: oauth2
@@ -96,20 +98,20 @@ func TestOAuth2ClientCredentials(t *testing.T) {
       scopes: [read:items, write:items]
 `})
 	grant := map[string]any{"upstream": "oauth", "rules": []any{map[string]any{"method": "GET", "path": "/items"}}}
-	s := b.session(trustedSession(grant))
+	s := b.Session(brokertest.TrustedSession(grant))
 	var answers [][]byte
-	call := func(token string) response {
-		r := b.do("GET", b.sandbox+"/v1/proxy/oauth/items", token, nil)
-		answers = append(answers, r.body)
+	call := func(token string) brokertest.Response {
+		r := b.Do("GET", b.Sandbox+"/v1/proxy/oauth/items", token, nil)
+		answers = append(answers, r.Body)
 		return r
 	}
-	if r := call(s.Token); r.status != 200 {
-		t.Fatalf("first call: %d %s", r.status, r.body)
+	if r := call(s.Token); r.Status != 200 {
+		t.Fatalf("first call: %d %s", r.Status, r.Body)
 	}
 	// Keep calling until the broker has renewed the token: every call succeeds.
-	eventually(t, 10*time.Second, func() bool {
-		if r := call(s.Token); r.status != 200 {
-			t.Fatalf("a call across expiry: %d %s", r.status, r.body)
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		if r := call(s.Token); r.Status != 200 {
+			t.Fatalf("a call across expiry: %d %s", r.Status, r.Body)
 		}
 		return len(as.tokens()) >= 3
 	})
@@ -128,8 +130,8 @@ func TestOAuth2ClientCredentials(t *testing.T) {
 	as.revoked = true
 	before := as.apiCalls
 	as.mu.Unlock()
-	s2 := b.session(trustedSession(grant))
-	b.do("GET", b.sandbox+"/v1/proxy/oauth/items", s2.Token, nil).wantProblem(t, 503, "credential_unavailable")
+	s2 := b.Session(brokertest.TrustedSession(grant))
+	b.Do("GET", b.Sandbox+"/v1/proxy/oauth/items", s2.Token, nil).WantProblem(t, 503, "credential_unavailable")
 	as.mu.Lock()
 	after := as.apiCalls
 	as.mu.Unlock()
@@ -139,12 +141,12 @@ func TestOAuth2ClientCredentials(t *testing.T) {
 
 	tokens := as.tokens()
 	for i, a := range answers {
-		assertNoCanary(t, fmt.Sprintf("answer %d", i), a)
+		brokertest.AssertNoCanary(t, fmt.Sprintf("answer %d", i), a)
 		assertNoneOf(t, fmt.Sprintf("answer %d", i), a, tokens)
 	}
-	audit := b.auditExport()
-	assertNoCanary(t, "audit export", audit)
+	audit := b.AuditExport()
+	brokertest.AssertNoCanary(t, "audit export", audit)
 	assertNoneOf(t, "audit export", audit, tokens)
-	b.stop()
-	assertNoneOf(t, "broker logs", b.logs.Bytes(), tokens)
+	b.Stop()
+	assertNoneOf(t, "broker logs", b.Logs.Bytes(), tokens)
 }

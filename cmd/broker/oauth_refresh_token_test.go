@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // fakeRefreshServer is a loopback OAuth2 authorization server over TLS
@@ -129,9 +131,9 @@ func writeServerCA(t *testing.T, s *httptest.Server) string {
 // operator configures a new one.
 func TestOAuth2RefreshTokenRotation(t *testing.T) {
 	const initial = "rt-CANARY-initial-0123456789"
-	as := newFakeRefreshServer(t, canary, initial, 2*time.Second)
+	as := newFakeRefreshServer(t, brokertest.Canary, initial, 2*time.Second)
 	ca := writeServerCA(t, as.Server)
-	opts := harnessOpts{upstream: newUpstream(t).URL, env: map[string]string{"OAUTH_RT": initial}, extraYAML: `  - name: oauth
+	opts := brokertest.ProcOptions{Upstream: brokertest.NewUpstream(t).URL, Env: map[string]string{"OAUTH_RT": initial}, ExtraYAML: `  - name: oauth
     base_url: ` + as.URL + `/api
     ca_cert: ` + ca + `
     credential:
@@ -149,20 +151,20 @@ func TestOAuth2RefreshTokenRotation(t *testing.T) {
 	b := startBroker(t, opts)
 	grant := map[string]any{"upstream": "oauth", "rules": []any{map[string]any{"method": "GET", "path": "/items"}}}
 	var answers [][]byte
-	call := func(b *brokerProc, token string) response {
-		r := b.do("GET", b.sandbox+"/v1/proxy/oauth/items", token, nil)
-		answers = append(answers, r.body)
+	call := func(b *brokertest.Proc, token string) brokertest.Response {
+		r := b.Do("GET", b.Sandbox+"/v1/proxy/oauth/items", token, nil)
+		answers = append(answers, r.Body)
 		return r
 	}
-	s := b.session(trustedSession(grant))
-	if r := call(b, s.Token); r.status != 200 {
-		t.Fatalf("first call: %d %s", r.status, r.body)
+	s := b.Session(brokertest.TrustedSession(grant))
+	if r := call(b, s.Token); r.Status != 200 {
+		t.Fatalf("first call: %d %s", r.Status, r.Body)
 	}
 	// Keep calling across the access tokens' expiry: each renewal is a
 	// refresh that rotates the refresh token.
-	eventually(t, 10*time.Second, func() bool {
-		if r := call(b, s.Token); r.status != 200 {
-			t.Fatalf("a call across expiry: %d %s", r.status, r.body)
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		if r := call(b, s.Token); r.Status != 200 {
+			t.Fatalf("a call across expiry: %d %s", r.Status, r.Body)
 		}
 		issued, _, _, _, _ := as.state()
 		return issued >= 3
@@ -176,13 +178,13 @@ func TestOAuth2RefreshTokenRotation(t *testing.T) {
 			t.Fatalf("asked scope %q, want only what GET /items needs", sc)
 		}
 	}
-	audit := b.auditExport()
-	b.stop()
-	assertNoneOf(t, "broker logs", b.logs.Bytes(), as.secrets())
+	audit := b.AuditExport()
+	b.Stop()
+	assertNoneOf(t, "broker logs", b.Logs.Bytes(), as.secrets())
 
 	// The store holds the rotated refresh token only sealed.
 	stored := as.secrets()[issued] // the last refresh token issued
-	_ = filepath.WalkDir(b.dataDir, func(p string, d os.DirEntry, err error) error {
+	_ = filepath.WalkDir(b.DataDir, func(p string, d os.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {
 			data, _ := os.ReadFile(p)
 			assertNoneOf(t, "the data dir ("+d.Name()+")", data, []string{stored, initial})
@@ -191,11 +193,11 @@ func TestOAuth2RefreshTokenRotation(t *testing.T) {
 	})
 
 	// A restart on the same data dir goes on with the rotated token.
-	opts.dataDir = b.dataDir
+	opts.DataDir = b.DataDir
 	b2 := startBroker(t, opts)
-	s2 := b2.session(trustedSession(grant))
-	if r := call(b2, s2.Token); r.status != 200 {
-		t.Fatalf("after a restart: %d %s", r.status, r.body)
+	s2 := b2.Session(brokertest.TrustedSession(grant))
+	if r := call(b2, s2.Token); r.Status != 200 {
+		t.Fatalf("after a restart: %d %s", r.Status, r.Body)
 	}
 	if _, reused, _, _, _ := as.state(); reused != 0 {
 		t.Fatalf("the restarted broker presented a rotated-away refresh token (%d)", reused)
@@ -206,14 +208,14 @@ func TestOAuth2RefreshTokenRotation(t *testing.T) {
 	as.current = ""
 	as.mu.Unlock()
 	_, _, _, before, _ := as.state()
-	s3 := b2.session(trustedSession(grant))
-	b2.do("GET", b2.sandbox+"/v1/proxy/oauth/items", s3.Token, nil).wantProblem(t, 503, "credential_unavailable")
+	s3 := b2.Session(brokertest.TrustedSession(grant))
+	b2.Do("GET", b2.Sandbox+"/v1/proxy/oauth/items", s3.Token, nil).WantProblem(t, 503, "credential_unavailable")
 	if _, _, _, after, _ := as.state(); after != before {
 		t.Fatal("a call was sent without a credential")
 	}
 
-	audit = append(audit, b2.auditExport()...)
-	b2.stop()
+	audit = append(audit, b2.AuditExport()...)
+	b2.Stop()
 
 	// The operator configures a new refresh token: a restart starts a new
 	// chain from it (the stored chain started from the old one).
@@ -222,21 +224,21 @@ func TestOAuth2RefreshTokenRotation(t *testing.T) {
 	as.current = reissued
 	as.rts = append(as.rts, reissued)
 	as.mu.Unlock()
-	opts.env = map[string]string{"OAUTH_RT": reissued}
+	opts.Env = map[string]string{"OAUTH_RT": reissued}
 	b3 := startBroker(t, opts)
-	s4 := b3.session(trustedSession(grant))
-	if r := call(b3, s4.Token); r.status != 200 {
-		t.Fatalf("with a newly configured refresh token: %d %s", r.status, r.body)
+	s4 := b3.Session(brokertest.TrustedSession(grant))
+	if r := call(b3, s4.Token); r.Status != 200 {
+		t.Fatalf("with a newly configured refresh token: %d %s", r.Status, r.Body)
 	}
 
 	all := as.secrets()
 	for i, a := range answers {
-		assertNoCanary(t, fmt.Sprintf("answer %d", i), a)
+		brokertest.AssertNoCanary(t, fmt.Sprintf("answer %d", i), a)
 		assertNoneOf(t, fmt.Sprintf("answer %d", i), a, all)
 	}
-	audit = append(audit, b3.auditExport()...)
-	assertNoCanary(t, "audit export", audit)
+	audit = append(audit, b3.AuditExport()...)
+	brokertest.AssertNoCanary(t, "audit export", audit)
 	assertNoneOf(t, "audit export", audit, all)
-	b3.stop()
-	assertNoneOf(t, "broker logs", append(b2.logs.Bytes(), b3.logs.Bytes()...), all)
+	b3.Stop()
+	assertNoneOf(t, "broker logs", append(b2.Logs.Bytes(), b3.Logs.Bytes()...), all)
 }
