@@ -10,7 +10,7 @@ from ._client import FINAL_STATUSES, Action, Airlock, AsyncAirlock, Page, Sessio
 from ._env import CA_VARS, TOKEN_PLACEHOLDER, format_env
 from ._errors import *  # noqa: F401,F403  (AirlockError, APIError and one class per problem code)
 from ._errors import BY_CODE, AirlockError, APIError, NoProxy, WaitTimeout, error_for
-from . import _errors
+
 
 __version__ = "0.1.0"
 __all__ = ["Airlock", "AsyncAirlock", "Session", "Action", "Page", "operation", "FINAL_STATUSES", "CA_VARS",

@@ -8,7 +8,7 @@ TestClientsCoverEveryOperation (internal/httpapi/spec_clients_test.go) reads the
 
 from __future__ import annotations
 
-import json as _json
+import json as jsonlib
 import math
 import os
 import re
@@ -466,7 +466,7 @@ class Audit(_Resource):
         params = _params(format=format, since=_time(since), until=_time(until), session_id=session_id,
                          task_id=task_id, grant_id=grant_id, type=type, from_seq=from_seq)
         call = self._c._call("GET", "/v1/audit", params=params, decode=_json)
-        return self._c._t.lines(call, (lambda line: line) if format == "csv" else _json.loads)
+        return self._c._t.lines(call, (lambda line: line) if format == "csv" else jsonlib.loads)
 
     @operation("pruneAudit")
     def prune(self, before: Union[str, datetime]) -> Any:

@@ -183,3 +183,5 @@ def error_for(status: int, headers: Mapping[str, str], body: bytes) -> APIError:
     cls = BY_CODE.get(code or "", APIError)
     return cls(status, code, detail, problem.get("request_id"), problem.get("field"),
                param=problem.get("param"), constraint=problem.get("constraint"), problem=problem, headers=lower)
+
+__all__ += [c.__name__ for c in BY_CODE.values()]
