@@ -13,7 +13,7 @@ TOKEN_PLACEHOLDER = "REPLACE_WITH_SESSION_TOKEN"
 CA_VARS = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO", "CURL_CA_BUNDLE", "AWS_CA_BUNDLE")
 
 # Go's url.UserPassword escapes a password as userinfo: unreserved and these sub-delims stay.
-_USERINFO_SAFE = "-._~$&'()*+,;="
+_USERINFO_SAFE = "-._~$&+,;="
 
 
 def host_of(addr: str) -> str:

@@ -92,6 +92,13 @@ def test_env_equals_broker_session_env(broker, client, tmp_path):
     assert list(got.items()) == list(printed.items())
     assert airlock.format_env(got, "env") == cli.stdout
     assert ca.read_text() == session.ca_pem() == session["proxy"]["ca_pem"]
+    # A token with characters that userinfo escapes comes out as Go's url.UserPassword writes it.
+    odd = "a'b(c)*!d:e@f/g?h$&+,;=~"
+    cli = subprocess.run([broker.binary, "session", "env", session.id, "--format", "env", "--ca-out", str(ca),
+                          "--token", odd],
+                         env={"PATH": os.environ["PATH"], "AIRLOCK_ADDR": broker.control, "AIRLOCK_TOKEN": broker.admin},
+                         capture_output=True, text=True, check=True)
+    assert airlock.format_env(session.env(str(ca), token=odd), "env") == cli.stdout
     # A session read back has no token: the URL carries the placeholder, as the CLI's would.
     again = client.sessions.get(session.id)
     assert airlock.TOKEN_PLACEHOLDER in again.env(str(ca))["HTTPS_PROXY"]
