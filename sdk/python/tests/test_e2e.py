@@ -135,6 +135,9 @@ def test_gated_call_waits_for_a_reviewer(broker, client):
     assert session["rule_of_two"]["gated"] is True
     action = session.request("demo", "POST", "/payments", json={"amount": 7})
     assert isinstance(action, Action) and action.status == "pending"
+    with pytest.raises(airlock.WaitTimeout) as e:  # no time left: not one request
+        action.wait(timeout=0)
+    assert e.value.action is action
 
     reviewer_token = client.tokens.create("reviewer", "sdk-reviewer-" + uuid.uuid4().hex[:6])
     with Airlock(broker.control, reviewer_token["token"], sandbox_addr=broker.sandbox) as reviewer:
@@ -256,8 +259,16 @@ def test_injected_httpx_client_and_environment_defaults(broker, monkeypatch):
 
 
 def test_async_client(broker):
+    async def pending_of(c, session_id):
+        while True:  # until the broker has queued the call (a condition, not a time bound)
+            items = [a for a in await c.approvals.list(status="pending") if a["session_id"] == session_id]
+            if items:
+                return items[0]
+            await asyncio.sleep(0.01)
+
     async def main():
-        async with AsyncAirlock(broker.control, broker.admin, sandbox_addr=broker.sandbox) as c:
+        injected = httpx.AsyncClient(timeout=30)
+        async with AsyncAirlock(broker.control, broker.admin, sandbox_addr=broker.sandbox, http=injected) as c:
             session = await demo_session(c, untrusted=True)
             assert (await session.ca_pem()).startswith("-----BEGIN CERTIFICATE-----")
             r = await session.request("demo", "GET", "/hello")
@@ -272,6 +283,14 @@ def test_async_client(broker):
             await action.wait(timeout=120)
             assert action.status == "executed"
             assert (await action.result()).json()["received"] == {"amount": 3, "to": "acme"}
+            # Prefer: wait on the call itself: approved while it waits, it answers the upstream's response.
+            held = asyncio.ensure_future(session.request("demo", "POST", "/payments", json={"amount": 4}, wait=60))
+            queued = await pending_of(c, session.id)
+            async with AsyncAirlock(broker.control, tok["token"]) as reviewer:
+                await reviewer.approvals.approve(queued["id"])
+            answer = await held
+            assert not isinstance(answer, Action) and answer.status_code == 201
+            assert answer.json()["received"] == {"amount": 4, "to": "acme"}
             types = [rec["type"] async for rec in c.audit.export(session_id=session.id)]
             assert "action.executed" in types and "action.approved" in types
             await c.killswitch.engage(reason="async")
@@ -280,5 +299,8 @@ def test_async_client(broker):
                     await session.request("demo", "GET", "/hello")
             finally:
                 await c.killswitch.release()
+
+        assert not injected.is_closed
+        await injected.aclose()
 
     asyncio.run(main())

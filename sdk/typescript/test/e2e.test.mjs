@@ -9,7 +9,7 @@ import { randomUUID } from "node:crypto";
 import { startBroker } from "./broker.mjs";
 import {
   Airlock, Action, APIError, AirlockError, ConstraintViolated, NoMatchingGrant, NotFound, KillswitchEngaged,
-  SessionRevoked, ApprovalDenied, InvalidToken, Forbidden, BadRequest, TOKEN_PLACEHOLDER, formatEnv,
+  SessionRevoked, ApprovalDenied, InvalidToken, Forbidden, BadRequest, WaitTimeout, TOKEN_PLACEHOLDER, formatEnv,
 } from "../dist/index.js";
 
 const run = promisify(execFile);
@@ -113,6 +113,7 @@ test("a gated call waits for a reviewer: approved, executed, its result; another
   const action = await session.request("demo", "POST", "/payments", { json: { amount: 7 } });
   assert.ok(action instanceof Action);
   assert.equal(action.status, "pending");
+  await assert.rejects(action.wait(0), (e) => e instanceof WaitTimeout && e.action === action);
 
   const tok = await client.tokens.create("reviewer", "sdk-ts-reviewer-" + randomUUID().slice(0, 6));
   const reviewer = new Airlock({ addr: broker.control, token: tok.token });
@@ -132,6 +133,19 @@ test("a gated call waits for a reviewer: approved, executed, its result; another
   await reviewer.approvals.deny(denied.id, "no");
   assert.equal((await denied.wait(120)).status, "denied");
   await assert.rejects(denied.result(), ApprovalDenied);
+
+  // Prefer: wait on the call itself: approved while it waits, it answers the upstream's response.
+  const held = session.request("demo", "POST", "/payments", { json: { amount: 4 }, wait: 60 });
+  let queued;
+  while (!queued) { // until the broker has queued the call (a condition, not a time bound)
+    queued = (await reviewer.approvals.list({ status: "pending" })).find((a) => a.session_id === session.id);
+    if (!queued) await new Promise((r) => setTimeout(r, 10));
+  }
+  await reviewer.approvals.approve(queued.id);
+  const answer = await held;
+  assert.ok(!(answer instanceof Action));
+  assert.equal(answer.status, 201);
+  assert.deepEqual((await answer.json()).received, { amount: 4, to: "acme" });
 
   await client.tokens.revoke(tok.id);
   assert.ok(!(await client.tokens.list()).some((t) => t.id === tok.id));
