@@ -235,7 +235,7 @@ test("an injected fetch and the environment's defaults", async () => {
   assert.equal((await fromEnv.attach(s2.token).request("demo", "GET", "/hello")).status, 200);
 });
 
-test("a request's timeout aborts it (AbortSignal)", async () => {
+test("a caller's AbortSignal aborts a request", async () => {
   const session = await demoSession(client, { untrusted: true });
   const ac = new AbortController();
   ac.abort();
