@@ -4,8 +4,12 @@ PKGS    ?= ./...
 TIMEOUT ?= 20m
 # Fuzz steps are bounded by a count of inputs, not by time: load cannot fail them.
 FUZZCOUNT ?= 20000x
+# Debian's Python, for which python3-httpx and python3-pytest are installed (not a pyenv or venv one).
+PYTHON  ?= /usr/bin/python3
+NPM     ?= npm
+NODE    ?= node
 
-.PHONY: all build run test deps lint unit fuzz bench perf perf-ha crash clean
+.PHONY: all build run test deps lint unit fuzz sdk-python-test sdk-typescript-test bench perf perf-ha crash clean
 
 all: build
 
@@ -16,8 +20,9 @@ build:
 run:
 	$(GO) run ./cmd/broker dev
 
-# Everything CI checks: tools, formatting, vet, module tidiness, the race-enabled suite, short fuzzing.
-test: deps lint unit fuzz
+# Everything CI checks: tools, formatting, vet, module tidiness, the race-enabled suite, short fuzzing,
+# the Python and TypeScript SDKs' suites.
+test: deps lint unit fuzz sdk-python-test sdk-typescript-test
 
 deps:
 	@scripts/deps.sh
@@ -30,6 +35,14 @@ lint:
 
 unit:
 	$(GO) test -race -count=1 -timeout $(TIMEOUT) $(PKGS)
+
+# The SDKs' suites, each against a real `broker dev` (bin/broker) on loopback with random ports.
+sdk-python-test: build
+	AIRLOCK_BROKER=$(CURDIR)/bin/broker $(PYTHON) -m pytest -q -p no:cacheprovider sdk/python/tests
+
+sdk-typescript-test: build
+	cd sdk/typescript && $(NPM) ci --no-audit --no-fund && ./node_modules/.bin/tsc -p tsconfig.json && \
+	  AIRLOCK_BROKER=$(CURDIR)/bin/broker $(NODE) --test test/*.test.mjs
 
 # Each fuzz target for FUZZCOUNT inputs (the seed corpus also runs in `unit`).
 fuzz:
@@ -48,7 +61,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 
 clean:
-	rm -rf bin test-artifacts
+	rm -rf bin test-artifacts sdk/typescript/dist sdk/typescript/node_modules
 
 # The side-by-side load test (broker vs bare reverse proxy); rewrites docs/performance.md.
 perf: build

@@ -38,6 +38,10 @@ type Problem struct {
 	Code      string `json:"code"`
 	RequestID string `json:"request_id"`
 	Field     string `json:"field"`
+	// Param and Constraint name the parameter and the constraint a
+	// constraint_violated refusal is about.
+	Param      string `json:"param,omitempty"`
+	Constraint string `json:"constraint,omitempty"`
 }
 
 func (p *Problem) Error() string {
@@ -69,12 +73,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		p := &Problem{Status: resp.StatusCode}
-		data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		if json.Unmarshal(data, p) != nil || p.Code == "" {
-			p.Code, p.Detail = "http_error", strings.TrimSpace(string(data))
-		}
-		return p
+		return problemOf(resp)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return nil
@@ -97,12 +96,26 @@ func (c *Client) Stream(ctx context.Context, path string, w io.Writer) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 400 {
-		p := &Problem{Status: resp.StatusCode}
-		_ = json.NewDecoder(resp.Body).Decode(p)
-		return p
+		return problemOf(resp)
 	}
 	_, err = io.Copy(w, resp.Body)
 	return err
+}
+
+// problemOf reads a broker's error answer: its problem document, the code
+// from X-Airlock-Code when the body has none, "http_error" when neither
+// (a proxy in between).
+func problemOf(resp *http.Response) *Problem {
+	p := &Problem{Status: resp.StatusCode}
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if json.Unmarshal(data, p) != nil || p.Code == "" {
+		p.Code, p.Detail = resp.Header.Get("X-Airlock-Code"), strings.TrimSpace(string(data))
+		if p.Code == "" {
+			p.Code = "http_error"
+		}
+	}
+	p.Status = resp.StatusCode
+	return p
 }
 
 // RuleOfTwo is a session's standing.
@@ -129,6 +142,16 @@ type Session struct {
 	// created with it on; Placeholders are its placeholder tokens.
 	Proxy        *Proxy            `json:"proxy,omitempty"`
 	Placeholders map[string]string `json:"placeholders,omitempty"`
+	// AWSCredentials is the pair the stock AWS SDK signs with, only in the
+	// creation answer of a session with a grant on an aws upstream.
+	AWSCredentials *AWSCredentials `json:"aws_credentials,omitempty"`
+}
+
+// AWSCredentials are a session's credentials for the AWS door: worth
+// nothing anywhere but at this broker, for this session.
+type AWSCredentials struct {
+	AccessKeyID     string `json:"access_key_id"`
+	SecretAccessKey string `json:"secret_access_key"`
 }
 
 // Proxy is the proxy door of a session (DESIGN §8): its URL (with the
@@ -150,6 +173,8 @@ type Grant struct {
 }
 
 // CreateSession posts a session request (the JSON shape of POST /v1/sessions).
+//
+// operationId: createSession
 func (c *Client) CreateSession(ctx context.Context, req any) (*Session, error) {
 	var s Session
 	if err := c.Do(ctx, http.MethodPost, "/v1/sessions", req, &s); err != nil {
@@ -159,6 +184,8 @@ func (c *Client) CreateSession(ctx context.Context, req any) (*Session, error) {
 }
 
 // Session gets a session.
+//
+// operationId: getSession
 func (c *Client) Session(ctx context.Context, id string) (*Session, error) {
 	var s Session
 	if err := c.Do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id), nil, &s); err != nil {
@@ -169,6 +196,8 @@ func (c *Client) Session(ctx context.Context, id string) (*Session, error) {
 
 // SessionCA gets the PEM of a session's CA certificate (GET
 // /v1/sessions/{id}/ca.pem); a session without one is a 404 *Problem.
+//
+// operationId: getSessionCA
 func (c *Client) SessionCA(ctx context.Context, id string) ([]byte, error) {
 	var buf bytes.Buffer
 	if err := c.Stream(ctx, "/v1/sessions/"+url.PathEscape(id)+"/ca.pem", &buf); err != nil {
@@ -178,6 +207,8 @@ func (c *Client) SessionCA(ctx context.Context, id string) ([]byte, error) {
 }
 
 // KillSession ends a session at once.
+//
+// operationId: killSession
 func (c *Client) KillSession(ctx context.Context, id string) (*Session, error) {
 	var s Session
 	if err := c.Do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, &s); err != nil {
@@ -187,6 +218,8 @@ func (c *Client) KillSession(ctx context.Context, id string) (*Session, error) {
 }
 
 // AddGrant attaches a grant (the JSON shape of one grant) to a session.
+//
+// operationId: addGrant
 func (c *Client) AddGrant(ctx context.Context, sessionID string, grant any) (*Grant, error) {
 	var g Grant
 	if err := c.Do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(sessionID)+"/grants", grant, &g); err != nil {
@@ -196,6 +229,8 @@ func (c *Client) AddGrant(ctx context.Context, sessionID string, grant any) (*Gr
 }
 
 // RevokeGrant revokes a grant at once.
+//
+// operationId: revokeGrant
 func (c *Client) RevokeGrant(ctx context.Context, id string) (*Grant, error) {
 	var g Grant
 	if err := c.Do(ctx, http.MethodDelete, "/v1/grants/"+url.PathEscape(id), nil, &g); err != nil {

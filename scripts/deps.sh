@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs, idempotently, what the tests need on a fresh Debian machine:
-# curl, git, Chromium, the AWS CLI, python3 and python3-requests and PostgreSQL from Debian, and the Vault v1.14.0 dev server built from
+# curl, git, Chromium, the AWS CLI, python3 with python3-requests, python3-httpx and python3-pytest and PostgreSQL from Debian, and the Vault v1.14.0 dev server built from
 # tools/vaultdev into .tools/vaultdev (rebuilt only when its module changes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,8 +12,17 @@ command -v aws >/dev/null 2>&1 || need+=(awscli)  # the stock AWS CLI is a sandb
 command -v git >/dev/null 2>&1 || need+=(git)     # git clone/push through the proxy door, to git http-backend
 # Debian's Python with requests: sandbox-side clients of the proxy door tests (urllib, requests)
 /usr/bin/python3 -c 'import requests' >/dev/null 2>&1 || need+=(python3 python3-requests)
+# Debian's httpx and pytest: the Python SDK and its suite (the Python package registry is not used)
+/usr/bin/python3 -c 'import httpx, pytest' >/dev/null 2>&1 || need+=(python3-httpx python3-pytest)
 # PostgreSQL's server binaries: the tests run their own server (internal/pgtest), never the system's.
 ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || need+=(postgresql)
+
+# Node ≥ 20 and npm: the TypeScript SDK (its `npm ci` fetches typescript from the npm registry).
+node_major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0)
+if [ "$node_major" -lt 20 ] || ! command -v npm >/dev/null 2>&1; then
+  echo "deps: the TypeScript SDK needs Node >= 20 and npm (found node major $node_major)" >&2
+  exit 1
+fi
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" -ne 0 ]; then
@@ -39,4 +48,4 @@ if [ ! -x .tools/vaultdev ] || [ "$(cat .tools/vaultdev.stamp 2>/dev/null)" != "
   (cd tools/vaultdev && go build -o ../../.tools/vaultdev .)
   echo "$stamp" > .tools/vaultdev.stamp
 fi
-echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), $(git --version), postgresql $(ls /usr/lib/postgresql | sort -V | tail -1), vaultdev $(du -h .tools/vaultdev | cut -f1))"
+echo "deps: ok (go $(go env GOVERSION), curl $(curl --version | head -1 | cut -d' ' -f2), $(/usr/bin/chromium --version 2>/dev/null | head -1), $(aws --version 2>&1 | cut -d' ' -f1), $(git --version), postgresql $(ls /usr/lib/postgresql | sort -V | tail -1), node $(node --version), httpx $(/usr/bin/python3 -c 'import httpx; print(httpx.__version__)'), vaultdev $(du -h .tools/vaultdev | cut -f1))"
