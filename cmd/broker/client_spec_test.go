@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/client"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 )
 
 // TestClientSpecOperationsEndToEnd drives the Go client's operations of
@@ -20,13 +21,13 @@ import (
 // all) against a real broker: the orchestrator's, a reviewer's and the
 // sandbox's side (the REST door, a gated call approved and waited for).
 func TestClientSpecOperationsEndToEnd(t *testing.T) {
-	up := newUpstream(t)
-	b := startBroker(t, harnessOpts{upstream: up.URL})
+	up := brokertest.NewUpstream(t)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: up.URL})
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang guard
 	defer cancel()
-	c := client.New(b.control, adminToken)
+	c := client.New(b.Control, brokertest.ProcAdminToken)
 
-	gated := map[string]any{"task_id": "t-go", "ttl": "10m", "isolation": "microvm", "grants": []any{apiGrant(
+	gated := map[string]any{"task_id": "t-go", "ttl": "10m", "isolation": "microvm", "grants": []any{brokertest.APIGrant(
 		map[string]any{"method": "GET", "path": "/items"},
 		map[string]any{"method": "POST", "path": "/items", "constraints": map[string]any{"body.to": map[string]any{"pin": "acme"}}},
 	)}}
@@ -37,14 +38,14 @@ func TestClientSpecOperationsEndToEnd(t *testing.T) {
 	if !s.RuleOfTwo.Gated {
 		t.Fatalf("session not gated: %+v", s.RuleOfTwo)
 	}
-	sb := client.NewSandbox(b.sandbox, s.Token)
+	sb := client.NewSandbox(b.Sandbox, s.Token)
 	resp, action, err := sb.Call(ctx, "api", http.MethodGet, "/items", nil, nil, 0)
 	if err != nil || action != nil || resp.StatusCode != 200 {
 		t.Fatalf("GET /items: %v %v %v", resp, action, err)
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	assertNoCanary(t, "the upstream's answer", body)
+	brokertest.AssertNoCanary(t, "the upstream's answer", body)
 
 	post := func(v string) (*http.Response, *client.ActionStatus, error) {
 		return sb.Call(ctx, "api", http.MethodPost, "/items", strings.NewReader(v), http.Header{"Content-Type": {"application/json"}}, 0)
@@ -62,7 +63,7 @@ func TestClientSpecOperationsEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reviewer := client.New(b.control, rt.Secret)
+	reviewer := client.New(b.Control, rt.Secret)
 	pending, err := reviewer.Approvals(ctx, "pending", 10)
 	if err != nil || len(pending) != 1 || !bytes.Contains(pending[0], []byte(action.ID)) {
 		t.Fatalf("pending approvals: %s %v", pending, err)
@@ -82,7 +83,7 @@ func TestClientSpecOperationsEndToEnd(t *testing.T) {
 		t.Fatalf("result: %v %v", res, err)
 	}
 	res.Body.Close()
-	if got := up.last(t); !strings.Contains(string(got.Body), `"to":"acme"`) {
+	if got := up.Last(t); !strings.Contains(string(got.Body), `"to":"acme"`) {
 		t.Fatalf("the upstream received %s", got.Body)
 	}
 	_, denied, err := post(`{"n":2}`)
@@ -134,7 +135,7 @@ func TestClientSpecOperationsEndToEnd(t *testing.T) {
 			t.Errorf("the audit export has no %s", typ)
 		}
 	}
-	assertNoCanary(t, "the audit export", audit.Bytes())
+	brokertest.AssertNoCanary(t, "the audit export", audit.Bytes())
 	var report struct{ OK bool }
 	if v, err := c.VerifyAudit(ctx); err != nil || json.Unmarshal(v, &report) != nil || !report.OK {
 		t.Fatalf("verify: %s %v", v, err)
