@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
@@ -63,11 +64,9 @@ type GrantView struct {
 	Status  string       // active, revoked or expired
 }
 
-// FieldError names the offending field of a request.
-type FieldError = grants.FieldError
-
+// fieldErr is a bad request naming its field.
 func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &fault.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 func (b *Broker) upstreamKind(name string) (string, bool) {
@@ -386,7 +385,7 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 	now := b.now().UTC()
 	g, err := b.newGrant("", &l.Session, spec, p, now)
 	if err != nil {
-		var fe *FieldError
+		var fe *fault.FieldError
 		if errors.As(err, &fe) && len(fe.Field) > 0 && fe.Field[0] == '.' {
 			fe.Field = fe.Field[1:]
 		}

@@ -11,6 +11,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -198,23 +199,13 @@ type InjectHMAC struct {
 	Over      string `yaml:"over"`
 }
 
-// FieldError is one mistake in the configuration: the field, by its path
-// in the YAML (upstreams[0].base_url, approval.proxy_wait), and what is
-// wrong with it.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
 func fieldErr(field, format string, args ...any) error {
-	return &FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+	return &fault.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
 }
 
 // Load reads path, expands ${VAR} in values through getenv, applies defaults
 // and validates. Its error joins (errors.Join) every mistake in the file,
-// each a *FieldError; Errors lists them.
+// each a *fault.FieldError; Errors lists them.
 func Load(path string, getenv func(string) string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -231,7 +222,7 @@ func Check(path string, getenv func(string) string) error {
 }
 
 // Errors lists the mistakes an error of Load, Parse or Validate joins, one
-// per element (a *FieldError each, but for a file that cannot be read or
+// per element (a *fault.FieldError each, but for a file that cannot be read or
 // is not YAML).
 func Errors(err error) []error {
 	if err == nil {
@@ -269,7 +260,7 @@ func Parse(data []byte, getenv func(string) string) (*Config, error) {
 	}
 	errs := d.errs
 	for _, err := range Errors(c.Validate(getenv)) {
-		var fe *FieldError
+		var fe *fault.FieldError
 		if errors.As(err, &fe) && d.covers(fe.Field) {
 			continue // the value did not decode: already said
 		}

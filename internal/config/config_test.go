@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 const base = `
@@ -85,7 +87,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			var fe *FieldError
+			var fe *fault.FieldError
 			if tt.field != "" && (!errors.As(err, &fe) || fe.Field != tt.field) {
 				t.Fatalf("err = %v, want field %s", err, tt.field)
 			}
@@ -122,7 +124,7 @@ func TestScrubRotationGrace(t *testing.T) {
 		t.Fatalf("per upstream and global: %v, %v", got, err)
 	}
 	for _, y := range []string{base + "scrub: {rotation_grace: -1h}\n", base + "    scrub: {rotation_grace: -1s}\n"} {
-		var fe *FieldError
+		var fe *fault.FieldError
 		if _, err := build(y); !errors.As(err, &fe) || !strings.Contains(fe.Field, "scrub.rotation_grace") {
 			t.Errorf("negative grace: %v", err)
 		}
@@ -145,7 +147,7 @@ func TestConfigMaxStreams(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, err := Parse([]byte(base+tc.yaml), getenv)
 			if tc.err {
-				var fe *FieldError
+				var fe *fault.FieldError
 				if !errors.As(err, &fe) || fe.Field != "max_streams_per_session" {
 					t.Fatalf("got %v, want an error naming max_streams_per_session", err)
 				}

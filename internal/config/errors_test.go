@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // mistakes lists the joined error's messages, checking that each is a
-// *FieldError whose text starts with its field path.
+// *fault.FieldError whose text starts with its field path.
 func mistakes(t *testing.T, err error) []string {
 	t.Helper()
 	if err == nil {
@@ -25,9 +27,9 @@ func mistakes(t *testing.T, err error) []string {
 	}
 	var out []string
 	for _, e := range j.Unwrap() {
-		var fe *FieldError
+		var fe *fault.FieldError
 		if !errors.As(e, &fe) {
-			t.Errorf("not a *FieldError: %v", e)
+			t.Errorf("not a *fault.FieldError: %v", e)
 			continue
 		}
 		if !strings.HasPrefix(e.Error(), fe.Field+": ") {

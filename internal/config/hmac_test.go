@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 func TestInjectHMAC(t *testing.T) {
@@ -33,7 +35,7 @@ func TestInjectHMAC(t *testing.T) {
 		"unknown in over": "    inject: {hmac: {header: X-Sig, over: \"{method}{path}{secret}\"}}\n",
 	} {
 		_, err := Parse([]byte(base+yaml), admin)
-		var fe *FieldError
+		var fe *fault.FieldError
 		if !errors.As(err, &fe) || (fe.Field != "upstreams[0].inject.hmac" && fe.Field != "upstreams[0].inject" && fe.Field != "upstreams[0].inject.format") {
 			t.Errorf("%s: err = %v", name, err)
 		}

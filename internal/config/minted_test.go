@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -69,7 +70,7 @@ func TestMintedSourcesConfigErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), admin)
-			var fe *FieldError
+			var fe *fault.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
 				t.Fatalf("err = %v, want field %s", err, tc.field)
 			}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
 	"github.com/airlock-broker/airlock/internal/upstream/oauth2"
@@ -45,7 +46,7 @@ func TestOAuth2ConfigErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.yaml), admin)
-			var fe *FieldError
+			var fe *fault.FieldError
 			if !errors.As(err, &fe) || fe.Field != tc.field {
 				t.Fatalf("err = %v, want field %s", err, tc.field)
 			}

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"regexp"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 func TestPlaceholderConfig(t *testing.T) {
@@ -61,7 +63,7 @@ func TestPlaceholderConfig(t *testing.T) {
 			if err == nil {
 				t.Fatal("accepted")
 			}
-			var fe *FieldError
+			var fe *fault.FieldError
 			if tc.field != "" && (!errors.As(err, &fe) || fe.Field != tc.field) {
 				t.Errorf("error %v, want field %s", err, tc.field)
 			}

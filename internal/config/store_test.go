@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // TestStoreSelection: bbolt by default; postgres with a DSN expanded from
@@ -36,7 +38,7 @@ func TestStoreSelection(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Parse([]byte(base+tt.yaml), getenv)
-			var fe *FieldError
+			var fe *fault.FieldError
 			if !errors.As(err, &fe) || fe.Field != tt.field {
 				t.Fatalf("err = %v, want field %s", err, tt.field)
 			}

@@ -11,7 +11,7 @@ import (
 )
 
 // Validate applies defaults and checks every section, returning all their
-// mistakes joined (errors.Join), each a *FieldError.
+// mistakes joined (errors.Join), each a *fault.FieldError.
 func (c *Config) Validate(getenv func(string) string) error {
 	c.applyDefaults()
 	var e errs

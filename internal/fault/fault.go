@@ -187,3 +187,18 @@ func As(err error) (*Error, bool) {
 	ok := errors.As(err, &e)
 	return e, ok
 }
+
+// FieldError is a bad request, or a bad configuration, that names its
+// field: a grant's (grants[0].rules[1].path), a config file's
+// (upstreams[0].base_url). Its text is shown.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Unwrap makes a FieldError a bad request.
+func (e *FieldError) Unwrap() error { return errFieldBadRequest }
+
+var errFieldBadRequest = New(BadRequest, "bad request")

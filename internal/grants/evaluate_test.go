@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
@@ -305,7 +307,7 @@ func TestValidate(t *testing.T) {
 				}
 				return
 			}
-			var fe *FieldError
+			var fe *fault.FieldError
 			if !errors.As(err, &fe) || fe.Field != tt.wantField {
 				t.Fatalf("err = %v, want field %s", err, tt.wantField)
 			}

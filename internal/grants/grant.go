@@ -130,17 +130,6 @@ type UsageUpdate struct {
 	Usage   Usage
 }
 
-// FieldError names the offending field of a malformed grant.
-type FieldError struct {
-	Field string
-	Msg   string
-}
-
-func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
-
-// Unwrap makes a FieldError a bad request (ErrBadRequest).
-func (e *FieldError) Unwrap() error { return ErrBadRequest }
-
 // UpstreamKind answers the type ("http" or "aws") of a configured upstream.
 type UpstreamKind func(name string) (kind string, ok bool)
 
@@ -160,11 +149,11 @@ func ForbiddenHeader(name string) bool {
 	return forbiddenHeaders[c] || strings.HasPrefix(c, "Proxy-") || strings.HasPrefix(c, "X-Forwarded-")
 }
 
-// Validate checks a Spec at creation; the error is a *FieldError whose field
+// Validate checks a Spec at creation; the error is a *fault.FieldError whose field
 // is prefixed with prefix (e.g. "grants[0]").
 func Validate(prefix string, s *Spec, kind UpstreamKind, maxTTL time.Duration) error {
 	fe := func(field, format string, args ...any) error {
-		return &FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
+		return &fault.FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
 	}
 	k, ok := kind(s.Upstream)
 	if s.Upstream == "" {
@@ -256,7 +245,7 @@ func (b bodySpelling) add(p param) string {
 // parameters, which must spell body fields as the rule's constraints do.
 func validateRule(prefix string, r *Rule, kind string, budgetKeys []string) error {
 	fe := func(field, format string, args ...any) error {
-		return &FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
+		return &fault.FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
 	}
 	var params []string
 	switch kind {

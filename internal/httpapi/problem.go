@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 )
@@ -53,13 +52,9 @@ var titles = map[string]string{
 // problemFor maps err to its problem document: the status and code of its
 // kind (see fault.Find), its text as the detail unless it is private.
 func problemFor(err error) Problem {
-	var fe *grants.FieldError
+	var fe *fault.FieldError
 	if errors.As(err, &fe) {
 		return Problem{Status: 400, Code: "bad_request", Title: titles["bad_request"], Detail: fe.Error(), Field: fe.Field, kind: fault.BadRequest}
-	}
-	var cfe *config.FieldError
-	if errors.As(err, &cfe) {
-		return Problem{Status: 400, Code: "bad_request", Title: titles["bad_request"], Detail: cfe.Error(), Field: cfe.Field, kind: fault.BadRequest}
 	}
 	f := fault.Find(err)
 	if f == nil {

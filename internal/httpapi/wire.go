@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 )
 
@@ -117,14 +118,14 @@ func (g grantRequest) spec(field string) (grants.Spec, error) {
 			if len(c.Pin) > 0 {
 				v, err := scalar(c.Pin)
 				if err != nil {
-					return s, &grants.FieldError{Field: f + ".pin", Msg: err.Error()}
+					return s, &fault.FieldError{Field: f + ".pin", Msg: err.Error()}
 				}
 				gc.Pin = v
 			}
 			for j, raw := range c.OneOf {
 				v, err := scalar(raw)
 				if err != nil {
-					return s, &grants.FieldError{Field: fmt.Sprintf("%s.one_of[%d]", f, j), Msg: err.Error()}
+					return s, &fault.FieldError{Field: fmt.Sprintf("%s.one_of[%d]", f, j), Msg: err.Error()}
 				}
 				gc.OneOf = append(gc.OneOf, v)
 			}
