@@ -42,9 +42,9 @@ func (s Status) Terminal() bool {
 	return s == Denied || s == Expired || s == Executed || s == Failed
 }
 
-// Request is the exact outbound request, without the credential (the
+// HeldRequest is the exact outbound request, without the credential (the
 // broker injects it at execution).
-type Request struct {
+type HeldRequest struct {
 	Method string
 	Path   string // canonical escaped path below the upstream's base URL
 	Query  string // re-encoded checked query
@@ -52,8 +52,8 @@ type Request struct {
 	Body   []byte
 }
 
-// Decision is one reviewer's verdict.
-type Decision struct {
+// Review is one reviewer's verdict.
+type Review struct {
 	Reviewer string // principal id
 	Name     string
 	Verdict  string // approve | deny
@@ -90,14 +90,14 @@ type Action struct {
 	ExpiresAt         time.Time
 	Status            Status
 	Reason            string
-	Request           Request
+	Request           HeldRequest
 	Pinned            []string // parameters fixed by the operator's grant
 	Filled            []string // pinned parameters the broker filled in
 	Standing          Standing
 	ApprovalsRequired int
 	Amounts           map[string]float64 // budgeted amounts, reserved while pending, spent at execution
 	PermitGrants      []string           // other grants whose permission the request needs (an AWS ACL header, a copy's source); each must still hold at execution
-	Decisions         []Decision
+	Decisions         []Review
 	Result            *Result
 	// Owner is the replica that claimed an executing action, and LeaseUntil
 	// when its claim ends unless renewed: past it, any replica fails the
@@ -146,7 +146,7 @@ func Decide(a *Action, r Reviewer, verdict, comment string, now time.Time) (bool
 	if verdict == "approve" && r.ID == a.SessionCreatedBy {
 		return false, ErrSelfApproval
 	}
-	a.Decisions = append(a.Decisions, Decision{Reviewer: r.ID, Name: r.Name, Verdict: verdict, Comment: comment, At: now})
+	a.Decisions = append(a.Decisions, Review{Reviewer: r.ID, Name: r.Name, Verdict: verdict, Comment: comment, At: now})
 	if verdict == "deny" {
 		a.Status, a.Reason = Denied, "denied by "+r.Name
 		return false, nil
@@ -158,17 +158,21 @@ func Decide(a *Action, r Reviewer, verdict, comment string, now time.Time) (bool
 	return false, nil
 }
 
-// Store persists actions. UpdateAction runs fn on the stored action inside
+// ActionStore persists actions. UpdateAction runs fn on the stored action inside
 // one write transaction and stores the result unless fn fails, so state
 // transitions are checked where they are made. Action and UpdateAction
 // return ErrNotFound (this package's) for an unknown id, never the
 // adapter's own not-found error; UpdateAction then does not call fn.
-type Store interface {
+type ActionStore interface {
 	PutAction(ctx context.Context, a *Action) error
 	Action(ctx context.Context, id string) (Action, error)
 	// Actions lists actions with the status ("" for all), newest first, at most limit.
 	Actions(ctx context.Context, status Status, limit int) ([]Action, error)
 	UpdateAction(ctx context.Context, id string, fn func(*Action) error) (Action, error)
+	// PendingSummary counts the pending actions and gives the oldest one's
+	// creation time (zero when none), without decoding them; none pending
+	// is 0, not an error.
+	PendingSummary(ctx context.Context) (n int, oldest time.Time, err error)
 }
 
 // Notifier wakes waiters when an action changes, without polling.

@@ -37,7 +37,7 @@ const (
 )
 
 // approvals is the human gate's service: whether a call must wait (gated),
-// the actions awaiting or after approval (its ActionStore), what each
+// the actions awaiting or after approval (its approval.ActionStore), what each
 // pending action holds (a slot of its session's pending limit and its
 // grant's reservation, see pending.go), the timers of their expiry, the
 // reviewers' decisions and the exactly-once execution of an approved
@@ -47,7 +47,7 @@ const (
 // (gateDeps, an auditAppender); the Broker keeps thin exported methods
 // over it.
 type approvals struct {
-	store      ActionStore
+	store      approval.ActionStore
 	notifier   *approval.Notifier // wakes waiters of an action, and live pages at any change
 	webhook    *approval.Webhook  // announces pending actions and decisions, or nil
 	expiry     *expiryTimers      // wakes the service at pending actions' expiry
@@ -71,10 +71,10 @@ type approvals struct {
 
 // gateDeps is what the approvals service is given of the rest of the broker.
 type gateDeps struct {
-	live     func(id string) (*Live, bool)        // a session in memory (sessionService)
-	grant    func(id string) (*grants.Live, bool) // a grant of a session in memory (sessionService)
-	engaged  func() bool                          // the global kill-switch
-	standing func(l *Live) session.RuleOfTwo      // the session's Rule-of-Two standing now
+	live     func(id string) (*LiveSession, bool)   // a session in memory (sessionService)
+	grant    func(id string) (*grants.Live, bool)   // a grant of a session in memory (sessionService)
+	engaged  func() bool                            // the global kill-switch
+	standing func(l *LiveSession) session.RuleOfTwo // the session's Rule-of-Two standing now
 	// run runs an approved action's stored request through the call
 	// pipeline (see Broker.runAction).
 	run func(a approval.Action, claim func(*grants.Live) error) (*approval.Result, bool, error)
@@ -87,7 +87,7 @@ type auditAppender interface {
 
 // approvalsConfig configures newApprovals.
 type approvalsConfig struct {
-	store      ActionStore
+	store      approval.ActionStore
 	audit      auditAppender
 	names      auditNames
 	clock      clock.Clock // arms the expiry timers
@@ -137,7 +137,7 @@ func (s *approvals) close() {
 // decisions (the one that reserved its use, and those of further
 // permissions it needs, see Broker.permit) is an irreversible rule under
 // Rule of Two (A∧B∧C) or of a grant with approval: always.
-func (s *approvals) gated(l *Live, d *grants.Decision, also ...*grants.Decision) bool {
+func (s *approvals) gated(l *LiveSession, d *grants.Decision, also ...*grants.Decision) bool {
 	gated := func(d *grants.Decision) bool {
 		return d.Irreversible && (d.Grant.Grant.Approval == grants.ApprovalAlways || s.gate.standing(l).Gated())
 	}
@@ -171,7 +171,7 @@ func (b *Broker) Actions(ctx context.Context, status approval.Status, limit int)
 
 // SessionAction returns an action of the sandbox's own session
 // (approval.ErrNotFound for another session's).
-func (b *Broker) SessionAction(ctx context.Context, l *Live, id string) (approval.Action, error) {
+func (b *Broker) SessionAction(ctx context.Context, l *LiveSession, id string) (approval.Action, error) {
 	return b.appr.sessionAction(ctx, l, id)
 }
 
@@ -193,7 +193,7 @@ func (b *Broker) Changes() <-chan struct{} { return b.appr.notifier.Any() }
 // decisions of further permissions the request needs (see Broker.permit): the
 // action names their grants, and execute runs it only while each of them
 // still permits (live, unexpired, not exhausted).
-func (s *approvals) hold(ctx context.Context, l *Live, d *grants.Decision, out *upstream.Outbound, rec CallRecord, also ...*grants.Decision) (approval.Action, error) {
+func (s *approvals) hold(ctx context.Context, l *LiveSession, d *grants.Decision, out *upstream.Outbound, rec CallRecord, also ...*grants.Decision) (approval.Action, error) {
 	if !l.takePendingSlot(s.maxPending) {
 		d.Release()
 		return approval.Action{}, fmt.Errorf("%w (at most %d)", ErrTooManyPending, s.maxPending)
@@ -205,7 +205,7 @@ func (s *approvals) hold(ctx context.Context, l *Live, d *grants.Decision, out *
 		ID: newID("act_", now), SessionID: l.Session.ID, TaskID: l.Session.TaskID, GrantID: d.Grant.Grant.ID,
 		Upstream: rec.Upstream, RequestID: rec.RequestID, SessionCreatedBy: l.Session.CreatedBy,
 		CreatedAt: now, ExpiresAt: now.Add(s.ttl), Status: approval.Pending,
-		Request: approval.Request{Method: out.Method, Path: out.Path, Query: out.Query, Header: out.Header.Clone(), Body: out.Body},
+		Request: approval.HeldRequest{Method: out.Method, Path: out.Path, Query: out.Query, Header: out.Header.Clone(), Body: out.Body},
 		Pinned:  d.Pinned, Filled: d.Filled,
 		Standing:          approval.Standing{UntrustedInput: r2.UntrustedInput, SensitiveAccess: r2.SensitiveAccess, ExternalAction: r2.ExternalAction},
 		ApprovalsRequired: d.Grant.Grant.ApprovalsRequired, Amounts: d.Amounts(),
@@ -482,7 +482,7 @@ func (s *approvals) load(ctx context.Context) error {
 }
 
 // sessionAction returns an action of the sandbox's own session.
-func (s *approvals) sessionAction(ctx context.Context, l *Live, id string) (approval.Action, error) {
+func (s *approvals) sessionAction(ctx context.Context, l *LiveSession, id string) (approval.Action, error) {
 	a, err := s.store.Action(ctx, id)
 	if err != nil {
 		return a, err

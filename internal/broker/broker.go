@@ -49,14 +49,14 @@ type Options struct {
 	// Store, when set, is a convenience: it fills every port below left nil.
 	// Without it each port is required.
 	Store            store.Store
-	Sessions         SessionStore    // sessions and grants (default Store)
-	Audit            AuditStore      // the audit chain and its index by session (default Store)
-	Actions          ActionStore     // actions awaiting or after approval (default Store)
-	Tokens           TokenStore      // API tokens' digests (default Store)
-	Killswitch       KillswitchStore // the kill-switch's durable state (default Store)
-	Meta             MetaStore       // the installation secret (default Store)
-	Health           HealthCheck     // the storage's readiness, reported by Ready as "store" (default Store)
-	Usage            UsageStore      // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
+	Sessions         SessionStore         // sessions and grants (default Store)
+	Audit            AuditStore           // the audit chain and its index by session (default Store)
+	Actions          approval.ActionStore // actions awaiting or after approval (default Store)
+	Tokens           TokenStore           // API tokens' digests (default Store)
+	Killswitch       KillswitchStore      // the kill-switch's durable state (default Store)
+	Meta             MetaStore            // the installation secret (default Store)
+	Health           HealthCheck          // the storage's readiness, reported by Ready as "store" (default Store)
+	Usage            UsageStore           // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -130,8 +130,8 @@ type Broker struct {
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
 func (b *Broker) Now() time.Time { return b.now() }
 
-// Live is an active session in memory.
-type Live struct {
+// LiveSession is an active session in memory.
+type LiveSession struct {
 	Session session.Session
 	bind    netip.Prefix
 	bound   bool
@@ -151,10 +151,10 @@ type Live struct {
 
 // Context ends when the session is killed (cause session.ErrRevoked) or
 // expires (session.ErrExpired): in-flight calls derive from it.
-func (l *Live) Context() context.Context { return l.ctx }
+func (l *LiveSession) Context() context.Context { return l.ctx }
 
 // Grants returns the session's grants (including revoked and expired ones).
-func (l *Live) Grants() []*grants.Live {
+func (l *LiveSession) Grants() []*grants.Live {
 	if p := l.grants.Load(); p != nil {
 		return *p
 	}
@@ -271,7 +271,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil, usage: o.Usage,
 		gate: gateDeps{
 			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load,
-			standing: func(l *Live) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
+			standing: func(l *LiveSession) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
 			run:      b.runAction,
 		},
 	})

@@ -87,7 +87,7 @@ type call struct {
 	rec   CallRecord // what the audit records say of the call
 	start time.Time  // wall clock: latency, never expiry
 
-	l       *Live
+	l       *LiveSession
 	u       *upstream.Upstream
 	d       *grants.Decision   // the decision that reserved the call's use (not for an executed action)
 	permits []*grants.Decision // further permissions the request needs (AWS)
@@ -170,14 +170,14 @@ func (c *call) admit(caller Caller) error {
 	return err
 }
 
-func (b *Broker) admit(c Caller) (*Live, error) {
+func (b *Broker) admit(c Caller) (*LiveSession, error) {
 	if b.ks.engaged.Load() {
 		return nil, ErrKillswitch
 	}
 	if b.stale() {
 		return nil, ErrStale
 	}
-	var l *Live
+	var l *LiveSession
 	if c.sigv4 {
 		var ok bool
 		if l, ok = b.sess.sigv4Session(c.id); !ok {
@@ -206,11 +206,11 @@ type Request struct {
 	Raw []byte
 	// AWS is set by the SigV4 door: the request is sent as the AWS API
 	// reads it, signed anew.
-	AWS *AWSRequest
+	AWS *AWSCall
 }
 
-// AWSRequest is what the SigV4 door adds to a Request.
-type AWSRequest struct {
+// AWSCall is what the SigV4 door adds to a Request.
+type AWSCall struct {
 	Path     string // the escaped path to send (built from the checked bucket and key when the operation has one)
 	RawQuery string // the query as received, sent unless a rule filled a parameter in
 	// Also are further permissions the request needs (a copy's source,
@@ -606,7 +606,7 @@ func (c *call) complete(status int, bytesOut int64, code string) {
 	c.b.audit.AppendAsync(ev)
 }
 
-func callEvent(l *Live, c CallRecord) audit.Event {
+func callEvent(l *LiveSession, c CallRecord) audit.Event {
 	ev := audit.Event{
 		Actor: audit.Actor{Kind: "sandbox"}, RequestID: c.RequestID, Upstream: c.Upstream,
 		Method: c.Method, Path: c.Path, BytesIn: c.BytesIn,

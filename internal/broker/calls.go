@@ -12,7 +12,7 @@ import (
 )
 
 // identify finds the live session of a token.
-func (b *Broker) identify(token string) (*Live, error) {
+func (b *Broker) identify(token string) (*LiveSession, error) {
 	l, ok := b.sess.byTokenLive(token)
 	if ok {
 		return l, nil
@@ -39,7 +39,7 @@ func (b *Broker) identify(token string) (*Live, error) {
 
 // standing checks an identified session on every call: not killed, not
 // expired, called from its bound source.
-func (b *Broker) standing(l *Live, remote netip.Addr) error {
+func (b *Broker) standing(l *LiveSession, remote netip.Addr) error {
 	switch {
 	case l.revoked.Load():
 		return session.ErrRevoked
@@ -56,7 +56,7 @@ var ErrRateLimited = fault.New(fault.RateLimited, "session call rate exceeded")
 
 // Check admits a bearer of a session token (see Call.Admit): the global
 // kill-switch, the token and session (see Verify), the session's call rate.
-func (b *Broker) Check(token string, remote netip.Addr) (*Live, error) {
+func (b *Broker) Check(token string, remote netip.Addr) (*LiveSession, error) {
 	return b.admit(BearerCaller(token, remote))
 }
 
@@ -64,7 +64,7 @@ func (b *Broker) Check(token string, remote netip.Addr) (*Live, error) {
 // grants. On success one use (and any budget) of the grant is reserved;
 // Release it if the call does not happen. Whether the call must wait for a
 // human is the gate's answer (approvals.gated).
-func (b *Broker) decide(l *Live, upstreamName string, call *grants.Call) (*grants.Decision, error) {
+func (b *Broker) decide(l *LiveSession, upstreamName string, call *grants.Call) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}
@@ -73,7 +73,7 @@ func (b *Broker) decide(l *Live, upstreamName string, call *grants.Call) (*grant
 
 // permit checks a further permission a call needs (see grants.Permit)
 // against the session's grants, reserving nothing.
-func (b *Broker) permit(l *Live, upstreamName string, call *grants.Call, held *grants.Decision) (*grants.Decision, error) {
+func (b *Broker) permit(l *LiveSession, upstreamName string, call *grants.Call, held *grants.Decision) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}

@@ -89,7 +89,7 @@ func (b *Broker) hostUpstream(name string, port, defaultPort int) *upstream.Upst
 
 // liveGrantOn reports whether the session holds a live grant (not revoked,
 // not expired) on upstream name.
-func (l *Live) liveGrantOn(name string, now time.Time) bool {
+func (l *LiveSession) liveGrantOn(name string, now time.Time) bool {
 	for _, g := range l.Grants() {
 		if g.Grant.Upstream == name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
 			return true

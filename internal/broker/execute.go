@@ -72,7 +72,7 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 // names its session, and was counted when it was held) and finds its grant
 // and the grants its further permissions need, as grants.Evaluate would
 // judge them now.
-func (b *Broker) readmit(a approval.Action) (*Live, *grants.Live, error) {
+func (b *Broker) readmit(a approval.Action) (*LiveSession, *grants.Live, error) {
 	if b.ks.engaged.Load() {
 		return nil, nil, ErrKillswitch
 	}
@@ -107,7 +107,7 @@ func (b *Broker) readmit(a approval.Action) (*Live, *grants.Live, error) {
 }
 
 // grantIn is the session's grant id, or nil.
-func grantIn(l *Live, id string) *grants.Live {
+func grantIn(l *LiveSession, id string) *grants.Live {
 	for _, x := range l.Grants() {
 		if x.Grant.ID == id {
 			return x

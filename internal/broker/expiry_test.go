@@ -44,7 +44,7 @@ func expBroker(tb testing.TB, st *boltstore.Bolt, opts ...brokertest.Option) *br
 
 // expHold creates a session whose grant (one use, approval always) holds
 // its first call, and returns the session and the pending action.
-func expHold(t *testing.T, b *broker.Broker) (*broker.Live, approval.Action) {
+func expHold(t *testing.T, b *broker.Broker) (*broker.LiveSession, approval.Action) {
 	t.Helper()
 	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
 		Grants: []grants.Spec{{Upstream: "pay", MaxUses: 1, Approval: grants.ApprovalAlways, Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})

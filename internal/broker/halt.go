@@ -28,7 +28,7 @@ func newHalt(engaged bool) *halt {
 // for a decision): it ends when parent does, when the session is killed
 // (cause session.ErrRevoked) or expires (session.ErrExpired), or when the
 // global kill-switch is engaged (cause ErrKillswitch). Call stop when done.
-func (b *Broker) Bound(parent context.Context, l *Live) (ctx context.Context, stop func()) {
+func (b *Broker) Bound(parent context.Context, l *LiveSession) (ctx context.Context, stop func()) {
 	return b.BoundTo(parent, l, nil)
 }
 
@@ -39,7 +39,7 @@ func (b *Broker) Bound(parent context.Context, l *Live) (ctx context.Context, st
 // which ends with the session's (lifetime.go): one AfterFunc for the
 // lifetimes, one for the kill-switch, no timer of its own. Call stop when
 // done.
-func (b *Broker) BoundTo(parent context.Context, l *Live, g *grants.Live) (ctx context.Context, stop func()) {
+func (b *Broker) BoundTo(parent context.Context, l *LiveSession, g *grants.Live) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
 	h := b.ks.halt.Load()
 	if h.ctx.Err() != nil || b.ks.engaged.Load() {

@@ -13,7 +13,7 @@ import (
 )
 
 // Lifetimes are hard bounds on work in flight (DESIGN §4): a session's
-// standing (Live.ctx) ends at its kill (session.ErrRevoked) or at its
+// standing (LiveSession.ctx) ends at its kill (session.ErrRevoked) or at its
 // ExpiresAt (session.ErrExpired); each grant's standing (grants.Live.Bind)
 // is a child of its session's and ends besides at its revocation
 // (grants.ErrGrantRevoked) or its ExpiresAt (grants.ErrGrantExpired). One
@@ -74,7 +74,7 @@ func (t *lifetimes) armed() int {
 
 // armAt calls f when the clock reaches at (a timer only wakes: an early
 // wake-up sleeps again until at), recording the timer under key.
-func (s *sessionService) armAt(l *Live, key string, at time.Time, f func()) {
+func (s *sessionService) armAt(l *LiveSession, key string, at time.Time, f func()) {
 	tm := s.clock.AfterFunc(max(at.Sub(s.now()), 0), func() {
 		if s.now().Before(at) {
 			s.armAt(l, key, at, f)
@@ -88,7 +88,7 @@ func (s *sessionService) armAt(l *Live, key string, at time.Time, f func()) {
 
 // armLifetimes arms a session's expiry and its grants' (called once, as
 // the session goes live).
-func (s *sessionService) armLifetimes(l *Live, gs []*grants.Live) {
+func (s *sessionService) armLifetimes(l *LiveSession, gs []*grants.Live) {
 	s.armAt(l, "", l.Session.ExpiresAt, func() {
 		l.cancel(session.ErrExpired)
 		if s.lapsed != nil {
@@ -102,7 +102,7 @@ func (s *sessionService) armLifetimes(l *Live, gs []*grants.Live) {
 
 // armGrant arms a grant's expiry, when it comes before its session's (at
 // the session's, the session's expiry ends it).
-func (s *sessionService) armGrant(l *Live, g *grants.Live) {
+func (s *sessionService) armGrant(l *LiveSession, g *grants.Live) {
 	if g.Revoked() || !g.Grant.ExpiresAt.Before(l.Session.ExpiresAt) {
 		return
 	}
@@ -128,7 +128,7 @@ func (t *lifetimes) forget(key string) {
 // its work in flight was cut (the standing ended); here a lease minted
 // with the grant is revoked, its held actions are denied (the reviewer can no longer let them run) and pages woken.
 // Only a replica that holds actions of the session reads the store.
-func (b *Broker) lapsed(l *Live, g *grants.Live) {
+func (b *Broker) lapsed(l *LiveSession, g *grants.Live) {
 	if g != nil {
 		b.mint.rescope(l.Session.ID, g.Grant.Upstream) // a lease minted with the grant is revoked at once
 	}

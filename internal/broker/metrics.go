@@ -119,7 +119,7 @@ func (b *Broker) credentialFetched(name string, i upstream.FetchInfo) {
 	b.audit.AppendAsync(audit.Event{Type: audit.TypeCredentialFetch, Actor: audit.Actor{Kind: "system"}, Upstream: name, Reason: reason})
 }
 
-func (b *Broker) sessionEnded(l *Live, at time.Time) {
+func (b *Broker) sessionEnded(l *LiveSession, at time.Time) {
 	b.metrics.sessionLifetime.Observe(at.Sub(l.Session.CreatedAt).Seconds())
 	why := "session expired"
 	if l.revoked.Load() {

@@ -69,7 +69,7 @@ func newMintService(b *Broker, clk clock.Clock) *mintService {
 // minted, renewed or re-minted as needed, with a scrubber of its values and
 // of the leases it replaced within their grace. It fails closed, wrapping
 // upstream.ErrCredentialUnavailable.
-func (m *mintService) credential(ctx context.Context, l *Live, u *upstream.Upstream) (upstream.Credential, error) {
+func (m *mintService) credential(ctx context.Context, l *LiveSession, u *upstream.Upstream) (upstream.Credential, error) {
 	now := m.b.now()
 	e := m.entry(l, u.Name)
 	if e == nil {
@@ -105,7 +105,7 @@ func (m *mintService) credential(ctx context.Context, l *Live, u *upstream.Upstr
 
 // entry is the session's entry on upstream name, created on first use; nil
 // once the session ended or the service closed.
-func (m *mintService) entry(l *Live, name string) *mintEntry {
+func (m *mintService) entry(l *LiveSession, name string) *mintEntry {
 	id := l.Session.ID
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -128,7 +128,7 @@ func (m *mintService) entry(l *Live, name string) *mintEntry {
 
 // scopeFingerprint identifies the session's live grants on the upstream
 // (FNV-1a over their ids): a change means a new scope.
-func scopeFingerprint(l *Live, name string, now time.Time) uint64 {
+func scopeFingerprint(l *LiveSession, name string, now time.Time) uint64 {
 	h := uint64(14695981039346656037)
 	for _, g := range l.Grants() {
 		if g.Grant.Upstream != name || g.Revoked() || !now.Before(g.Grant.ExpiresAt) {
@@ -145,7 +145,7 @@ func scopeFingerprint(l *Live, name string, now time.Time) uint64 {
 }
 
 // scope is what the session may do on the upstream now.
-func (m *mintService) scope(l *Live, name string, now time.Time) upstream.Scope {
+func (m *mintService) scope(l *LiveSession, name string, now time.Time) upstream.Scope {
 	sc := upstream.Scope{SessionID: l.Session.ID, Upstream: name, Expires: l.Session.ExpiresAt, Now: now}
 	for _, g := range l.Grants() {
 		if g.Grant.Upstream == name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
@@ -168,7 +168,7 @@ func renewalDue(e *mintEntry, now time.Time) bool {
 	return !now.Before(e.minted.Add(life - life/3))
 }
 
-func (m *mintService) mint(ctx context.Context, l *Live, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+func (m *mintService) mint(ctx context.Context, l *LiveSession, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
 	lease, err := u.Minter.Mint(ctx, m.scope(l, u.Name, now))
 	if err == nil && lease.Secret.IsZero() {
 		m.revokeLease(l.Session.ID, u, lease, "empty credential")
@@ -190,7 +190,7 @@ func (m *mintService) mint(ctx context.Context, l *Live, u *upstream.Upstream, e
 	return nil
 }
 
-func (m *mintService) renew(ctx context.Context, l *Live, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+func (m *mintService) renew(ctx context.Context, l *LiveSession, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
 	lease, err := u.Minter.Renew(ctx, m.scope(l, u.Name, now), e.lease)
 	if err == nil && lease.Secret.IsZero() {
 		err = fmt.Errorf("renewed to an empty credential")

@@ -107,7 +107,7 @@ func TestMinterContractGitHubApp(t *testing.T) {
 	}))
 	defer gh.Close()
 	api, _ := url.Parse(gh.URL)
-	m := &githubapp.Minter{AppID: "7", InstallationID: "42", Key: key, APIURL: api,
+	m := &githubapp.App{AppID: "7", InstallationID: "42", Key: key, APIURL: api,
 		Repositories: []string{"widgets", "gadgets"}, Permissions: map[string]string{"issues": "write"},
 		Client: &http.Client{Transport: upstream.NewTransport(), Timeout: 10 * time.Second}}
 	brokertest.MinterContract{

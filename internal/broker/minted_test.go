@@ -163,7 +163,7 @@ func TestMinterContractSTSScoped(t *testing.T) {
 		Grant2: grants.Spec{Upstream: "s3", Rules: []grants.Rule{list}},
 		Request: func() *broker.Request {
 			return &broker.Request{Call: grants.Call{Method: "GET", Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/q1.csv", Header: http.Header{}},
-				AWS: &broker.AWSRequest{Path: "/reports/q1.csv"}}
+				AWS: &broker.AWSCall{Path: "/reports/q1.csv"}}
 		},
 	}.Run(t)
 	mu.Lock()

@@ -140,7 +140,7 @@ func s3Contract(m upstream.Minter, gone func(context.Context, upstream.Lease) bo
 		Grant2: grants.Spec{Upstream: "s3", Rules: []grants.Rule{{Action: "s3:ListBucket", Resource: "arn:aws:s3:::reports"}}},
 		Request: func() *broker.Request {
 			return &broker.Request{Call: grants.Call{Method: "GET", Action: "s3:GetObject", Resource: "arn:aws:s3:::reports/q1.csv", Header: http.Header{}},
-				AWS: &broker.AWSRequest{Path: "/reports/q1.csv"}}
+				AWS: &broker.AWSCall{Path: "/reports/q1.csv"}}
 		},
 		Gone: gone,
 	}

@@ -17,7 +17,7 @@ const DefaultMaxPending = 16
 var ErrTooManyPending = fault.New(fault.TooManyPending, "the session has too many pending actions")
 
 // A pending action holds two things until it leaves pending: a slot of its
-// session's pending limit (Live.pending) and its grant's reservation of one
+// session's pending limit (LiveSession.pending) and its grant's reservation of one
 // use and its budgeted amounts (grants.Live pending counters). Hold takes
 // both; the one transition out of pending that wins in the store gives them
 // back: leftPending for denied, expired and failed actions, or, for an
@@ -28,7 +28,7 @@ var ErrTooManyPending = fault.New(fault.TooManyPending, "the session has too man
 
 // takePendingSlot counts one more pending action of the session unless it
 // has limit already.
-func (l *Live) takePendingSlot(limit int64) bool {
+func (l *LiveSession) takePendingSlot(limit int64) bool {
 	for {
 		n := l.pending.Load()
 		if n >= limit {

@@ -3,15 +3,12 @@ package broker
 import (
 	"context"
 	"errors"
-	"time"
-
-	"github.com/airlock-broker/airlock/internal/approval"
 )
 
 // Not-found errors of the store ports. Each port returns its own for an
 // unknown key (an adapter may wrap it with its own error: errors.Is
 // matches), and the broker tests only these, never an adapter's error.
-// ActionStore's is approval.ErrNotFound; AuditStore and HealthCheck have
+// approval.ActionStore's is approval.ErrNotFound; AuditStore and HealthCheck have
 // none. The contract suite internal/store/storetest checks them.
 var (
 	// ErrSessionNotFound: SessionStore.Session and SessionStore.Grant, for
@@ -38,17 +35,6 @@ type MetaStore interface {
 	// copy): of callers racing on an empty key, across every process on
 	// the store, all get the one value that won. Durable when it returns.
 	CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error)
-}
-
-// ActionStore is where actions awaiting or after approval live, plus the
-// summary the pending-approvals metrics read on each scrape. Action and
-// UpdateAction return approval.ErrNotFound for an unknown id (see
-// approval.Store); PendingSummary has no not-found error (none pending is 0).
-type ActionStore interface {
-	approval.Store
-	// PendingSummary counts the pending actions and gives the oldest one's
-	// creation time (zero when none), without decoding them.
-	PendingSummary(ctx context.Context) (n int, oldest time.Time, err error)
 }
 
 // HealthCheck reports whether the storage behind the ports can serve; its

@@ -56,7 +56,7 @@ func (b *Broker) mintPlaceholders() (map[string]string, error) {
 
 // proxyCA is a live session's CA, opened from its sealed form on first use
 // (after a restart, or on a replica) and then kept in memory.
-func (b *Broker) proxyCA(l *Live) (*proxyca.CA, error) {
+func (b *Broker) proxyCA(l *LiveSession) (*proxyca.CA, error) {
 	if ca := l.ca.Load(); ca != nil {
 		return ca, nil
 	}

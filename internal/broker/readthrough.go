@@ -27,7 +27,7 @@ const readTimeout = 5 * time.Second
 // alive in the store (not revoked, not expired) is loaded with its grants
 // and returned as l; one that is over is returned as stored, with l nil.
 // An unknown id is ErrSessionNotFound.
-func (s *sessionService) lookup(ctx context.Context, id string) (l *Live, stored session.Session, err error) {
+func (s *sessionService) lookup(ctx context.Context, id string) (l *LiveSession, stored session.Session, err error) {
 	if l, ok := s.live(id); ok {
 		return l, l.Session, nil
 	}
@@ -62,7 +62,7 @@ func (s *sessionService) lookup(ctx context.Context, id string) (l *Live, stored
 }
 
 // liveOrLoad is lookup for callers that need only a live session.
-func (s *sessionService) liveOrLoad(id string) (*Live, bool) {
+func (s *sessionService) liveOrLoad(id string) (*LiveSession, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	l, _, err := s.lookup(ctx, id)
@@ -101,7 +101,7 @@ func (s *sessionService) grantOrLoadNow(id string) (*grants.Live, bool) {
 // syncGrants adds to a live session the grants the store holds that
 // memory lacks (added by another broker), and revokes those the store says
 // are revoked. It reports whether anything changed.
-func (s *sessionService) syncGrants(ctx context.Context, l *Live) (bool, error) {
+func (s *sessionService) syncGrants(ctx context.Context, l *LiveSession) (bool, error) {
 	recs, err := s.store.SessionGrants(ctx, l.Session.ID)
 	if err != nil {
 		return false, err
@@ -135,7 +135,7 @@ func (s *sessionService) syncGrants(ctx context.Context, l *Live) (bool, error) 
 
 // addGrantOnce adds a grant to a live session unless one with its id is
 // there (another read-through got there first).
-func (s *sessionService) addGrantOnce(l *Live, gl *grants.Live) bool {
+func (s *sessionService) addGrantOnce(l *LiveSession, gl *grants.Live) bool {
 	s.share(gl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -156,7 +156,7 @@ func (s *sessionService) addGrantOnce(l *Live, gl *grants.Live) bool {
 // identifyStored finds a verified token's session on a miss in memory:
 // read through; one that is over says why (revoked, expired), one the store
 // does not hold is an invalid token.
-func (s *sessionService) identifyStored(id string) (*Live, error) {
+func (s *sessionService) identifyStored(id string) (*LiveSession, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 	defer cancel()
 	l, ss, err := s.lookup(ctx, id)
@@ -176,7 +176,7 @@ func (s *sessionService) identifyStored(id string) (*Live, error) {
 // sigv4Session finds the session a SigV4 access key names (its id): only a
 // well-formed session id is read through, so made-up keys cost no store
 // read beyond a cheap check.
-func (s *sessionService) sigv4Session(id string) (*Live, bool) {
+func (s *sessionService) sigv4Session(id string) (*LiveSession, bool) {
 	if l, ok := s.live(id); ok {
 		return l, true
 	}
@@ -197,7 +197,7 @@ const (
 // once (a grant another broker added) and evaluates again if any came. The
 // only broker of its store holds every grant in memory: a refusal there
 // costs no store read (a sandbox spamming refused calls makes no I/O).
-func (b *Broker) decideFresh(l *Live, upstreamName string, call *grants.Call) (*grants.Decision, error) {
+func (b *Broker) decideFresh(l *LiveSession, upstreamName string, call *grants.Call) (*grants.Decision, error) {
 	d, err := grants.Evaluate(b.now(), l.Grants(), upstreamName, call)
 	if err == nil || b.feed == nil {
 		return d, err
@@ -214,7 +214,7 @@ func (b *Broker) decideFresh(l *Live, upstreamName string, call *grants.Call) (*
 // in bursts of resyncBurst): a sandbox spamming refused calls costs the
 // database little; a grant another broker added is seen by the first
 // refused call after it, unless the session has just spent its burst.
-func (b *Broker) resync(l *Live) bool {
+func (b *Broker) resync(l *LiveSession) bool {
 	if b.feed == nil {
 		return false
 	}

@@ -219,7 +219,7 @@ func (b *Broker) newGrant(field string, s *session.Session, spec grants.Spec, p 
 	}, nil
 }
 
-func (b *Broker) view(l *Live) SessionView {
+func (b *Broker) view(l *LiveSession) SessionView {
 	gs := l.Grants()
 	r2 := b.ruleOfTwo(&l.Session, gs)
 	now := b.now()
@@ -255,7 +255,7 @@ func status(revoked bool, expires, now time.Time) string {
 	return "active"
 }
 
-func (b *Broker) live(id string) (*Live, bool) { return b.sess.live(id) }
+func (b *Broker) live(id string) (*LiveSession, bool) { return b.sess.live(id) }
 
 // Session returns a session's view, from memory when active, else from the store.
 func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
@@ -285,7 +285,7 @@ func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView
 		}
 		gs = append(gs, g)
 	}
-	l := &Live{Session: s}
+	l := &LiveSession{Session: s}
 	l.revoked.Store(!s.RevokedAt.IsZero())
 	l.grants.Store(&gs)
 	return b.view(l), nil

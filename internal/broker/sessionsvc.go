@@ -26,25 +26,25 @@ type sessionService struct {
 	now       func() time.Time
 	rateLimit rate.Limit // sandbox calls per second per session (0: unlimited)
 	rateBurst int
-	awsKey    []byte                        // derives each session's SigV4 secret
-	ended     func(*Live, time.Time)        // observes a session that expired (metrics)
-	counter   grants.Counter                // counts limited grants when the store is shared (UsageStore), or nil
-	killed    func(id string)               // ends a session in memory killed by another replica (changes.go); nil without a change feed
-	lapsed    func(l *Live, g *grants.Live) // observes a session's expiry (g nil) or a grant's, at its instant (lifetime.go); may be nil
+	awsKey    []byte                               // derives each session's SigV4 secret
+	ended     func(*LiveSession, time.Time)        // observes a session that expired (metrics)
+	counter   grants.Counter                       // counts limited grants when the store is shared (UsageStore), or nil
+	killed    func(id string)                      // ends a session in memory killed by another replica (changes.go); nil without a change feed
+	lapsed    func(l *LiveSession, g *grants.Live) // observes a session's expiry (g nil) or a grant's, at its instant (lifetime.go); may be nil
 
 	mu       sync.RWMutex
-	sessions map[string]*Live
-	byToken  map[string]*Live
+	sessions map[string]*LiveSession
+	byToken  map[string]*LiveSession
 	grantIdx map[string]*grants.Live
 
 	stopJanitor chan struct{}
 	janitorDone chan struct{}
 }
 
-func newSessionService(st SessionStore, clk clock.Clock, now func() time.Time, limit rate.Limit, burst int, awsKey []byte, ended func(*Live, time.Time)) sessionService {
+func newSessionService(st SessionStore, clk clock.Clock, now func() time.Time, limit rate.Limit, burst int, awsKey []byte, ended func(*LiveSession, time.Time)) sessionService {
 	return sessionService{
 		store: st, clock: clk, now: now, rateLimit: limit, rateBurst: max(burst, 1), awsKey: awsKey, ended: ended,
-		sessions: map[string]*Live{}, byToken: map[string]*Live{}, grantIdx: map[string]*grants.Live{},
+		sessions: map[string]*LiveSession{}, byToken: map[string]*LiveSession{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
 	}
 }
@@ -97,8 +97,8 @@ func (s *sessionService) loadGrants(ctx context.Context, sessionID string) ([]*g
 
 // addLive puts a session in memory, unless it is there already (a read
 // through racing another, see lookup): the one in memory is returned.
-func (s *sessionService) addLive(ss session.Session, gs []*grants.Live) *Live {
-	l := &Live{Session: ss}
+func (s *sessionService) addLive(ss session.Session, gs []*grants.Live) *LiveSession {
+	l := &LiveSession{Session: ss}
 	if s.rateLimit > 0 {
 		l.limiter = rate.NewLimiter(s.rateLimit, s.rateBurst)
 	}
@@ -123,7 +123,7 @@ func (s *sessionService) addLive(ss session.Session, gs []*grants.Live) *Live {
 }
 
 // live finds a session in memory.
-func (s *sessionService) live(id string) (*Live, bool) {
+func (s *sessionService) live(id string) (*LiveSession, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	l, ok := s.sessions[id]
@@ -131,7 +131,7 @@ func (s *sessionService) live(id string) (*Live, bool) {
 }
 
 // byTokenLive finds the session of a token already verified.
-func (s *sessionService) byTokenLive(token string) (*Live, bool) {
+func (s *sessionService) byTokenLive(token string) (*LiveSession, bool) {
 	s.mu.RLock()
 	l, ok := s.byToken[token]
 	s.mu.RUnlock()
@@ -139,7 +139,7 @@ func (s *sessionService) byTokenLive(token string) (*Live, bool) {
 }
 
 // remember records a verified token's session.
-func (s *sessionService) remember(token string, l *Live) {
+func (s *sessionService) remember(token string, l *LiveSession) {
 	s.mu.Lock()
 	s.byToken[token] = l
 	s.mu.Unlock()
@@ -154,9 +154,9 @@ func (s *sessionService) grant(id string) (*grants.Live, bool) {
 }
 
 // all lists the sessions in memory.
-func (s *sessionService) all() []*Live {
+func (s *sessionService) all() []*LiveSession {
 	s.mu.RLock()
-	ls := make([]*Live, 0, len(s.sessions))
+	ls := make([]*LiveSession, 0, len(s.sessions))
 	for _, l := range s.sessions {
 		ls = append(ls, l)
 	}

@@ -21,7 +21,7 @@ import (
 // sent: Reserve at the decision, nothing when the action is held, approved
 // or executed. It goes back exactly once, cluster-wide:
 //   - leaving pending unsent (denied, expired, failed): the store that is
-//     both the ActionStore and the UsageStore releases it in UpdateAction's
+//     both the approval.ActionStore and the UsageStore releases it in UpdateAction's
 //     own transaction, the one that moves the action out of pending; the
 //     transition has one winner, so the release happens once, whichever
 //     replica counted the action (its creator, one that restarted and

@@ -9,7 +9,7 @@ import (
 )
 
 // GitHubAppCredential (source: github_app) mints an installation token
-// per session (githubapp.Minter).
+// per session (githubapp.App).
 type GitHubAppCredential struct {
 	AppID          string            `yaml:"app_id"`
 	InstallationID string            `yaml:"installation_id"`

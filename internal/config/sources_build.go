@@ -72,7 +72,7 @@ func (c *GitHubAppCredential) build(f string, b *builder) (built, error) {
 		return built{}, fieldErr(f+".private_key_file", "is not an RSA private key in PEM")
 	}
 	au, _ := url.Parse(c.APIURL)
-	g := &githubapp.Minter{
+	g := &githubapp.App{
 		AppID: c.AppID, InstallationID: c.InstallationID, Key: key, APIURL: au,
 		Repositories: c.Repositories, Permissions: c.Permissions,
 		Client: tokenClient(b.tls),
@@ -155,7 +155,7 @@ func (c *AWSVaultCredential) build(f string, b *builder) (built, error) {
 	if err != nil {
 		return built{}, fieldErr(f+".path", "%v", err)
 	}
-	return c.AssumeRole.build(vaultcred.AWSCredentials{Access: ak, Secret: sk}, sk.Describe(), b.region), nil
+	return c.AssumeRole.build(vaultcred.AWSKeys{Access: ak, Secret: sk}, sk.Describe(), b.region), nil
 }
 
 func (c *AWSChainCredential) build(f string, b *builder) (built, error) {

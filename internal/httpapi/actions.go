@@ -128,7 +128,7 @@ func writeResult(w http.ResponseWriter, res *approval.Result) {
 }
 
 // sandboxAction authenticates the sandbox and finds its own action.
-func (s *Server) sandboxAction(r *http.Request) (*broker.Live, approval.Action, error) {
+func (s *Server) sandboxAction(r *http.Request) (*broker.LiveSession, approval.Action, error) {
 	tok, ok := bearer(r)
 	if !ok {
 		return nil, approval.Action{}, errMissingToken

@@ -109,7 +109,7 @@ func readAWS(r *http.Request, a *broker.Admitted, sig *upstream.SigV4, rest stri
 	}
 	a.SetPath(rest, int64(len(body)))
 	req := &broker.Request{Call: grants.Call{Method: r.Method, Action: op.Action, Resource: op.Resource, Query: params, Header: r.Header, HasBody: len(body) > 0},
-		Raw: body, AWS: &broker.AWSRequest{Path: rest, RawQuery: r.URL.RawQuery, Also: op.Also}}
+		Raw: body, AWS: &broker.AWSCall{Path: rest, RawQuery: r.URL.RawQuery, Also: op.Also}}
 	if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
 		if v, err := grants.ParseJSON(body); err == nil {
 			req.Body, req.BodyJSON = v, true

@@ -48,15 +48,11 @@ type GrantRecord struct {
 	Usage grants.Usage
 }
 
-// UsageUpdate is the audit.Entry Side that persists a grant's usage in the
-// same transaction as the call's record.
-type UsageUpdate = grants.UsageUpdate
-
 // Store is everything the broker persists. Implementations must be safe for
 // concurrent use.
 type Store interface {
 	audit.Sink
-	approval.Store
+	approval.ActionStore
 
 	// PutSession creates or replaces a session.
 	PutSession(ctx context.Context, s *session.Session) error

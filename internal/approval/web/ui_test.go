@@ -81,7 +81,7 @@ func (f *uiFake) DecideAction(context.Context, auth.Principal, string, string, s
 }
 
 var uiAction = approval.Action{ID: "act_1", Upstream: "pay<ments>", Status: approval.Pending, ExpiresAt: t0.Add(time.Hour),
-	Request: approval.Request{Method: "POST", Path: "/transfers", Query: "to=acme&note=%3Cb%3E"}}
+	Request: approval.HeldRequest{Method: "POST", Path: "/transfers", Query: "to=acme&note=%3Cb%3E"}}
 
 type uiHarness struct {
 	t     *testing.T

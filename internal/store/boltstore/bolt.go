@@ -177,7 +177,7 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 var errClosed = errors.New("store closed")
 
 // The not-found errors of the ports (see broker.SessionStore, TokenStore,
-// MetaStore; approval.Store's is approval.ErrNotFound itself).
+// MetaStore; approval.ActionStore's is approval.ErrNotFound itself).
 var (
 	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
 	errTokenNotFound   = store.PortNotFound(broker.ErrTokenNotFound)
@@ -619,7 +619,7 @@ func (s *Bolt) CreateMeta(ctx context.Context, key string, value []byte) ([]byte
 	return out, err
 }
 
-// PutAction implements approval.Store.
+// PutAction implements approval.ActionStore.
 func (s *Bolt) PutAction(ctx context.Context, a *approval.Action) error {
 	return s.update(func(tx *bolt.Tx) error { return putAction(tx, a) })
 }
@@ -667,7 +667,7 @@ func (s *Bolt) PendingSummary(ctx context.Context) (n int, oldest time.Time, err
 	return n, oldest, nil
 }
 
-// Action implements approval.Store.
+// Action implements approval.ActionStore.
 func (s *Bolt) Action(ctx context.Context, id string) (approval.Action, error) {
 	var a approval.Action
 	err := s.db.View(func(tx *bolt.Tx) (err error) {
@@ -680,7 +680,7 @@ func (s *Bolt) Action(ctx context.Context, id string) (approval.Action, error) {
 	return a, err
 }
 
-// Actions implements approval.Store: newest first.
+// Actions implements approval.ActionStore: newest first.
 func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error) {
 	var out []approval.Action
 	err := s.db.View(func(tx *bolt.Tx) error {
@@ -711,7 +711,7 @@ func (s *Bolt) Actions(ctx context.Context, status approval.Status, limit int) (
 	return out, err
 }
 
-// UpdateAction implements approval.Store: fn sees and changes the stored
+// UpdateAction implements approval.ActionStore: fn sees and changes the stored
 // action inside one write transaction.
 func (s *Bolt) UpdateAction(ctx context.Context, id string, fn func(*approval.Action) error) (approval.Action, error) {
 	var a approval.Action

@@ -13,12 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
-	"golang.org/x/sync/errgroup"
 )
 
 var discard = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -71,7 +72,7 @@ func TestSessionsAndGrants(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Usage written with an audit record lands in the same transaction.
-	err = s.CommitAudit(ctx, []audit.Entry{{Seq: 1, Data: []byte(`{}`), Side: &store.UsageUpdate{GrantID: "grt_1", Usage: grants.Usage{Uses: 3, Spent: map[string]float64{"body.amount": 6}}}}})
+	err = s.CommitAudit(ctx, []audit.Entry{{Seq: 1, Data: []byte(`{}`), Side: &grants.UsageUpdate{GrantID: "grt_1", Usage: grants.Usage{Uses: 3, Spent: map[string]float64{"body.amount": 6}}}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestJournalReplay(t *testing.T) {
 	}
 	entries := []audit.Entry{
 		{Seq: 1, Data: []byte(`{"seq":1}`)},
-		{Seq: 2, Data: []byte(`{"seq":2}`), Side: &store.UsageUpdate{GrantID: "grt_1", Usage: grants.Usage{Uses: 7}}},
+		{Seq: 2, Data: []byte(`{"seq":2}`), Side: &grants.UsageUpdate{GrantID: "grt_1", Usage: grants.Usage{Uses: 7}}},
 	}
 	if _, err := l.Write(entries); err != nil {
 		t.Fatal(err)

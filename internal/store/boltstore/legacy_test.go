@@ -44,7 +44,7 @@ type legacyData struct {
 
 type legacyEvent struct {
 	Type, SessionID string
-	Usage           *store.UsageUpdate
+	Usage           *grants.UsageUpdate
 }
 
 func legacyFixture() legacyData {
@@ -83,13 +83,13 @@ func legacyFixture() legacyData {
 		actions: []approval.Action{
 			{ID: "act_0001", SessionID: "ses_01", TaskID: "task-ses_01", GrantID: "grt_01", Upstream: "github", RequestID: "req_1", SessionCreatedBy: "tok_ops",
 				CreatedAt: t0, ExpiresAt: t0.Add(15 * time.Minute), Status: approval.Executed, Reason: "irreversible",
-				Request: approval.Request{Method: "POST", Path: "/repos/acme/w/issues", Query: "a=1", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"title":"x"}`)},
+				Request: approval.HeldRequest{Method: "POST", Path: "/repos/acme/w/issues", Query: "a=1", Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"title":"x"}`)},
 				Pinned:  []string{"owner"}, Filled: []string{"owner"}, Standing: approval.Standing{UntrustedInput: true, SensitiveAccess: true, ExternalAction: true},
 				ApprovalsRequired: 1, Amounts: map[string]float64{"body.amount": 5}, PermitGrants: []string{"grt_02"},
-				Decisions: []approval.Decision{{Reviewer: "tok_rev", Name: "alice", Verdict: "approve", Comment: "ok", At: t0.Add(time.Minute)}},
+				Decisions: []approval.Review{{Reviewer: "tok_rev", Name: "alice", Verdict: "approve", Comment: "ok", At: t0.Add(time.Minute)}},
 				Result:    &approval.Result{Status: 201, Header: http.Header{"X-Id": {"7"}}, Body: []byte("created"), Truncated: true, Code: "", ExecutedAt: t0.Add(2 * time.Minute), LatencyUS: 1234}},
 			{ID: "act_0002", SessionID: "ses_01", GrantID: "grt_01", Upstream: "github", CreatedAt: t0.Add(time.Second), ExpiresAt: t0.Add(16 * time.Minute),
-				Status: approval.Pending, Request: approval.Request{Method: "DELETE", Path: "/repos/acme/w"}, ApprovalsRequired: 2},
+				Status: approval.Pending, Request: approval.HeldRequest{Method: "DELETE", Path: "/repos/acme/w"}, ApprovalsRequired: 2},
 		},
 		checkpoints: []audit.Checkpoint{{Seq: 4, Hash: "abc", Time: t0, Signature: "c2ln"}, {Seq: 6, Hash: "def", Time: t0.Add(time.Second), Anchor: true, Signature: "c2lnMg=="}},
 		meta:        map[string][]byte{"killswitch": []byte(`{"engaged":true}`), "secret": {0, 1, 2, 3}},
@@ -97,12 +97,12 @@ func legacyFixture() legacyData {
 			{Type: audit.TypeBrokerStarted},
 			{Type: audit.TypeSessionCreated, SessionID: "ses_01"},
 			{Type: audit.TypeSessionCreated, SessionID: "ses_02"},
-			{Type: audit.TypeCallAllowed, SessionID: "ses_01", Usage: &store.UsageUpdate{GrantID: "grt_01", Usage: grants.Usage{Uses: 1, Spent: map[string]float64{"body.amount": 10}, Version: 1}}},
+			{Type: audit.TypeCallAllowed, SessionID: "ses_01", Usage: &grants.UsageUpdate{GrantID: "grt_01", Usage: grants.Usage{Uses: 1, Spent: map[string]float64{"body.amount": 10}, Version: 1}}},
 			{Type: audit.TypeCallDenied, SessionID: "ses_02"},
 			{Type: audit.TypeCallCompleted, SessionID: "ses_01"},
 		},
 		journaled: []legacyEvent{
-			{Type: audit.TypeCallAllowed, SessionID: "ses_01", Usage: &store.UsageUpdate{GrantID: "grt_01", Usage: grants.Usage{Uses: 3, Spent: map[string]float64{"body.amount": 42.5}, Version: 7}}},
+			{Type: audit.TypeCallAllowed, SessionID: "ses_01", Usage: &grants.UsageUpdate{GrantID: "grt_01", Usage: grants.Usage{Uses: 3, Spent: map[string]float64{"body.amount": 42.5}, Version: 7}}},
 			{Type: audit.TypeSessionRevoked, SessionID: "ses_03"},
 			{Type: audit.TypeTokenCreated},
 		},
@@ -159,7 +159,7 @@ func TestWriteLegacyFixture(t *testing.T) {
 	}
 	appendAll := func(evs []legacyEvent) {
 		for _, e := range evs {
-			var side *store.UsageUpdate
+			var side *grants.UsageUpdate
 			if e.Usage != nil {
 				side = e.Usage
 			}

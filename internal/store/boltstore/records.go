@@ -11,7 +11,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
-	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // The stored form of every value is a record type of this file: explicit
@@ -230,7 +229,7 @@ type usageUpdateRecord struct {
 
 // encodeSide is the journal's encoding of an audit.Entry's side: a
 // *UsageUpdate, or nothing.
-func encodeSide(u *store.UsageUpdate) ([]byte, error) {
+func encodeSide(u *grants.UsageUpdate) ([]byte, error) {
 	if u == nil {
 		return nil, nil
 	}
@@ -238,7 +237,7 @@ func encodeSide(u *store.UsageUpdate) ([]byte, error) {
 }
 
 // decodeSide reverses encodeSide.
-func decodeSide(data []byte) (*store.UsageUpdate, error) {
+func decodeSide(data []byte) (*grants.UsageUpdate, error) {
 	var r usageUpdateRecord
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, fmt.Errorf("decode usage update: %w", err)
@@ -250,7 +249,7 @@ func decodeSide(data []byte) (*store.UsageUpdate, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &store.UsageUpdate{GrantID: r.GrantID, Usage: u}, nil
+	return &grants.UsageUpdate{GrantID: r.GrantID, Usage: u}, nil
 }
 
 // tokenRecord is a stored API token (bucket tokens, key its id).
@@ -376,7 +375,7 @@ func decodeAction(data []byte) (approval.Action, error) {
 		ID: r.ID, SessionID: r.SessionID, TaskID: r.TaskID, GrantID: r.GrantID,
 		Upstream: r.Upstream, RequestID: r.RequestID, SessionCreatedBy: r.SessionCreatedBy,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, Status: approval.Status(r.Status), Reason: r.Reason,
-		Request: approval.Request{Method: r.Request.Method, Path: r.Request.Path, Query: r.Request.Query,
+		Request: approval.HeldRequest{Method: r.Request.Method, Path: r.Request.Path, Query: r.Request.Query,
 			Header: http.Header(r.Request.Header), Body: r.Request.Body},
 		Pinned: r.Pinned, Filled: r.Filled,
 		Standing: approval.Standing{UntrustedInput: r.Standing.UntrustedInput, SensitiveAccess: r.Standing.SensitiveAccess,
@@ -384,10 +383,10 @@ func decodeAction(data []byte) (approval.Action, error) {
 		ApprovalsRequired: r.ApprovalsRequired, Amounts: r.Amounts, PermitGrants: r.PermitGrants,
 	}
 	if r.Decisions != nil {
-		a.Decisions = make([]approval.Decision, len(r.Decisions))
+		a.Decisions = make([]approval.Review, len(r.Decisions))
 	}
 	for i, d := range r.Decisions {
-		a.Decisions[i] = approval.Decision{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
+		a.Decisions[i] = approval.Review{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
 	}
 	if x := r.Result; x != nil {
 		a.Result = &approval.Result{Status: x.Status, Header: http.Header(x.Header), Body: x.Body, Truncated: x.Truncated,

@@ -46,7 +46,7 @@ func TestUsageOlderSnapshotNeverWins(t *testing.T) {
 		}
 		return first, live.Usage()
 	}
-	side := func(u grants.Usage) *store.UsageUpdate { return &store.UsageUpdate{GrantID: g.ID, Usage: u} }
+	side := func(u grants.Usage) *grants.UsageUpdate { return &grants.UsageUpdate{GrantID: g.ID, Usage: u} }
 	entry := func(seq uint64, u grants.Usage) audit.Entry {
 		return audit.Entry{Seq: seq, Data: []byte(`{}`), Side: side(u)}
 	}

@@ -89,7 +89,7 @@ func scanAction(row pgx.Row) (approval.Action, error) {
 	return a, err
 }
 
-// PutAction implements approval.Store.
+// PutAction implements approval.ActionStore.
 func (s *PG) PutAction(ctx context.Context, a *approval.Action) error {
 	args, err := actionArgs(a)
 	if err != nil {
@@ -101,7 +101,7 @@ func (s *PG) PutAction(ctx context.Context, a *approval.Action) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 }
 
-// Action implements approval.Store.
+// Action implements approval.ActionStore.
 func (s *PG) Action(ctx context.Context, id string) (approval.Action, error) {
 	a, err := scanAction(s.pool.QueryRow(ctx, `SELECT `+actionColumns+` FROM actions WHERE id = $1`, id))
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -110,7 +110,7 @@ func (s *PG) Action(ctx context.Context, id string) (approval.Action, error) {
 	return a, err
 }
 
-// Actions implements approval.Store: newest (highest id) first.
+// Actions implements approval.ActionStore: newest (highest id) first.
 func (s *PG) Actions(ctx context.Context, status approval.Status, limit int) ([]approval.Action, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+actionColumns+` FROM actions
 		WHERE $1 = '' OR status = $1 ORDER BY id DESC LIMIT $2`, string(status), limitOrAll(limit))
@@ -129,7 +129,7 @@ func (s *PG) Actions(ctx context.Context, status approval.Status, limit int) ([]
 	return out, rows.Err()
 }
 
-// UpdateAction implements approval.Store: the row is locked (SELECT ... FOR
+// UpdateAction implements approval.ActionStore: the row is locked (SELECT ... FOR
 // UPDATE) while fn sees and changes it, so concurrent updates, on this
 // broker or another, run one after the other on the latest stored action:
 // exactly one caller wins a transition. A transition from pending to
@@ -178,7 +178,7 @@ func leftUnsent(st approval.Status) bool {
 	return st == approval.Denied || st == approval.Expired || st == approval.Failed
 }
 
-// PendingSummary implements broker.ActionStore: one aggregate over the
+// PendingSummary implements approval.ActionStore: one aggregate over the
 // pending actions' index.
 func (s *PG) PendingSummary(ctx context.Context) (n int, oldest time.Time, err error) {
 	var (

@@ -114,7 +114,7 @@ type decisionRecord struct {
 	At       time.Time `json:"at"`
 }
 
-func encodeDecisions(ds []approval.Decision) ([]byte, error) {
+func encodeDecisions(ds []approval.Review) ([]byte, error) {
 	if ds == nil {
 		return nil, nil
 	}
@@ -125,7 +125,7 @@ func encodeDecisions(ds []approval.Decision) ([]byte, error) {
 	return json.Marshal(r)
 }
 
-func decodeDecisions(data []byte) ([]approval.Decision, error) {
+func decodeDecisions(data []byte) ([]approval.Review, error) {
 	if data == nil {
 		return nil, nil
 	}
@@ -136,9 +136,9 @@ func decodeDecisions(data []byte) ([]approval.Decision, error) {
 	if err := checkSchema("decisions", r.Schema); err != nil {
 		return nil, err
 	}
-	out := make([]approval.Decision, len(r.Decisions))
+	out := make([]approval.Review, len(r.Decisions))
 	for i, d := range r.Decisions {
-		out[i] = approval.Decision{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
+		out[i] = approval.Review{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
 	}
 	return out, nil
 }

@@ -56,7 +56,7 @@ func testRaces(t *testing.T, open func(t *testing.T) Ports) {
 						}
 						x.Status = st
 						if st == approval.Executing {
-							x.Decisions = append(x.Decisions, approval.Decision{Reviewer: "tok_r1", Verdict: "approve", At: t0})
+							x.Decisions = append(x.Decisions, approval.Review{Reviewer: "tok_r1", Verdict: "approve", At: t0})
 						}
 						return nil
 					})

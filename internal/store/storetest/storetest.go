@@ -48,7 +48,7 @@ type Ports struct {
 	Sessions broker.SessionStore
 	Tokens   broker.TokenStore
 	Meta     broker.MetaStore // also the KillswitchStore
-	Actions  broker.ActionStore
+	Actions  approval.ActionStore
 	Audit    broker.AuditStore
 	Health   broker.HealthCheck
 	// Usage counts grants' limits for a store several brokers share
@@ -363,7 +363,7 @@ func sampleAction(id string, status approval.Status, created time.Time) approval
 	return approval.Action{
 		ID: id, SessionID: "ses_1", TaskID: "task-42", GrantID: "grt_1", Upstream: "pay", RequestID: "req_" + id,
 		SessionCreatedBy: "tok_operator", CreatedAt: created, ExpiresAt: created.Add(15 * time.Minute), Status: status,
-		Request: approval.Request{Method: "POST", Path: "/accounts/acct-1/payments", Query: "dry=0&x=%2F",
+		Request: approval.HeldRequest{Method: "POST", Path: "/accounts/acct-1/payments", Query: "dry=0&x=%2F",
 			Header: http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"k1", "k2"}},
 			Body:   []byte(`{"amount":50,"to":"acme"}` + "\x00\xff")},
 		Pinned: []string{"path.account"}, Filled: []string{"path.account"},
@@ -395,7 +395,7 @@ func testActions(t *testing.T, open func(t *testing.T) Ports) {
 		must(t, err)
 		diff(t, "pending action", a, got)
 		a.Status, a.Reason = approval.Executed, ""
-		a.Decisions = []approval.Decision{{Reviewer: "tok_r1", Name: "r1", Verdict: "approve", Comment: "ok", At: t0.Add(time.Second)},
+		a.Decisions = []approval.Review{{Reviewer: "tok_r1", Name: "r1", Verdict: "approve", Comment: "ok", At: t0.Add(time.Second)},
 			{Reviewer: "tok_r2", Name: "r2", Verdict: "approve", At: t0.Add(2 * time.Second)}}
 		a.Result = &approval.Result{Status: 201, Header: http.Header{"Content-Type": {"application/json"}}, Body: []byte(`{"id":"p_1"}`),
 			Truncated: true, Code: "", ExecutedAt: t0.Add(3 * time.Second), LatencyUS: 1234}
@@ -503,7 +503,7 @@ func testActions(t *testing.T, open func(t *testing.T) Ports) {
 				defer wg.Done()
 				<-start
 				_, err := p.Actions.UpdateAction(ctx, a.ID, func(x *approval.Action) error {
-					x.Decisions = append(x.Decisions, approval.Decision{Reviewer: fmt.Sprint("r", i), Verdict: "approve", At: t0})
+					x.Decisions = append(x.Decisions, approval.Review{Reviewer: fmt.Sprint("r", i), Verdict: "approve", At: t0})
 					return nil
 				})
 				if err != nil {

@@ -2,7 +2,7 @@
 // the SDK's default chain, a role assumed through STS, and credentials
 // minted per session by STS scoped to the session's grant (an
 // upstream.Minter). Static keys and keys held in Vault need no SDK
-// (upstream.StaticAWSCredentials, vault.AWSCredentials); any of them can be
+// (upstream.StaticAWSCredentials, vault.AWSKeys); any of them can be
 // the base of an assumed role.
 package awscred
 

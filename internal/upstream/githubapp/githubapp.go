@@ -28,16 +28,16 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-var _ upstream.Minter = (*Minter)(nil)
+var _ upstream.Minter = (*App)(nil)
 
-// Minter mints GitHub App installation tokens per session: an app JWT
+// App mints GitHub App installation tokens per session: an app JWT
 // (RS256, issued 60 s in the past for clock drift, valid 9 minutes) buys
 // POST /app/installations/{id}/access_tokens with the repositories and
 // permissions of the session's scope (Narrow); GitHub's tokens live one
 // hour and cannot be extended, so Renew mints anew (the broker revokes the
 // one replaced); Revoke is DELETE /installation/token, authenticated by the
 // token itself.
-type Minter struct {
+type App struct {
 	AppID          string
 	InstallationID string
 	Key            *rsa.PrivateKey
@@ -55,7 +55,7 @@ type Minter struct {
 const JWTLife = 9 * time.Minute
 
 // Describe implements upstream.Minter.
-func (m *Minter) Describe() string {
+func (m *App) Describe() string {
 	return "github_app:" + m.AppID + "/installation/" + m.InstallationID
 }
 
@@ -163,7 +163,7 @@ func segmentValues(seg string, cs map[string]grants.Constraint) ([]string, bool)
 
 // appJWT is the app's JWT at now (the broker's clock, which GitHub checks
 // against its own).
-func (m *Minter) appJWT(now time.Time) (string, error) {
+func (m *App) appJWT(now time.Time) (string, error) {
 	t := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.RegisteredClaims{
 		Issuer:    m.AppID,
 		IssuedAt:  jwt.NewNumericDate(now.Add(-60 * time.Second)),
@@ -173,7 +173,7 @@ func (m *Minter) appJWT(now time.Time) (string, error) {
 }
 
 // Mint implements upstream.Minter.
-func (m *Minter) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
+func (m *App) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
 	repos, perms, err := Narrow(sc.Rules, m.Repositories, m.Permissions)
 	if err != nil {
 		return upstream.Lease{}, err
@@ -217,13 +217,13 @@ func (m *Minter) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, e
 
 // Renew implements upstream.Minter: installation tokens cannot be extended, so a
 // new one is minted.
-func (m *Minter) Renew(ctx context.Context, sc upstream.Scope, _ upstream.Lease) (upstream.Lease, error) {
+func (m *App) Renew(ctx context.Context, sc upstream.Scope, _ upstream.Lease) (upstream.Lease, error) {
 	return m.Mint(ctx, sc)
 }
 
 // Revoke implements upstream.Minter: DELETE /installation/token with the token. A
 // token GitHub no longer knows (401) is already dead.
-func (m *Minter) Revoke(ctx context.Context, l upstream.Lease) error {
+func (m *App) Revoke(ctx context.Context, l upstream.Lease) error {
 	if l.Secret.IsZero() {
 		return nil
 	}
@@ -245,6 +245,6 @@ func (m *Minter) Revoke(ctx context.Context, l upstream.Lease) error {
 	return nil
 }
 
-func (m *Minter) endpoint(p string) string {
+func (m *App) endpoint(p string) string {
 	return m.APIURL.Scheme + "://" + m.APIURL.Host + strings.TrimSuffix(m.APIURL.EscapedPath(), "/") + p
 }

@@ -13,7 +13,7 @@ import (
 
 var (
 	_ upstream.Minter                 = (*AWSEngine)(nil)
-	_ upstream.AWSCredentialsProvider = AWSCredentials{}
+	_ upstream.AWSCredentialsProvider = AWSKeys{}
 )
 
 // AWSEngine mints AWS credentials per session from Vault's AWS secrets
@@ -128,12 +128,12 @@ func (m *AWSEngine) Revoke(ctx context.Context, l upstream.Lease) error {
 	return nil
 }
 
-// AWSCredentials are static AWS keys read from two fields of a KV v2
+// AWSKeys are static AWS keys read from two fields of a KV v2
 // secret (an upstream.AWSCredentialsProvider).
-type AWSCredentials struct{ Access, Secret *KV }
+type AWSKeys struct{ Access, Secret *KV }
 
 // Retrieve implements upstream.AWSCredentialsProvider.
-func (v AWSCredentials) Retrieve(ctx context.Context) (upstream.AWSCredentials, error) {
+func (v AWSKeys) Retrieve(ctx context.Context) (upstream.AWSCredentials, error) {
 	ak, err := v.Access.Fetch(ctx)
 	if err != nil {
 		return upstream.AWSCredentials{}, err

@@ -126,7 +126,7 @@ func TestVaultAWSCredentialsContract(t *testing.T) {
 		v.PutKV("secret", "aws", map[string]any{"access_key": "AKIAEXAMPLE", "secret_key": val})
 	}
 	sourcetest.Run(t, sourcetest.Fixture{
-		Src: upstream.AWSSource(vault.AWSCredentials{Access: ak, Secret: sk}, "vault:secret/aws"), Value: "CANARY-aws-vault",
+		Src: upstream.AWSSource(vault.AWSKeys{Access: ak, Secret: sk}, "vault:secret/aws"), Value: "CANARY-aws-vault",
 		Bound: 200 * time.Millisecond, Rotate: put,
 		Outage:  func(t *testing.T) { v.Stop() },
 		Recover: func(t *testing.T, val string) { v.Restart(); put(t, val) },
