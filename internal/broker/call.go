@@ -103,7 +103,10 @@ type call struct {
 	dest Destination    // the proxy door's destination (egress)
 	wait *time.Duration // how long a gated call waits, when the door's parse set it
 
-	resp response // send's answer, kept here: no allocation of its own
+	resp    response // send's answer
+	answer  Answer   // the door's view of it (Do)
+	outcome Outcome  // what Do gave the door
+	adm     Admitted // what the door's parse sees, kept here: no allocation of its own
 
 	step callStep // how far the call got: the steps run only in order
 }

@@ -118,11 +118,6 @@ type Outcome struct {
 // Stream and Relay holds its content, unless it has none (HEAD, 204, 304).
 type Answer struct {
 	Status int
-	// Header is what the sandbox gets of the upstream's headers:
-	// hop-by-hop headers, cookies, X-Airlock-Code and headers named by a
-	// secret dropped, every value scrubbed, X-Airlock-Request-Id set, and
-	// Content-Length for a Body.
-	Header http.Header
 	// Body is a small answer, whole and scrubbed.
 	Body []byte
 	// Stream is a larger answer (or one of unknown length), scrubbed as it
@@ -130,6 +125,31 @@ type Answer struct {
 	Stream io.Reader
 	// Relay is an upgraded WebSocket connection.
 	Relay *Relay
+
+	resp      *response // the upstream's answer
+	requestID string
+	length    string // Content-Length, when the answer has one for the sandbox
+}
+
+// CopyHeader adds to dst what the sandbox gets of the upstream's headers:
+// hop-by-hop headers, cookies, X-Airlock-Code and headers named by a secret
+// dropped, every value scrubbed; X-Airlock-Request-Id set, and
+// Content-Length for a Body (or a HEAD's). For a Relay, the handshake's
+// Sec-WebSocket-Accept and Sec-WebSocket-Protocol alone.
+func (a *Answer) CopyHeader(dst http.Header) {
+	if a.Relay == nil {
+		a.resp.CopyHeader(dst)
+	} else {
+		for _, name := range []string{"Sec-Websocket-Accept", "Sec-Websocket-Protocol"} {
+			if v := a.resp.Header.Get(name); v != "" && !strings.ContainsAny(v, "\r\n") {
+				dst.Set(name, a.resp.Scrub.String(v))
+			}
+		}
+	}
+	dst["X-Airlock-Request-Id"] = []string{a.requestID} // the upstream's own is not passed on
+	if a.length != "" {
+		dst["Content-Length"] = []string{a.length}
+	}
 }
 
 // Relay is an upstream's WebSocket connection, for the door to relay
@@ -174,7 +194,7 @@ func (b *Broker) Do(ctx context.Context, in Inbound, write func(*Outcome) Writte
 	if in.Egress != nil {
 		p.c.rec.Path = clip(net.JoinHostPort(in.Egress.Host, strconv.Itoa(in.Egress.Port)), 300)
 	}
-	req, err := p.prepare(in)
+	req, err := p.c.prepare(in)
 	if err != nil {
 		p.refuse(err)
 		return
@@ -234,30 +254,31 @@ func (b *Broker) Open(ctx context.Context, in Inbound, open func(*Admitted) erro
 	if in.Egress != nil {
 		p.c.rec.Path = clip(net.JoinHostPort(in.Egress.Host, strconv.Itoa(in.Egress.Port)), 300)
 	}
-	err := p.admit(in)
+	err := p.c.admitIn(in)
 	if err == nil {
-		err = open(&Admitted{c: p.c})
+		p.c.adm.c = p.c
+		err = open(&p.c.adm)
 	}
 	if err != nil {
 		p.refuse(err)
 	}
 }
 
-// prepare admits the call (see admit) and runs the door's parse.
-func (p *pipe) prepare(in Inbound) (*Request, error) {
-	if err := p.admit(in); err != nil {
+// prepare admits the call (see admitIn) and runs the door's parse.
+func (c *call) prepare(in Inbound) (*Request, error) {
+	if err := c.admitIn(in); err != nil {
 		return nil, err
 	}
 	if in.Parse == nil {
 		return nil, errNoParse
 	}
-	return in.Parse(&Admitted{c: p.c})
+	c.adm.c = c
+	return in.Parse(&c.adm)
 }
 
-// admit admits the caller, maps a proxy destination to its upstream and
+// admitIn admits the caller, maps a proxy destination to its upstream and
 // finds the upstream.
-func (p *pipe) admit(in Inbound) error {
-	c := p.c
+func (c *call) admitIn(in Inbound) error {
 	if in.Refused != nil {
 		return in.Refused
 	}
@@ -269,12 +290,19 @@ func (p *pipe) admit(in Inbound) error {
 			return err
 		}
 	}
-	u, ok := p.b.upstreams[c.name]
+	u, ok := c.b.upstreams[c.name]
 	if !ok {
 		return ErrUnknownUpstream
 	}
 	c.u = u
 	return nil
+}
+
+// give hands the writer the outcome, kept on the call (no allocation of
+// its own), and returns what the writer wrote.
+func (p *pipe) give(o Outcome) Written {
+	p.c.outcome = o
+	return p.write(&p.c.outcome)
 }
 
 // errNoParse is a door that gave Do no parse: a bug, refused.
@@ -291,7 +319,7 @@ func (p *pipe) refuse(err error) {
 	p.b.log.Info("call denied", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
 		"method", c.rec.Method, "path", c.rec.Path, "code", code)
 	p.b.calls.observe(c.rec.Upstream, "deny", code, c.elapsed())
-	p.write(&Outcome{RequestID: c.rec.RequestID, Err: err})
+	p.give(Outcome{RequestID: c.rec.RequestID, Err: err})
 }
 
 // fail gives the writer a failure of a call that was not sent (or was
@@ -306,7 +334,7 @@ func (p *pipe) fail(err error, decision string, held bool) {
 		p.b.log.Error("call failed", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
 			"code", f.Code(), "err", err)
 	}
-	p.write(&Outcome{RequestID: c.rec.RequestID, Err: err, Held: held})
+	p.give(Outcome{RequestID: c.rec.RequestID, Err: err, Held: held})
 }
 
 // failSent is fail for a call that was sent: its completion is recorded
@@ -341,7 +369,7 @@ func (p *pipe) hold(wait time.Duration) {
 			return
 		}
 	}
-	out := &Outcome{RequestID: c.rec.RequestID, Held: true}
+	out := Outcome{RequestID: c.rec.RequestID, Held: true}
 	switch a.Status {
 	case approval.Denied, approval.Expired, approval.Failed:
 		out.Err = ActionError(a)
@@ -350,7 +378,7 @@ func (p *pipe) hold(wait time.Duration) {
 	default:
 		out.Action = &a
 	}
-	p.write(out)
+	p.give(out)
 }
 
 // awaitDecision waits for up to wait for the decision on action id of
@@ -435,13 +463,12 @@ func (p *pipe) answer(resp *response, websocket bool) {
 		p.failSent(upstream.ErrUpstream, "error", false, fault.UpstreamError.Status())
 		return
 	}
-	a := &Answer{Status: resp.StatusCode, Header: http.Header{}}
-	resp.CopyHeader(a.Header)
-	a.Header.Set("X-Airlock-Request-Id", c.rec.RequestID) // the upstream's own is not passed on
+	c.answer = Answer{Status: resp.StatusCode, resp: resp, requestID: c.rec.RequestID}
+	a := &c.answer
 	switch {
 	case !hasBody(c.rec.Method, resp.StatusCode):
-		if cl := resp.Header.Get("Content-Length"); cl != "" && c.rec.Method == http.MethodHead {
-			a.Header.Set("Content-Length", cl) // the size of what GET would send
+		if c.rec.Method == http.MethodHead {
+			a.length = resp.Header.Get("Content-Length") // the size of what GET would send
 		}
 	case resp.ContentLength >= 0 && resp.ContentLength <= smallBody:
 		body, err := readAnswer(resp.Body, resp.ContentLength)
@@ -451,7 +478,7 @@ func (p *pipe) answer(resp *response, websocket bool) {
 			return
 		}
 		a.Body = resp.Scrub.Bytes(body)
-		a.Header.Set("Content-Length", strconv.Itoa(len(a.Body)))
+		a.length = strconv.Itoa(len(a.Body))
 	default:
 		release, err := c.stream() // a streamed answer holds one of the session's stream slots
 		if err != nil {
@@ -464,7 +491,7 @@ func (p *pipe) answer(resp *response, websocket bool) {
 		defer release()
 		a.Stream = resp.Scrub.Reader(resp.Body)
 	}
-	w := p.write(&Outcome{RequestID: c.rec.RequestID, Answer: a})
+	w := p.give(Outcome{RequestID: c.rec.RequestID, Answer: a})
 	upDur := resp.UpstreamTime()
 	b.calls.upstream(c.rec.Upstream, upDur)
 	code := ""
@@ -493,12 +520,8 @@ func (p *pipe) relay(resp *response) {
 		p.failSent(upstream.ErrUpstream, "error", false, fault.UpstreamError.Status())
 		return
 	}
-	a := &Answer{Status: http.StatusSwitchingProtocols, Header: http.Header{"X-Airlock-Request-Id": {c.rec.RequestID}}}
-	for _, name := range []string{"Sec-Websocket-Accept", "Sec-Websocket-Protocol"} {
-		if v := resp.Header.Get(name); v != "" && !strings.ContainsAny(v, "\r\n") {
-			a.Header.Set(name, resp.Scrub.String(v))
-		}
-	}
+	c.answer = Answer{Status: http.StatusSwitchingProtocols, resp: resp, requestID: c.rec.RequestID}
+	a := &c.answer
 	cut := func() string { // the problem code of what cut the relay, or ""
 		if err := resp.Interrupted(); err != nil {
 			return fault.Of(err).Code()
@@ -506,7 +529,7 @@ func (p *pipe) relay(resp *response) {
 		return ""
 	}
 	a.Relay = &Relay{Conn: conn, Scrub: resp.Scrub, MaxMessage: c.u.MaxBody, Done: resp.Done(), Cut: cut}
-	w := p.write(&Outcome{RequestID: c.rec.RequestID, Answer: a})
+	w := p.give(Outcome{RequestID: c.rec.RequestID, Answer: a})
 	status, code, decision := http.StatusSwitchingProtocols, w.Code, "allow"
 	if w.Status != 0 {
 		status, decision = w.Status, "error"

@@ -32,7 +32,8 @@ func Do(ctx context.Context, b *broker.Broker, in broker.Inbound) Result {
 		if a == nil {
 			return broker.Written{}
 		}
-		res.Status, res.Header = a.Status, a.Header
+		res.Status, res.Header = a.Status, http.Header{}
+		a.CopyHeader(res.Header)
 		switch {
 		case a.Relay != nil:
 			a.Relay.Conn.Close()

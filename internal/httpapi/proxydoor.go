@@ -427,7 +427,7 @@ type proxyCall struct {
 	p        *ProxyDoor
 	w        http.ResponseWriter
 	r        *http.Request
-	out      *outcomeWriter
+	out      outcomeWriter
 	admitted bool               // the caller was admitted: the tunnel's token still holds
 	aws      *upstream.Upstream // the call is an AWS upstream's: errors in its protocol
 }

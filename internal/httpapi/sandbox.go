@@ -74,8 +74,8 @@ type outcomeWriter struct {
 
 // outcomes is the outcome writer for r: problem writes errors in the
 // door's protocol.
-func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, problem func(http.ResponseWriter, error, string)) *outcomeWriter {
-	o := &outcomeWriter{s: s, w: w, problem: problem}
+func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, problem func(http.ResponseWriter, error, string)) outcomeWriter {
+	o := outcomeWriter{s: s, w: w, problem: problem}
 	if wait, ok := preferWait(r); ok {
 		o.applied = wait
 	}
@@ -117,10 +117,7 @@ func (o *outcomeWriter) end() {
 // arrives). A stream that breaks off sends nothing more: the scrubber
 // never lets out bytes it held back.
 func (o *outcomeWriter) answer(a *broker.Answer) broker.Written {
-	h := o.w.Header()
-	for k, vs := range a.Header {
-		h[k] = vs
-	}
+	a.CopyHeader(o.w.Header())
 	o.w.WriteHeader(a.Status)
 	if a.Stream == nil {
 		n, err := o.w.Write(a.Body)

@@ -75,7 +75,9 @@ func headerHasToken(h http.Header, name, token string) bool {
 // the handshake's answer to the sandbox, then frames both ways until either
 // side ends or the call's standing does. It says what it relayed.
 func relayWebSocket(w http.ResponseWriter, a *broker.Answer) broker.Written {
-	reqID := a.Header.Get("X-Airlock-Request-Id")
+	h := http.Header{}
+	a.CopyHeader(h)
+	reqID := h.Get("X-Airlock-Request-Id")
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		writeProblem(w, problemFor(upstream.ErrUpstream), reqID)
@@ -85,7 +87,7 @@ func relayWebSocket(w http.ResponseWriter, a *broker.Answer) broker.Written {
 	var hs strings.Builder
 	hs.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n")
 	for _, name := range []string{"Sec-Websocket-Accept", "Sec-Websocket-Protocol"} {
-		if v := a.Header.Get(name); v != "" {
+		if v := h.Get(name); v != "" {
 			hs.WriteString(name + ": " + v + "\r\n")
 		}
 	}
