@@ -1,15 +1,21 @@
 package httpapi_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -33,8 +39,9 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// The call pipeline (broker.Call) through each of its doors: the REST
-// proxy, the AWS (SigV4) door, and the execution of an approved action.
+// The call pipeline (broker.Do) through each of its doors: the REST door,
+// the AWS (SigV4) door, the proxy door (a tunnel, as HTTPS_PROXY clients
+// open one), a WebSocket upgrade, and the execution of an approved action.
 // Every door runs the same scenarios against a real broker, real bbolt and
 // a real loopback upstream; what differs is only how each door speaks.
 
@@ -80,6 +87,7 @@ type pipeEnv struct {
 	credFile string
 	hits     atomic.Int64
 	started  chan struct{} // a slow call reached the upstream
+	proxy    string        // the proxy door's address
 	reviewer string
 }
 
@@ -106,6 +114,9 @@ func pipeStart(t *testing.T) *pipeEnv {
 			op = target
 		}
 		switch op = strings.ToLower(op); {
+		case r.Header.Get("Upgrade") == "websocket" && strings.HasSuffix(op, "ok"):
+			pipeWebSocket(w, r)
+			return
 		case strings.HasSuffix(op, "slow"):
 			e.started <- struct{}{}
 			<-r.Context().Done()
@@ -122,9 +133,13 @@ func pipeStart(t *testing.T) *pipeEnv {
 	}))
 	t.Cleanup(up.Close)
 	base, _ := url.Parse(up.URL)
+	host, err := upstream.ParseHost(pipeHost)
+	if err != nil {
+		t.Fatal(err)
+	}
 	api := &upstream.Upstream{Name: "api", Kind: "http", BaseURL: base, Sensitive: true, Timeout: 20 * time.Second, MaxBody: 1 << 20,
 		ForwardHeaders: map[string]bool{"Content-Type": true}, Source: upstream.NewFileSource(e.credFile),
-		Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}}
+		Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}, Hosts: []upstream.Host{host}}
 	api.SetTransport(upstream.NewTransport())
 	creds := pipeFileCreds(e.credFile)
 	ddb := &upstream.Upstream{Name: "ddb", Kind: "aws", BaseURL: base, Sensitive: true, Timeout: 20 * time.Second, MaxBody: 1 << 20,
@@ -133,7 +148,7 @@ func pipeStart(t *testing.T) *pipeEnv {
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	b, err := broker.New(context.Background(), broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": api, "ddb": ddb},
-		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Now: time.Now, Log: log})
+		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Now: time.Now, Log: log, ProxyCA: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +158,19 @@ func pipeStart(t *testing.T) *pipeEnv {
 	}
 	e.sandbox = httptest.NewServer(h.Handler(httpapi.SandboxPlane))
 	e.control = httptest.NewServer(h.Handler(httpapi.ControlPlane))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	door := h.NewProxyDoor(httpapi.ProxyOptions{})
+	served := make(chan error, 1)
+	go func() { served <- door.Serve(ln) }()
+	e.proxy = ln.Addr().String()
 	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = door.Shutdown(ctx)
+		<-served
 		e.sandbox.Close()
 		e.control.Close()
 		b.Close()
@@ -172,8 +199,11 @@ func (e *pipeEnv) json(t *testing.T, method, u, token, body string, out any) int
 // operations Ok, Slow and Broken (POST, so irreversible: gated under
 // approval: always).
 type pipeSession struct {
-	ID     string
-	Token  string
+	ID    string
+	Token string
+	Proxy struct {
+		CAPEM string `json:"ca_pem"`
+	}
 	Grants []struct {
 		ID string `json:"id"`
 	}
@@ -189,10 +219,15 @@ func (e *pipeEnv) session(t *testing.T, gated bool) pipeSession {
 	if gated {
 		approval = `"approval": "always",`
 	}
+	websocket := `, {"method": "GET", "path": "/Ok", "websocket": true}, {"method": "GET", "path": "/Slow", "websocket": true},
+			{"method": "GET", "path": "/Broken", "websocket": true}`
+	if gated {
+		websocket = "" // a websocket rule cannot wait for a human: refused at grant creation
+	}
 	var s pipeSession
 	status := e.json(t, "POST", e.control.URL+"/v1/sessions", pipeAdmin, `{"task_id": "t", "untrusted_input": false, "grants": [
 		{"upstream": "api", "max_uses": 100, `+approval+` "rules": [
-			{"method": "POST", "path": "/Ok"}, {"method": "POST", "path": "/Slow"}, {"method": "POST", "path": "/Broken"}]},
+			{"method": "POST", "path": "/Ok"}, {"method": "POST", "path": "/Slow"}, {"method": "POST", "path": "/Broken"}`+websocket+`]},
 		{"upstream": "ddb", "max_uses": 100, `+approval+` "rules": [
 			{"action": "dynamodb:Ok", "resource": "*"}, {"action": "dynamodb:Slow", "resource": "*"}, {"action": "dynamodb:Broken", "resource": "*"}]}]}`, &s)
 	if status != 201 || len(s.Grants) != 2 || s.AWS.SecretAccessKey == "" {
@@ -238,7 +273,7 @@ func (e *pipeEnv) records(t *testing.T, requestID string) []string {
 			RequestID string `json:"request_id"`
 			Code      string `json:"code"`
 		}
-		if json.Unmarshal(line, &r) == nil && r.RequestID == requestID && strings.HasPrefix(r.Type, "call.") {
+		if json.Unmarshal(line, &r) == nil && r.RequestID == requestID && (strings.HasPrefix(r.Type, "call.") || strings.HasPrefix(r.Type, "egress.")) {
 			out = append(out, strings.TrimSuffix(r.Type+" "+r.Code, " "))
 		}
 	}
@@ -277,12 +312,84 @@ func (e *pipeEnv) aws(t *testing.T, s pipeSession, op string) pipeAnswer {
 	return e.answer(t, req)
 }
 
+// pipeHost is the api upstream's host for the proxy door.
+const pipeHost = "api.pipeline.test"
+
+// proxyDoor calls op through the proxy door, as a stock client with
+// HTTPS_PROXY does: CONNECT to the upstream's host (its refusal is the
+// answer), TLS with the session's CA, the request inside the tunnel.
+func (e *pipeEnv) proxyDoor(t *testing.T, s pipeSession, op string) pipeAnswer {
+	t.Helper()
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM([]byte(s.Proxy.CAPEM)) {
+		t.Fatal("the session has no CA")
+	}
+	conn, err := net.Dial("tcp", e.proxy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	auth := base64.StdEncoding.EncodeToString([]byte("airlock:" + s.Token))
+	fmt.Fprintf(conn, "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\nProxy-Authorization: Basic %s\r\n\r\n", pipeHost, pipeHost, auth)
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return e.read(t, resp)
+	}
+	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: pipeHost, MinVersion: tls.VersionTLS12})
+	req, _ := http.NewRequest("POST", "https://"+pipeHost+"/"+op, nil)
+	req.Header.Set("Prefer", "wait=0") // a held call answers at once
+	if err := req.Write(tc); err != nil {
+		t.Fatal(err)
+	}
+	resp, err = http.ReadResponse(bufio.NewReader(tc), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.read(t, resp)
+}
+
+// webSocket opens op as a WebSocket through the REST door; an upgrade
+// answers 101 (the relay is closed at once).
+func (e *pipeEnv) webSocket(t *testing.T, s pipeSession, op string) pipeAnswer {
+	t.Helper()
+	req, _ := http.NewRequest("GET", e.sandbox.URL+"/v1/proxy/api/"+op, nil)
+	req.Header.Set("Authorization", "Bearer "+s.Token)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	req.Header.Set("Sec-WebSocket-Version", "13")
+	req.Header.Set("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+	return e.answer(t, req)
+}
+
+// pipeWebSocket answers a WebSocket handshake with 101, then closes.
+func pipeWebSocket(w http.ResponseWriter, r *http.Request) {
+	sum := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	conn, brw, err := w.(http.Hijacker).Hijack()
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	fmt.Fprintf(brw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
+		base64.StdEncoding.EncodeToString(sum[:]))
+	_ = brw.Flush()
+}
+
 func (e *pipeEnv) answer(t *testing.T, req *http.Request) pipeAnswer {
 	t.Helper()
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return e.read(t, resp)
+}
+
+// read reads what the sandbox got.
+func (e *pipeEnv) read(t *testing.T, resp *http.Response) pipeAnswer {
+	t.Helper()
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
 	if bytes.Contains(data, []byte("CANARY")) || strings.Contains(fmt.Sprint(resp.Header), "CANARY") {
@@ -395,6 +502,8 @@ func TestPipelineThroughEachDoor(t *testing.T) {
 	}{
 		{"rest", pipeDirect((*pipeEnv).rest)},
 		{"aws", pipeDirect((*pipeEnv).aws)},
+		{"proxy", pipeDirect((*pipeEnv).proxyDoor)},
+		{"websocket", pipeDirect((*pipeEnv).webSocket)},
 		{"execute", pipeExecute},
 	}
 	revoke := func(t *testing.T, e *pipeEnv, s pipeSession) {
@@ -430,39 +539,55 @@ func TestPipelineThroughEachDoor(t *testing.T) {
 		want    map[string]pipeOutcome
 	}{
 		{name: "allowed", op: "Ok", want: map[string]pipeOutcome{
-			"rest":    {Status: "200", Sent: true, Uses: 1, Records: allowed},
-			"aws":     {Status: "200", Sent: true, Uses: 1, Records: allowed},
-			"execute": {Status: "executed", Sent: true, Uses: 1, Records: allowed},
+			"rest":      {Status: "200", Sent: true, Uses: 1, Records: allowed},
+			"aws":       {Status: "200", Sent: true, Uses: 1, Records: allowed},
+			"proxy":     {Status: "200", Sent: true, Uses: 1, Records: allowed},
+			"websocket": {Status: "101", Sent: true, Uses: 1, Records: allowed},
+			"execute":   {Status: "executed", Sent: true, Uses: 1, Records: allowed},
 		}},
 		{name: "denied: the grant is revoked", op: "Ok", prepare: revoke, want: map[string]pipeOutcome{
-			"rest":    {Status: "403", Code: "no_matching_grant", Records: []string{"call.denied no_matching_grant"}},
-			"aws":     {Status: "403", Code: "no_matching_grant", Records: []string{"call.denied no_matching_grant"}},
-			"execute": {Status: "denied", Code: "approval_denied"}, // denied at the revocation (lifetime.go)
+			"rest": {Status: "403", Code: "no_matching_grant", Records: []string{"call.denied no_matching_grant"}},
+			"aws":  {Status: "403", Code: "no_matching_grant", Records: []string{"call.denied no_matching_grant"}},
+			// The proxy door refuses the tunnel: its destination names an
+			// upstream the session holds no live grant on.
+			"proxy":     {Status: "403", Code: "egress_denied", Records: []string{"egress.denied egress_denied"}},
+			"websocket": {Status: "400", Code: "bad_request", Records: []string{"call.denied bad_request"}}, // no websocket rule left
+			"execute":   {Status: "denied", Code: "approval_denied"},                                        // denied at the revocation (lifetime.go)
 		}},
 		{name: "gated: held for a reviewer, who denies", op: "Ok", gated: true, verdict: "deny", want: map[string]pipeOutcome{
-			"rest":    {Status: "202"},
-			"aws":     {Status: "202"},
-			"execute": {Status: "denied", Code: "approval_denied"},
+			"rest":      {Status: "202"},
+			"aws":       {Status: "202"},
+			"proxy":     {Status: "202"},
+			"websocket": {Status: "400", Code: "bad_request", Records: []string{"call.denied bad_request"}}, // a gated grant holds no websocket rule
+			"execute":   {Status: "denied", Code: "approval_denied"},
 		}},
 		{name: "credential unavailable", op: "Ok", prepare: noCredential, want: map[string]pipeOutcome{
-			"rest":    {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
-			"aws":     {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
-			"execute": {Status: "failed", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
+			"rest":      {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
+			"aws":       {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
+			"proxy":     {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
+			"websocket": {Status: "503", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
+			"execute":   {Status: "failed", Code: "credential_unavailable", Records: []string{"call.denied credential_unavailable"}},
 		}},
 		{name: "audit unavailable", op: "Ok", prepare: noAudit, want: map[string]pipeOutcome{
-			"rest":    {Status: "503", Code: "audit_unavailable"},
-			"aws":     {Status: "503", Code: "audit_unavailable"},
-			"execute": {Status: "failed", Code: "audit_unavailable"},
+			"rest":      {Status: "503", Code: "audit_unavailable"},
+			"aws":       {Status: "503", Code: "audit_unavailable"},
+			"proxy":     {Status: "503", Code: "audit_unavailable"},
+			"websocket": {Status: "503", Code: "audit_unavailable"},
+			"execute":   {Status: "failed", Code: "audit_unavailable"},
 		}},
 		{name: "upstream error", op: "Broken", want: map[string]pipeOutcome{
-			"rest":    {Status: "502", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
-			"aws":     {Status: "502", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
-			"execute": {Status: "failed", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
+			"rest":      {Status: "502", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
+			"aws":       {Status: "502", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
+			"proxy":     {Status: "502", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
+			"websocket": {Status: "502", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
+			"execute":   {Status: "failed", Code: "upstream_error", Sent: true, Uses: 1, Records: allowed},
 		}},
 		{name: "kill mid-call", op: "Slow", prepare: killWhenSent, want: map[string]pipeOutcome{
-			"rest":    {Status: "401", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
-			"aws":     {Status: "401", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
-			"execute": {Status: "failed", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
+			"rest":      {Status: "401", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
+			"aws":       {Status: "401", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
+			"proxy":     {Status: "401", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
+			"websocket": {Status: "401", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
+			"execute":   {Status: "failed", Code: "session_revoked", Sent: true, Uses: 1, Records: allowed},
 		}},
 	}
 	for _, tt := range tests {
