@@ -144,22 +144,34 @@ const denseFanout = 3
 func buildAutomaton(t *unitTable, fs []form) *automaton {
 	tab, tok := t.view()
 	a := &automaton{tab: tab, tok: tok, forms: fs}
-	type core struct {
-		sym  []byte
-		form int32
-	}
-	cores := make([]core, 0, len(fs))
+	cores := a.classify(fs)
+	items := a.trie(cores)
+	a.link(items)
+	a.encode()
+	return a
+}
+
+// acCore is a form's core as symbols (classes, once classify ran).
+type acCore struct {
+	sym  []byte
+	form int32
+}
+
+// classify gives every byte a core uses a class of its own (0 for the
+// rest; ASCII case folded), and returns the cores as classes, sorted.
+func (a *automaton) classify(fs []form) []acCore {
+	cores := make([]acCore, 0, len(fs))
 	var used [256]bool
 	for i, f := range fs {
 		a.maxLen = max(a.maxLen, int(f.maxLen))
 		var s []byte
 		for _, id := range f.units[f.core0:f.core1] {
-			s = append(s, tab[id].mean...)
+			s = append(s, a.tab[id].mean...)
 		}
 		for _, c := range s {
 			used[c] = true
 		}
-		cores = append(cores, core{s, int32(i)})
+		cores = append(cores, acCore{s, int32(i)})
 	}
 	a.ncls = 1
 	for c := range 256 {
@@ -176,15 +188,22 @@ func buildAutomaton(t *unitTable, fs []form) *automaton {
 			cores[i].sym[j] = a.cls[c]
 		}
 	}
-	slices.SortFunc(cores, func(x, y core) int { return bytes.Compare(x.sym, y.sym) })
+	slices.SortFunc(cores, func(x, y acCore) int { return bytes.Compare(x.sym, y.sym) })
 	a.outs = make([]int32, len(cores))
 	for i, c := range cores {
 		a.outs[i] = c.form
 	}
+	return cores
+}
 
-	// The trie, breadth first: a node's children are consecutive.
-	type item struct{ lo, hi, depth, parent int32 }
-	items := []item{{0, int32(len(cores)), 0, -1}}
+// acItem is a trie node while it is built: the cores below it
+// (cores[lo:hi]), its depth and its parent.
+type acItem struct{ lo, hi, depth, parent int32 }
+
+// trie builds the trie of the sorted cores, breadth first: a node's
+// children are consecutive.
+func (a *automaton) trie(cores []acCore) []acItem {
+	items := []acItem{{0, int32(len(cores)), 0, -1}}
 	a.sym = append(a.sym, 0)
 	for v := 0; v < len(items); v++ {
 		it := items[v]
@@ -199,15 +218,19 @@ func buildAutomaton(t *unitTable, fs []form) *automaton {
 			for j < it.hi && cores[j].sym[it.depth] == c {
 				j++
 			}
-			items = append(items, item{k, j, it.depth + 1, int32(v)})
+			items = append(items, acItem{k, j, it.depth + 1, int32(v)})
 			a.sym = append(a.sym, c)
 			k = j
 		}
 		nd.n = int32(len(items)) - nd.first
 		a.nodes = append(a.nodes, nd)
 	}
-	// Fail links, outputs and dense rows, in the same order: every state
-	// a link leads to is shallower, so already done.
+	return items
+}
+
+// link sets fail links, outputs and dense rows, in the same order: every
+// state a link leads to is shallower, so already done.
+func (a *automaton) link(items []acItem) {
 	for v := range a.nodes {
 		nd := &a.nodes[v]
 		if p := items[v].parent; p > 0 {
@@ -225,9 +248,7 @@ func buildAutomaton(t *unitTable, fs []form) *automaton {
 		if v == 0 || items[v].depth <= 1 || nd.n >= denseFanout {
 			row := make([]int32, a.ncls)
 			for c := range row {
-				if v == 0 {
-					row[c] = 0
-				} else {
+				if v != 0 {
 					row[c] = a.nextNode(nd.fail, uint8(c))
 				}
 			}
@@ -238,7 +259,11 @@ func buildAutomaton(t *unitTable, fs []form) *automaton {
 			a.rows = append(a.rows, row...)
 		}
 	}
-	// From here on states are encoded (see next) and rows hold them.
+}
+
+// encode turns nodes into encoded states (see next) in the rows, and
+// marks the bytes the root skips.
+func (a *automaton) encode() {
 	a.enc = make([]int32, len(a.nodes))
 	for v, nd := range a.nodes {
 		if nd.row >= 0 {
@@ -255,9 +280,8 @@ func buildAutomaton(t *unitTable, fs []form) *automaton {
 		a.rows[i] = a.enc[v]
 	}
 	for c := range 256 {
-		a.skip[c] = !tok.special[c] && a.rows[a.cls[c]] == 0
+		a.skip[c] = !a.tok.special[c] && a.rows[a.cls[c]] == 0
 	}
-	return a
 }
 
 // A state is encoded in an int32: bit 1 is set when a core ends there (or
