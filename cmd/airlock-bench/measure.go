@@ -92,54 +92,9 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 			continue
 		}
 		for _, n := range o.concurrency {
-			fmt.Fprintf(stderr, "%s: %s x%d\n", durability, v.name, n)
-			// Alternate the two proxies in short rounds, so a drift in the
-			// machine's speed (shared hosts have them) falls on both alike.
-			var bt, kt, st tally
-			// In fsync mode at one caller, also the bare proxy plus one
-			// fdatasync per call: the p50 budget's yardstick.
-			withSync := durability == "fsync" && n == 1 && v.base.url != ""
-			withSync = withSync && v.base.client == nil
-			synced := v.base
-			synced.url = strings.Replace(v.base.url, bare.URL(), bareSync.URL(), 1)
-			span := o.duration // how long the point runs, both proxies
-			if v.base.url != "" {
-				span *= 2
-			}
-			name := fmt.Sprintf("%s-%s-%d", durability, v.name, n)
-			stop := profile(o, b.control, b.admin, name, span)
-			stopBare := func() error { return nil }
-			if v.base.url != "" {
-				stopBare = profile(o, bare.URL(), "", "bare-"+name, span)
-			}
-			for range o.rounds {
-				if v.base.url != "" {
-					bt.run(n, o.duration/time.Duration(o.rounds), v.base, bare.cmd.Process.Pid)
-				}
-				kt.run(n, o.duration/time.Duration(o.rounds), v.broker, b.cmd.Process.Pid)
-				if withSync {
-					st.run(n, o.duration/time.Duration(o.rounds), synced, bareSync.cmd.Process.Pid)
-				}
-				if err := rep.sampleFsync(b.dir, 10); err != nil {
-					return err
-				}
-			}
-			if err := errors.Join(stop(), stopBare()); err != nil {
+			if err := measurePoint(o, durability, v.name, n, v.broker, v.base, b, bare, bareSync, rep, stderr); err != nil {
 				return err
 			}
-			if v.base.url != "" {
-				r := bt.result(n)
-				r.Target, r.Variant, r.Durability = "bare proxy", v.name, durability
-				rep.add(r)
-			}
-			if withSync {
-				r := st.result(n)
-				r.Target, r.Variant, r.Durability = "bare proxy + fsync", v.name, durability
-				rep.add(r)
-			}
-			r := kt.result(n)
-			r.Target, r.Variant, r.Durability = "broker", v.name, durability
-			rep.add(r)
 		}
 	}
 	if o.wants("session creation") {
@@ -152,6 +107,58 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 		}
 		rep.approvals = append(rep.approvals, approval{durability: durability, lats: lat})
 	}
+	return nil
+}
+
+// measurePoint measures one variant at n callers: the broker's request
+// and the bare proxy's (when the variant has one; in fsync mode at one
+// caller also the bare proxy plus one fdatasync per call), alternated in
+// short rounds so a drift in the machine's speed (shared hosts have them)
+// falls on both alike.
+func measurePoint(o options, durability, variant string, n int, broker, base request, b *brokerProc, bare, bareSync *bareProxy, rep *report, stderr io.Writer) error {
+	fmt.Fprintf(stderr, "%s: %s x%d\n", durability, variant, n)
+	var bt, kt, st tally
+	withSync := durability == "fsync" && n == 1 && base.url != "" && base.client == nil
+	synced := base
+	synced.url = strings.Replace(base.url, bare.URL(), bareSync.URL(), 1)
+	span := o.duration // how long the point runs, both proxies
+	if base.url != "" {
+		span *= 2
+	}
+	name := fmt.Sprintf("%s-%s-%d", durability, variant, n)
+	stop := profile(o, b.control, b.admin, name, span)
+	stopBare := func() error { return nil }
+	if base.url != "" {
+		stopBare = profile(o, bare.URL(), "", "bare-"+name, span)
+	}
+	round := o.duration / time.Duration(o.rounds)
+	for range o.rounds {
+		if base.url != "" {
+			bt.run(n, round, base, bare.cmd.Process.Pid)
+		}
+		kt.run(n, round, broker, b.cmd.Process.Pid)
+		if withSync {
+			st.run(n, round, synced, bareSync.cmd.Process.Pid)
+		}
+		if err := rep.sampleFsync(b.dir, 10); err != nil {
+			return err
+		}
+	}
+	if err := errors.Join(stop(), stopBare()); err != nil {
+		return err
+	}
+	add := func(t *tally, target string) {
+		r := t.result(n)
+		r.Target, r.Variant, r.Durability = target, variant, durability
+		rep.add(r)
+	}
+	if base.url != "" {
+		add(&bt, "bare proxy")
+	}
+	if withSync {
+		add(&st, "bare proxy + fsync")
+	}
+	add(&kt, "broker")
 	return nil
 }
 
