@@ -99,44 +99,9 @@ func (b *Broker) ruleOfTwo(s *session.Session, gs []*grants.Live) session.RuleOf
 // returns its token (shown once).
 func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req SessionRequest) (SessionView, error) {
 	now := b.now().UTC()
-	ttl := req.TTL
-	switch {
-	case ttl == 0:
-		ttl = b.defTTL
-	case ttl < 0:
-		return SessionView{}, fieldErr("ttl", "must be positive")
-	case ttl > b.maxTTL:
-		return SessionView{}, fieldErr("ttl", "exceeds the server maximum of %s", b.maxTTL)
-	}
-	if req.TaskID == "" || len(req.TaskID) > 200 {
-		return SessionView{}, fieldErr("task_id", "is required (at most 200 characters)")
-	}
-	iso, ok := session.ParseIsolation(req.Isolation)
-	if !ok {
-		return SessionView{}, fieldErr("isolation", "must be process, container, gvisor or microvm")
-	}
-	if req.BindCIDR != "" {
-		pfx, err := netip.ParsePrefix(req.BindCIDR)
-		if err != nil {
-			addr, aerr := netip.ParseAddr(req.BindCIDR)
-			if aerr != nil {
-				return SessionView{}, fieldErr("bind_cidr", "must be a CIDR prefix or an address")
-			}
-			pfx = netip.PrefixFrom(addr, addr.BitLen())
-		}
-		req.BindCIDR = pfx.Masked().String()
-	}
-	if len(req.Labels) > 64 {
-		return SessionView{}, fieldErr("labels", "at most 64 labels")
-	}
-	untrusted := true
-	if req.UntrustedInput != nil {
-		untrusted = *req.UntrustedInput
-	}
-	s := session.Session{
-		ID: newID("ses_", now), TaskID: req.TaskID, TokenID: newID("jti_", now),
-		CreatedAt: now, ExpiresAt: now.Add(ttl), UntrustedInput: untrusted, Isolation: iso,
-		BindCIDR: req.BindCIDR, Labels: req.Labels, CreatedBy: p.ID,
+	s, err := b.newSession(&req, p, now)
+	if err != nil {
+		return SessionView{}, err
 	}
 	var live []*grants.Live
 	var recs []grants.Grant
@@ -153,11 +118,10 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 		live = append(live, l)
 	}
 	r2 := b.ruleOfTwo(&s, live)
-	if b.enforce && iso < r2.RequiredIsolation() {
-		return SessionView{}, fmt.Errorf("%w: %s required, %q declared", session.ErrIsolationWeak, r2.RequiredIsolation(), iso)
+	if b.enforce && s.Isolation < r2.RequiredIsolation() {
+		return SessionView{}, fmt.Errorf("%w: %s required, %q declared", session.ErrIsolationWeak, r2.RequiredIsolation(), s.Isolation)
 	}
 	if b.proxyOn {
-		var err error
 		if s.Placeholders, err = b.mintPlaceholders(); err != nil {
 			return SessionView{}, err
 		}
@@ -166,28 +130,8 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if err != nil {
 		return SessionView{}, fmt.Errorf("issue token: %w", err)
 	}
-	// The session and its audit record are made durable side by side (two
-	// files, two syncs at once): the session goes live, and its token is
-	// shown, only when both are.
-	var g errgroup.Group
-	var ca *proxyca.CA
-	g.Go(func() error {
-		if b.proxyOn { // the proxy door's CA is made while the audit record syncs
-			var err error
-			if ca, err = b.newProxyCA(&s); err != nil {
-				return err
-			}
-		}
-		if err := b.sess.store.CreateSession(ctx, &s, recs); err != nil {
-			return fmt.Errorf("store session: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil)
-		return err
-	})
-	if err := g.Wait(); err != nil {
+	ca, err := b.storeSession(ctx, p, &s, recs)
+	if err != nil {
 		return SessionView{}, err
 	}
 	l := b.sess.addLive(s, live)
@@ -202,6 +146,76 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 		}
 	}
 	return v, nil
+}
+
+// newSession checks a session request (its grants aside) and makes the
+// session it asks for, created now by p.
+func (b *Broker) newSession(req *SessionRequest, p auth.Principal, now time.Time) (session.Session, error) {
+	ttl := req.TTL
+	switch {
+	case ttl == 0:
+		ttl = b.defTTL
+	case ttl < 0:
+		return session.Session{}, fieldErr("ttl", "must be positive")
+	case ttl > b.maxTTL:
+		return session.Session{}, fieldErr("ttl", "exceeds the server maximum of %s", b.maxTTL)
+	}
+	if req.TaskID == "" || len(req.TaskID) > 200 {
+		return session.Session{}, fieldErr("task_id", "is required (at most 200 characters)")
+	}
+	iso, ok := session.ParseIsolation(req.Isolation)
+	if !ok {
+		return session.Session{}, fieldErr("isolation", "must be process, container, gvisor or microvm")
+	}
+	if req.BindCIDR != "" {
+		pfx, err := netip.ParsePrefix(req.BindCIDR)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(req.BindCIDR)
+			if aerr != nil {
+				return session.Session{}, fieldErr("bind_cidr", "must be a CIDR prefix or an address")
+			}
+			pfx = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		req.BindCIDR = pfx.Masked().String()
+	}
+	if len(req.Labels) > 64 {
+		return session.Session{}, fieldErr("labels", "at most 64 labels")
+	}
+	untrusted := true
+	if req.UntrustedInput != nil {
+		untrusted = *req.UntrustedInput
+	}
+	return session.Session{
+		ID: newID("ses_", now), TaskID: req.TaskID, TokenID: newID("jti_", now),
+		CreatedAt: now, ExpiresAt: now.Add(ttl), UntrustedInput: untrusted, Isolation: iso,
+		BindCIDR: req.BindCIDR, Labels: req.Labels, CreatedBy: p.ID,
+	}, nil
+}
+
+// storeSession makes the session and its audit record durable side by
+// side (two files, two syncs at once): the session goes live, and its
+// token is shown, only when both are. The proxy door's CA (when it is on)
+// is made while the audit record syncs.
+func (b *Broker) storeSession(ctx context.Context, p auth.Principal, s *session.Session, recs []grants.Grant) (*proxyca.CA, error) {
+	var g errgroup.Group
+	var ca *proxyca.CA
+	g.Go(func() error {
+		if b.proxyOn {
+			var err error
+			if ca, err = b.newProxyCA(s); err != nil {
+				return err
+			}
+		}
+		if err := b.sess.store.CreateSession(ctx, s, recs); err != nil {
+			return fmt.Errorf("store session: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil)
+		return err
+	})
+	return ca, g.Wait()
 }
 
 func (b *Broker) newGrant(field string, s *session.Session, spec grants.Spec, p auth.Principal, now time.Time) (grants.Grant, error) {
