@@ -122,11 +122,11 @@ const (
 	stepSent                // Send ran (once)
 )
 
-// ErrOutOfOrder is a door calling the pipeline's steps out of order (Send
-// before Gated cleared it, twice, or Authorize before Admit): a bug, refused.
+// ErrOutOfOrder is the pipeline's steps run out of order (send before the
+// gate cleared the call, twice, or authorize before admit): a bug, refused.
 var ErrOutOfOrder = errors.New("call pipeline steps out of order")
 
-// NewCall starts a call to the named upstream: its request id (a door
+// newCall starts a call to the named upstream: its request id (a door
 // answers it at once, so even a refusal carries it), its clock and its
 // audit record.
 func (b *Broker) newCall(upstreamName, method string) *call {

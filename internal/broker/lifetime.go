@@ -19,7 +19,7 @@ import (
 // (grants.ErrGrantRevoked) or its ExpiresAt (grants.ErrGrantExpired). One
 // timer per session, and one per grant that expires before its session,
 // on the broker's clock, cut them at the instant: no sweep decides. Work
-// in flight (Call.Send, a relay, a wait for a reviewer) attaches to the
+// in flight (a call's send, a relay, a wait for a reviewer) attaches to the
 // standing of the grant it depends on with one context.AfterFunc (Bound).
 
 // lifetimes are a session's armed expiry timers, keyed by "" (the
