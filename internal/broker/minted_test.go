@@ -260,43 +260,6 @@ func TestMintedAuditAndMetrics(t *testing.T) {
 	}
 }
 
-// BenchmarkMintedCredential is what a minted credential costs a call: a
-// hit (the session's lease, current) and a miss (a mint by a Minter that
-// answers at once, the scrubber built: the issuer's own latency comes on top).
-func BenchmarkMintedCredential(b *testing.B) {
-	base, _ := url.Parse("http://127.0.0.1:1")
-	f := &fakeMinter{revoked: map[string]bool{}}
-	u := httpUpstream("api")(base)
-	u.Minter, u.Source = f, upstream.MintedSource(f)
-	k := brokertest.MustOpenBroker(b, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u))
-	ctx := context.Background()
-	v, err := k.Broker.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
-		Grants: []grants.Spec{{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("hit", func(b *testing.B) {
-		if err := broker.MintedCredential(ctx, k.Broker, v.Session.ID, "api"); err != nil {
-			b.Fatal(err)
-		}
-		b.ReportAllocs()
-		for b.Loop() {
-			if err := broker.MintedCredential(ctx, k.Broker, v.Session.ID, "api"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("miss", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			broker.ForgetMinted(k.Broker, v.Session.ID)
-			if err := broker.MintedCredential(ctx, k.Broker, v.Session.ID, "api"); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-}
-
 // failingRenewMinter mints leases of a minute and fails every renewal.
 type failingRenewMinter struct {
 	fakeMinter
