@@ -13,6 +13,7 @@ package credentials
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -93,6 +94,9 @@ type Service struct {
 // each observable source the audit of its fetches. Hold starts holding the
 // static credentials; Close stops the service.
 func New(c Config) (*Service, error) {
+	if err := c.check(); err != nil {
+		return nil, err
+	}
 	s := &Service{
 		ups: c.Upstreams, clk: c.Clock, records: c.Audit, hmac: c.HMAC, live: c.Live, halted: c.Halted,
 		secrets: sharedSecrets(c.Upstreams),
@@ -125,6 +129,23 @@ func New(c Config) (*Service, error) {
 		c.Metrics.MustRegister(s.mints, s.failures)
 	}
 	return s, nil
+}
+
+// check names every required field left unset.
+func (c Config) check() error {
+	var errs []error
+	for _, f := range []struct {
+		name  string
+		unset bool
+	}{
+		{"Clock", c.Clock == nil}, {"State", c.State == nil}, {"Audit", c.Audit == nil},
+		{"HMAC", c.HMAC == nil}, {"Live", c.Live == nil}, {"Halted", c.Halted == nil},
+	} {
+		if f.unset {
+			errs = append(errs, fmt.Errorf("credentials: Config.%s is required", f.name))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // sharedSecrets is the set of secrets of upstreams already serving another

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -196,4 +197,17 @@ func (f *fixture) credential(tb testing.TB) upstream.Credential {
 		tb.Fatalf("the session's credential: %v", err)
 	}
 	return c
+}
+
+// A Config without its required parts is refused, each named.
+func TestNewRequires(t *testing.T) {
+	_, err := credentials.New(credentials.Config{StateKey: make([]byte, 32)})
+	if err == nil {
+		t.Fatal("an empty Config accepted")
+	}
+	for _, f := range []string{"Clock", "State", "Audit", "HMAC", "Live", "Halted"} {
+		if !strings.Contains(err.Error(), "Config."+f+" ") {
+			t.Errorf("%s not named: %v", f, err)
+		}
+	}
 }
