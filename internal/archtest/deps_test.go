@@ -31,9 +31,10 @@ var adapters = []string{
 }
 
 // TestCoreBuildsWithoutSDKs lists, with the go command, every package the
-// core and the broker build with (not their tests), and fails on any that
-// comes from a credential issuer's SDK or, for the broker, from a storage
-// driver or the router, naming where it enters: the packages that import it
+// core, the credential service and the broker build with (not their
+// tests), and fails on any that comes from a credential issuer's SDK or,
+// for the credential service and the broker, from a storage driver or the
+// router, naming where it enters: the packages that import it
 // from outside its module.
 func TestCoreBuildsWithoutSDKs(t *testing.T) {
 	tests := []struct {
@@ -47,6 +48,9 @@ func TestCoreBuildsWithoutSDKs(t *testing.T) {
 		allowedVia map[string]string
 	}{
 		{name: "upstream", pkg: "internal/upstream", forbidden: sdks},
+		// The credential service holds the SDK-backed sources only as
+		// upstream.Source and upstream.Minter, and its state through a port.
+		{name: "credentials", pkg: "internal/credentials", forbidden: slices.Concat(sdks, adapters)},
 		{name: "broker", pkg: "internal/broker", forbidden: slices.Concat(sdks, adapters),
 			// Session tokens are JWTs signed and verified with golang-jwt
 			// (internal/session/token.go).

@@ -27,6 +27,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/credentials"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/proxyca"
@@ -116,15 +117,10 @@ type Broker struct {
 	metrics *metrics
 	calls   *callMetrics // the sandbox calls' series (the pipeline's)
 	feed    *follower    // other replicas' changes, or nil (the only replica)
-	mint    *mintService // credentials minted per session (minted.go)
-	// secrets is every secret the broker holds (each upstream's credential,
-	// each session's minted values, rotated-out ones within their grace):
-	// every answer is scrubbed of all of them (DESIGN §4).
-	secrets *upstream.Secrets
-	holding struct { // the fetches of holdCredentials
-		wg     sync.WaitGroup
-		cancel context.CancelFunc
-	}
+	// creds is the credential service: credentials minted per session,
+	// static ones held, and the set of every secret held, which every
+	// answer is scrubbed of (DESIGN §4).
+	creds *credentials.Service
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -166,17 +162,6 @@ const (
 	metaKillswitch = "killswitch"
 )
 
-// sharedSecrets is the set of secrets of upstreams already serving another
-// broker in this process (tests run several), or a new one.
-func sharedSecrets(ups map[string]*upstream.Upstream) *upstream.Secrets {
-	for _, u := range ups {
-		if u != nil && u.Secrets != nil {
-			return u.Secrets
-		}
-	}
-	return upstream.NewSecrets()
-}
-
 // New loads state from the store and starts the audit writer.
 func New(ctx context.Context, o Options) (*Broker, error) {
 	if o.Clock != nil {
@@ -199,16 +184,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	if o.ReplicaID == "" {
 		o.ReplicaID = newID("rep_", o.Now())
-	}
-	secrets := sharedSecrets(o.Upstreams)
-	for _, u := range o.Upstreams {
-		if u == nil {
-			continue
-		}
-		if u.Clock == nil {
-			u.Clock = o.Now // the rotation grace of its scrubber
-		}
-		u.Secrets = secrets
 	}
 	secret, err := o.Meta.Meta(ctx, metaSecret)
 	if errors.Is(err, ErrMetaNotFound) {
@@ -251,7 +226,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		w.Close()
 		return nil, err
 	}
-	if err := bindMintStates(o.Upstreams, o.Meta, derive("minted-state-seal")); err != nil {
+	if b.creds, err = credentials.New(credentials.Config{
+		Upstreams: o.Upstreams, Clock: o.Clock, State: mintStates{o.Meta}, StateKey: derive("minted-state-seal"),
+		Audit: w, HMAC: b.HMAC, Live: b.liveCredentials, Halted: b.ks.engaged.Load, Metrics: o.Metrics,
+	}); err != nil {
 		w.Close()
 		return nil, err
 	}
@@ -281,11 +259,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.metrics = newMetrics(o.Metrics, b)
 	b.calls = newCallMetrics(o.Metrics, b.upstreams)
-	b.secrets = secrets
-	b.mint = newMintService(b, o.Clock)
-	if o.Metrics != nil {
-		o.Metrics.MustRegister(b.mint.count)
-	}
 	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
 	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
 	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
@@ -300,7 +273,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		w.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
 	}
 	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
-	b.ks.onEngage = func() { b.mint.endAll("kill-switch engaged") }
+	b.ks.onEngage = func() { b.creds.EndAll("kill-switch engaged") }
 	if err := b.ks.load(ctx); err != nil {
 		w.Close()
 		return nil, err
@@ -313,11 +286,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		w.Close()
 		return nil, err
 	}
-	for name, u := range b.upstreams {
-		if obs, ok := u.Source.(upstream.Observable); ok {
-			obs.SetObserver(func(i upstream.FetchInfo) { b.credentialFetched(name, i) })
-		}
-	}
 	b.sess.startJanitor()
 	b.auditLog.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
 	if b.feed != nil {
@@ -325,74 +293,18 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		b.startFollowing()
 		b.appr.startSweep()
 	}
-	b.holdCredentials()
+	b.creds.Hold()
 	return b, nil
-}
-
-// holdCredentialsTimeout bounds one fetch of a static credential by holdCredentials.
-const holdCredentialsTimeout = 15 * time.Second
-
-// holdRefresh is how often holdCredentials fetches every static credential again.
-const holdRefresh = 10 * time.Second
-
-// holdCredentials fetches every static credential as the broker starts and
-// again every holdRefresh, in the background: each is then in the set of
-// held secrets (see secrets) before any call, and a rotated one (a file
-// rewritten, a new Vault version once the source's cache refreshes) within
-// holdRefresh even if no call fetches it, so an upstream that echoes the
-// credential of another upstream this broker has not called (both front
-// one API) is scrubbed of it too. Close stops it.
-func (b *Broker) holdCredentials() {
-	ctx, cancel := context.WithCancel(context.Background())
-	b.holding.cancel = cancel
-	var static []*upstream.Upstream
-	for _, u := range b.upstreams {
-		if u.Minter == nil && (u.Source != nil || u.AWS != nil) {
-			static = append(static, u)
-		}
-	}
-	if len(static) == 0 {
-		return
-	}
-	fetchAll := func() {
-		var wg sync.WaitGroup
-		for _, u := range static {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fctx, done := context.WithTimeout(ctx, holdCredentialsTimeout)
-				defer done()
-				_, _ = u.Credential(fctx)
-			}()
-		}
-		wg.Wait()
-	}
-	b.holding.wg.Add(1)
-	go func() {
-		defer b.holding.wg.Done()
-		t := time.NewTicker(holdRefresh)
-		defer t.Stop()
-		for {
-			fetchAll()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
 }
 
 // Close stops background work, flushes the audit log and signs its head.
 func (b *Broker) Close() {
-	b.holding.cancel()
-	b.holding.wg.Wait()
 	b.auditLog.stopCheckpointer()
 	b.stopFollowing()
 	b.sess.stop()
 	b.appr.close() // no expiry timer is armed after Close
 	b.sess.cancelAll()
-	b.mint.close() // leases are left to their own expiry (never past their session's)
+	b.creds.Close() // leases are left to their own expiry (never past their session's)
 	b.audit.Close()
 	if _, err := b.Checkpoint(context.Background()); err != nil {
 		b.log.Error("final audit checkpoint failed", "err", err)

@@ -443,16 +443,9 @@ func (c *call) send(parent context.Context) (*response, error) {
 		stop()
 		return nil, &stepError{step: step, cause: cause}
 	}
-	var cred upstream.Credential
-	var err error
-	if c.u.Minter != nil {
-		cred, err = c.b.mint.credential(ctx, c.l, c.u) // this session's, minted (minted.go)
-	} else {
-		cred, err = c.u.Credential(ctx)
-	}
+	cred, err := c.b.creds.Credential(ctx, c.l, c.u) // the upstream's, or this session's minted (internal/credentials)
 	if err != nil {
 		c.unreserve()
-		c.b.CredentialFailed(c.u.Name)
 		return fail(ErrNoCredential, err)
 	}
 	// A kill that came while the door read the request or the credential

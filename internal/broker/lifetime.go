@@ -130,7 +130,7 @@ func (t *lifetimes) forget(key string) {
 // Only a replica that holds actions of the session reads the store.
 func (b *Broker) lapsed(l *LiveSession, g *grants.Live) {
 	if g != nil {
-		b.mint.rescope(l.Session.ID, g.Grant.Upstream) // a lease minted with the grant is revoked at once
+		b.creds.Rescope(l.Session.ID, g.Grant.Upstream) // a lease minted with the grant is revoked at once
 	}
 	if l.pending.Load() > 0 {
 		reason := "session expired"
@@ -158,7 +158,7 @@ func (b *Broker) grantRevoked(ctx context.Context, gl *grants.Live, actor audit.
 	if deny {
 		b.appr.denyLapsed(ctx, actor, reviewer, gl.Grant.SessionID, gl, "grant revoked")
 	}
-	b.mint.rescope(gl.Grant.SessionID, gl.Grant.Upstream) // a lease minted with this grant is revoked at once
+	b.creds.Rescope(gl.Grant.SessionID, gl.Grant.Upstream) // a lease minted with this grant is revoked at once
 	b.appr.notifier.Notify("")
 }
 

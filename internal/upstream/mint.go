@@ -10,7 +10,7 @@ import (
 
 // Minted credentials (issue 15): an upstream whose Minter is set gets its
 // credential per session instead of from its Source. The broker owns the
-// lifecycle (internal/broker/minted.go); a Minter only talks to its issuer:
+// lifecycle (internal/credentials/minted.go); a Minter only talks to its issuer:
 //
 //   - Mint is called on a session's first call to the upstream, and again
 //     whenever the session's live grants on the upstream change (a grant

@@ -1,0 +1,45 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/airlock-broker/airlock/internal/credentials"
+)
+
+// What the credential service (internal/credentials) needs of the broker.
+
+// SessionID, Expires and Revoked make a LiveSession a credentials.Session.
+func (l *LiveSession) SessionID() string { return l.Session.ID }
+
+// Expires is the session's expiry.
+func (l *LiveSession) Expires() time.Time { return l.Session.ExpiresAt }
+
+// Revoked reports whether the session was killed.
+func (l *LiveSession) Revoked() bool { return l.revoked.Load() }
+
+// liveCredentials is the live session of id, as the credential service
+// sees it.
+func (b *Broker) liveCredentials(id string) (credentials.Session, bool) {
+	l, ok := b.live(id)
+	if !ok {
+		return nil, false
+	}
+	return l, true
+}
+
+// mintStates keeps the minters' sealed state in the MetaStore.
+type mintStates struct{ meta MetaStore }
+
+func (s mintStates) LoadState(ctx context.Context, key string) ([]byte, error) {
+	v, err := s.meta.Meta(ctx, key)
+	if errors.Is(err, ErrMetaNotFound) {
+		return nil, nil
+	}
+	return v, err
+}
+
+func (s mintStates) SaveState(ctx context.Context, key string, value []byte) error {
+	return s.meta.PutMeta(ctx, key, value)
+}
