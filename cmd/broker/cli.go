@@ -251,9 +251,9 @@ func newGrantCmd(e *cliEnv) *cobra.Command {
 	})
 	return group("grant", "Add, inspect and revoke a session's grants",
 		add,
-		e.simple(&cobra.Command{Use: "get ID", Short: "Show a grant with its usage", Example: "  broker grant get gr_…"},
+		e.simple(&cobra.Command{Use: "get ID", Short: "Show a grant with its usage", Example: "  broker grant get grt_…"},
 			rolesOperator, http.MethodGet, "/v1/grants/", grantsView),
-		e.simple(&cobra.Command{Use: "revoke ID", Short: "Revoke a grant at once", Example: "  broker grant revoke gr_…"},
+		e.simple(&cobra.Command{Use: "revoke ID", Short: "Revoke a grant at once", Example: "  broker grant revoke grt_…"},
 			rolesOperator, http.MethodDelete, "/v1/grants/", grantsView),
 	)
 }

@@ -128,9 +128,10 @@ func positional(check cobra.PositionalArgs) cobra.PositionalArgs {
 
 func newVersionCmd(e *cliEnv) *cobra.Command {
 	return &cobra.Command{
-		Use:   "version",
-		Short: "Print the broker's version, VCS revision and Go version",
-		Args:  positional(cobra.NoArgs),
+		Use:     "version",
+		Short:   "Print the broker's version, VCS revision and Go version",
+		Example: "  broker version\n  broker --version",
+		Args:    positional(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
 			_, err := fmt.Fprintln(e.stdout, versionText())
 			return err
