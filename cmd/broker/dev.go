@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +13,8 @@ import (
 	"path/filepath"
 	"text/template"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/airlock-broker/airlock/client"
 	"github.com/airlock-broker/airlock/internal/config"
@@ -110,16 +111,33 @@ reached by its name, {{.DemoHost}}, and $DEMO_TOKEN is a worthless placeholder:
 Ctrl-C stops the broker.
 `))
 
-func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sandboxAddr := fs.String("sandbox-listen", config.DefaultSandboxListen, "sandbox plane address")
-	controlAddr := fs.String("control-listen", config.DefaultControlListen, "control plane address")
-	proxyAddr := fs.String("proxy-listen", devProxyListen, "proxy door address (\"\" turns it off)")
-	dataDir := fs.String("data-dir", "", "data directory (default: a new temporary directory, removed on exit)")
-	if err := fs.Parse(args); err != nil {
-		return err
+func newDevCmd(e *cliEnv) *cobra.Command {
+	var o devOptions
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a throwaway broker with a demo upstream (no config) and print a quickstart",
+		Long: `Dev starts a broker on loopback with a demo upstream whose key only the broker holds,
+creates a session for task "quickstart" and prints copy-paste commands that act as the
+sandbox, the operator and the auditor. Its data is thrown away on exit.`,
+		Example: "  broker dev\n  broker dev --proxy-listen \"\"   # without the proxy door",
+		Args:    positional(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmdDev(cmd.Context(), o, e.getenv, e.stdout, e.stderr)
+		},
 	}
+	f := c.Flags()
+	f.StringVar(&o.sandbox, "sandbox-listen", config.DefaultSandboxListen, "sandbox plane address")
+	f.StringVar(&o.control, "control-listen", config.DefaultControlListen, "control plane address")
+	f.StringVar(&o.proxy, "proxy-listen", devProxyListen, "proxy door address (\"\" turns it off)")
+	f.StringVar(&o.dataDir, "data-dir", "", "data directory (default: a new temporary directory, removed on exit)")
+	return c
+}
+
+// devOptions are broker dev's flags.
+type devOptions struct{ sandbox, control, proxy, dataDir string }
+
+func cmdDev(ctx context.Context, o devOptions, getenv func(string) string, stdout, stderr io.Writer) error {
+	sandboxAddr, controlAddr, proxyAddr, dataDir := &o.sandbox, &o.control, &o.proxy, &o.dataDir
 	if *dataDir == "" {
 		d, err := os.MkdirTemp("", "airlock-dev-")
 		if err != nil {

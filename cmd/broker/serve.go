@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
@@ -21,52 +21,25 @@ import (
 	"github.com/airlock-broker/airlock/internal/httpapi"
 )
 
-const usage = `usage: broker <command> [flags]
-
-Server:
-  serve --config FILE        run the broker
-  dev                        run a throwaway broker with a demo upstream (no config)
-
-Client (AIRLOCK_ADDR = control plane address, AIRLOCK_TOKEN = API token):
-  session create|list|get|kill
-  grant add|get|revoke
-  tokens create|list|revoke
-  killswitch status|engage|release
-  audit export|verify
-`
-
-func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
+func newServeCmd(e *cliEnv) *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the broker: the sandbox plane, the control plane and, if configured, the proxy door",
+		Long: `Serve loads the configuration (every mistake is reported at once; see "broker config
+check"), opens the store and serves until interrupted (SIGINT, SIGTERM).`,
+		Example: "  broker serve --config airlock.yaml",
+		Args:    positional(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(path, e.getenv)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, e.getenv, e.stdout, e.stderr, nil)
+		},
 	}
-	switch args[0] {
-	case "serve":
-		return cmdServe(ctx, args[1:], getenv, stdout, stderr)
-	case "dev":
-		return cmdDev(ctx, args[1:], getenv, stdout, stderr)
-	case "session", "grant", "tokens", "killswitch", "audit":
-		return cmdClient(ctx, args, getenv, stdin, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
-}
-
-func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "airlock.yaml", "configuration file")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*path, getenv)
-	if err != nil {
-		return err
-	}
-	return serve(ctx, cfg, getenv, stdout, stderr, nil)
+	c.Flags().StringVar(&path, "config", "airlock.yaml", "configuration file")
+	return c
 }
 
 // Addrs are the bound addresses of the two planes, and the proxy door's
