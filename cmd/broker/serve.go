@@ -88,46 +88,68 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 
+	l, err := listen(cfg, api)
+	if err != nil {
+		return err
+	}
+	log.Info("broker listening", "sandbox", l.addrs.Sandbox, "control", l.addrs.Control, "proxy", l.addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
+	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", l.addrs.Sandbox, l.addrs.Control)
+	if l.door != nil {
+		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", l.proxy.Addr(), l.addrs.Proxy)
+	}
+	if ready != nil {
+		ready(l.addrs)
+	}
+	err = l.serve(ctx, api)
+	log.Info("broker stopped")
+	return err
+}
+
+// listeners are the broker's open listeners: both planes, and the proxy
+// door's when it is on.
+type listeners struct {
+	sandbox, control, proxy net.Listener
+	door                    *httpapi.ProxyDoor
+	addrs                   Addrs
+}
+
+// listen opens the configured listeners (none stays open on an error).
+func listen(cfg *config.Config, api *httpapi.Server) (*listeners, error) {
 	lnS, err := net.Listen("tcp", cfg.SandboxListen)
 	if err != nil {
-		return fmt.Errorf("sandbox_listen: %w", err)
+		return nil, fmt.Errorf("sandbox_listen: %w", err)
 	}
 	lnC, err := net.Listen("tcp", cfg.ControlListen)
 	if err != nil {
 		lnS.Close()
-		return fmt.Errorf("control_listen: %w", err)
+		return nil, fmt.Errorf("control_listen: %w", err)
 	}
-	addrs := Addrs{Sandbox: "http://" + lnS.Addr().String(), Control: "http://" + lnC.Addr().String()}
-	// The proxy door (DESIGN §8): a third listener on the sandbox plane.
-	var lnP net.Listener
-	var door *httpapi.ProxyDoor
+	l := &listeners{sandbox: lnS, control: lnC, addrs: Addrs{Sandbox: "http://" + lnS.Addr().String(), Control: "http://" + lnC.Addr().String()}}
+	// The proxy door: a third listener on the sandbox plane.
 	if cfg.ProxyListen != "" {
-		if lnP, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
+		if l.proxy, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
 			lnS.Close()
 			lnC.Close()
-			return fmt.Errorf("proxy_listen: %w", err)
+			return nil, fmt.Errorf("proxy_listen: %w", err)
 		}
-		addrs.Proxy = lnP.Addr().String()
+		l.addrs.Proxy = l.proxy.Addr().String()
 		if cfg.ProxyURL != "" {
-			addrs.Proxy = cfg.ProxyURL
+			l.addrs.Proxy = cfg.ProxyURL
 		}
-		door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait, MaxTunnels: cfg.ProxyMaxTunnels})
-		api.SetProxyURL(addrs.Proxy) // advertised in session answers
+		l.door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait, MaxTunnels: cfg.ProxyMaxTunnels})
+		api.SetProxyURL(l.addrs.Proxy) // advertised in session answers
 	}
+	return l, nil
+}
+
+// serve serves every listener until ctx ends, then shuts them down.
+func (l *listeners) serve(ctx context.Context, api *httpapi.Server) error {
 	servers := []*http.Server{
 		{Handler: api.Handler(httpapi.SandboxPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 		{Handler: api.Handler(httpapi.ControlPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 	}
-	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "proxy", addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
-	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", addrs.Sandbox, addrs.Control)
-	if door != nil {
-		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", lnP.Addr(), addrs.Proxy)
-	}
-	if ready != nil {
-		ready(addrs)
-	}
 	g, gctx := errgroup.WithContext(ctx)
-	for i, ln := range []net.Listener{lnS, lnC} {
+	for i, ln := range []net.Listener{l.sandbox, l.control} {
 		srv := servers[i]
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -136,8 +158,8 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 			return nil
 		})
 	}
-	if door != nil {
-		g.Go(func() error { return door.Serve(lnP) })
+	if l.door != nil {
+		g.Go(func() error { return l.door.Serve(l.proxy) })
 	}
 	g.Go(func() error {
 		<-gctx.Done()
@@ -147,14 +169,12 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		for _, srv := range servers {
 			errs = append(errs, srv.Shutdown(sctx))
 		}
-		if door != nil {
-			errs = append(errs, door.Shutdown(sctx))
+		if l.door != nil {
+			errs = append(errs, l.door.Shutdown(sctx))
 		}
 		return errors.Join(errs...)
 	})
-	err = g.Wait()
-	log.Info("broker stopped")
-	return err
+	return g.Wait()
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {
