@@ -1,0 +1,255 @@
+package main
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/airlock-broker/airlock/internal/config"
+)
+
+// docPages reads the user's documentation: README.md and every docs/*.md,
+// keyed by their path from the repository's root.
+func docPages(t *testing.T) map[string]string {
+	t.Helper()
+	pages := map[string]string{}
+	names, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range append([]string{"../../README.md"}, names...) {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pages[strings.TrimPrefix(name, "../../")] = string(data)
+	}
+	return pages
+}
+
+// sortedPages are the pages' paths in order, so that failures read the same
+// on every run.
+func sortedPages(pages map[string]string) []string {
+	var names []string
+	for name := range pages {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// codeBlocks are the fenced blocks of a page in the given language.
+func codeBlocks(page, lang string) []string {
+	var blocks []string
+	for _, m := range regexp.MustCompile("(?ms)^ *```"+regexp.QuoteMeta(lang)+"\n(.*?)^ *```").FindAllStringSubmatch(page, -1) {
+		blocks = append(blocks, m[1])
+	}
+	return blocks
+}
+
+// docEnv is what ${VAR} expands to when a documented configuration is parsed.
+func docEnv(k string) string { return "a-sufficiently-long-value-for-" + strings.ToLower(k) }
+
+// TestDocConfigExamples parses every YAML block of the README and docs/
+// pages: each must be YAML; a whole configuration (one naming
+// sandbox_listen) must load through the broker's own config loader, and so
+// must a fragment made only of top-level configuration keys (`upstreams:`,
+// `vault:`, `audit:`...), given the bootstrap admin token it lacks.
+func TestDocConfigExamples(t *testing.T) {
+	pages := docPages(t)
+	full := map[string]bool{}
+	for _, name := range sortedPages(pages) {
+		for i, b := range codeBlocks(pages[name], "yaml") {
+			b = dedent(b)
+			var n yaml.Node
+			if err := yaml.Unmarshal([]byte(b), &n); err != nil {
+				t.Errorf("%s: yaml block %d does not parse: %v\n%s", name, i, err, b)
+				continue
+			}
+			switch {
+			case strings.Contains(b, "sandbox_listen:"):
+				if _, err := config.Parse([]byte(b), docEnv); err != nil {
+					t.Errorf("%s: yaml block %d is not a valid configuration: %v\n%s", name, i, err, b)
+				}
+				full[name] = true
+			case topLevelOnly(&n):
+				doc := b
+				if !strings.Contains(b, "admin_token") {
+					doc = "admin_token: ${AIRLOCK_ADMIN_TOKEN}\n" + b
+				}
+				if _, err := config.Parse([]byte(doc), docEnv); err != nil {
+					t.Errorf("%s: yaml block %d is not a valid configuration fragment: %v\n%s", name, i, err, b)
+				}
+			}
+		}
+	}
+	for _, name := range []string{"README.md", "docs/configuration.md"} {
+		if !full[name] {
+			t.Errorf("%s has no whole configuration example", name)
+		}
+	}
+	example, err := os.ReadFile("../../deploy/airlock.example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := config.Parse(example, docEnv); err != nil {
+		t.Errorf("deploy/airlock.example.yaml: %v", err)
+	}
+}
+
+// topLevelKeys are the configuration's top-level keys, read from its yaml
+// tags.
+var topLevelKeys = func() map[string]bool {
+	keys := map[string]bool{}
+	t := reflect.TypeOf(config.Config{})
+	for i := range t.NumField() {
+		if name, _, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ","); name != "" && name != "-" {
+			keys[name] = true
+		}
+	}
+	return keys
+}()
+
+// topLevelOnly: the document is a mapping whose keys are all top-level
+// configuration keys.
+func topLevelOnly(n *yaml.Node) bool {
+	if len(n.Content) != 1 || n.Content[0].Kind != yaml.MappingNode || len(n.Content[0].Content) == 0 {
+		return false
+	}
+	for i := 0; i < len(n.Content[0].Content); i += 2 {
+		if !topLevelKeys[n.Content[0].Content[i].Value] {
+			return false
+		}
+	}
+	return true
+}
+
+// dedent removes the indentation a block has inside a list item.
+func dedent(b string) string {
+	lines := strings.Split(b, "\n")
+	indent := -1
+	for _, l := range lines {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		if n := len(l) - len(strings.TrimLeft(l, " ")); indent < 0 || n < indent {
+			indent = n
+		}
+	}
+	for i, l := range lines {
+		if len(l) >= indent && indent > 0 {
+			lines[i] = l[indent:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestCLICommandsInDocs: every row of the client's command table is in a
+// "## CLI" section of the README or a docs/ page, and every command such a
+// section lists is in the table.
+func TestCLICommandsInDocs(t *testing.T) {
+	pages := docPages(t)
+	// "broker grant add SESSION_ID --grant '{…}' | get ID | revoke ID" lists
+	// grant add, grant get and grant revoke: a subcommand opens each part.
+	inDocs := map[string]bool{}
+	sections := 0
+	for _, name := range sortedPages(pages) {
+		for _, m := range regexp.MustCompile("(?s)## CLI\n.*?```[a-z]*\n(.*?)```").FindAllStringSubmatch(pages[name], -1) {
+			sections++
+			for _, line := range strings.Split(m[1], "\n") {
+				line, _, _ = strings.Cut(line, "#")
+				fields := strings.Fields(line)
+				if len(fields) < 3 || fields[0] != "broker" {
+					continue
+				}
+				group := fields[1]
+				for _, part := range strings.Split(strings.Join(fields[2:], " "), " | ") {
+					if sub := strings.Fields(part); len(sub) > 0 {
+						inDocs[group+" "+sub[0]] = true
+					}
+				}
+			}
+		}
+	}
+	if sections == 0 {
+		t.Fatal("no page has a CLI section with a code block")
+	}
+	inTable := map[string]bool{}
+	for _, cmd := range clientCommands {
+		if inTable[cmd.name] {
+			t.Errorf("%q is in the table twice", cmd.name)
+		}
+		inTable[cmd.name] = true
+		if !inDocs[cmd.name] {
+			t.Errorf("broker %s (%s) is in no CLI section of the docs", cmd.name, cmd.usage)
+		}
+	}
+	for name := range inDocs {
+		if !inTable[name] {
+			t.Errorf("the docs list broker %s, which the client does not have", name)
+		}
+	}
+}
+
+// TestDocsSelfContained: the README and docs/ refer to nothing outside the
+// repository (design notes, the team's testing notes, issue numbers), and
+// every relative link names a file of the repository.
+func TestDocsSelfContained(t *testing.T) {
+	outside := []*regexp.Regexp{
+		regexp.MustCompile(`DESIGN`),
+		regexp.MustCompile(`TESTING\.md|STYLE\.md|DEVELOPERS\.md`),
+		regexp.MustCompile(`\.\./shared`),
+		regexp.MustCompile(`(?i)\bissues? #?\d+`),
+		regexp.MustCompile(`(^|[\s(])#\d+\b`),
+	}
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)`)
+	pages := docPages(t)
+	for _, name := range sortedPages(pages) {
+		page := pages[name]
+		for i, line := range strings.Split(page, "\n") {
+			for _, re := range outside {
+				if re.MatchString(line) {
+					t.Errorf("%s:%d refers outside the repository (%s): %s", name, i+1, re, line)
+				}
+			}
+		}
+		for _, m := range link.FindAllStringSubmatch(page, -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path := filepath.Join("../..", filepath.Dir(name), target)
+			if _, err := os.Stat(path); err != nil {
+				if errors.Is(err, fs.ErrNotExist) && filepath.ToSlash(filepath.Clean(filepath.Join(filepath.Dir(name), target))) == "docs/cli.md" {
+					continue // the CLI's page is written beside this one; linked ahead of it
+				}
+				t.Errorf("%s links %s, which is not in the repository", name, target)
+			}
+		}
+	}
+}
+
+// TestReadmeLinksEveryDocPage: a user finds every docs/ page from the
+// README.
+func TestReadmeLinksEveryDocPage(t *testing.T) {
+	pages := docPages(t)
+	for _, name := range sortedPages(pages) {
+		if name == "README.md" || strings.HasSuffix(name, "-notes.md") { // notes are appended to their page by make perf
+			continue
+		}
+		if !strings.Contains(pages["README.md"], "]("+name+")") {
+			t.Errorf("README.md does not link %s", name)
+		}
+	}
+	if n := strings.Count(pages["README.md"], "\n"); n > 300 {
+		t.Errorf("README.md has %d lines; the reference belongs in docs/", n)
+	}
+}
