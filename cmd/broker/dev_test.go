@@ -152,26 +152,7 @@ func TestDevQuickstart(t *testing.T) {
 	got, _ := cmd.CombinedOutput() // the refused tunnel makes curl fail; its message is checked
 	out := string(got)
 
-	wants := 0
-	at := 0
-	for _, line := range strings.Split(strings.Join(script, "\n"), "\n") {
-		want, ok := strings.CutPrefix(strings.TrimSpace(line), "# → ")
-		if !ok {
-			continue
-		}
-		wants++
-		for _, frag := range strings.Split(want, "…") {
-			if frag = strings.TrimSpace(frag); frag == "" {
-				continue
-			}
-			i := strings.Index(out[at:], frag)
-			if i < 0 {
-				t.Fatalf("the README says %q comes back; after offset %d the output has no %q:\n%s", want, at, frag, out)
-			}
-			at += i + len(frag)
-		}
-	}
-	if wants < 8 {
+	if wants := checkAnswers(t, strings.Join(script, "\n"), out); wants < 8 {
 		t.Errorf("the README's quickstart shows only %d answers", wants)
 	}
 	key, err := os.ReadFile(filepath.Join(getenvIn(env, "TMPDIR"), "airlock-dev", "demo.key"))
@@ -184,6 +165,32 @@ func TestDevQuickstart(t *testing.T) {
 	if strings.Contains(out, "PRIVATE KEY") {
 		t.Fatalf("a private key reached the sandbox: %s", out)
 	}
+}
+
+// checkAnswers checks that out holds, in order, every answer a script's
+// "# → " lines show ("…" stands for text left out), and returns how many
+// it showed.
+func checkAnswers(t *testing.T, script, out string) int {
+	t.Helper()
+	wants, at := 0, 0
+	for _, line := range strings.Split(script, "\n") {
+		want, ok := strings.CutPrefix(strings.TrimSpace(line), "# → ")
+		if !ok {
+			continue
+		}
+		wants++
+		for _, frag := range strings.Split(want, "…") {
+			if frag = strings.TrimSpace(frag); frag == "" {
+				continue
+			}
+			i := strings.Index(out[at:], frag)
+			if i < 0 {
+				t.Fatalf("the doc says %q comes back; after offset %d the output has no %q:\n%s", want, at, frag, out)
+			}
+			at += i + len(frag)
+		}
+	}
+	return wants
 }
 
 // TestDevPrintedQuickstart runs `broker dev` and executes the quickstart it
