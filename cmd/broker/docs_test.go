@@ -253,3 +253,20 @@ func TestReadmeLinksEveryDocPage(t *testing.T) {
 		t.Errorf("README.md has %d lines; the reference belongs in docs/", n)
 	}
 }
+
+// TestDocConfigErrorsExample: the errors docs/configuration.md shows for its
+// faulty file are the loader's, line for line.
+func TestDocConfigErrorsExample(t *testing.T) {
+	page := docPages(t)["docs/configuration.md"]
+	m := regexp.MustCompile("(?s)Errors: .*?```yaml\n(.*?)```.*?```text\n(.*?)```").FindStringSubmatch(page)
+	if m == nil {
+		t.Fatal("docs/configuration.md has no faulty file and its errors")
+	}
+	_, err := config.Parse([]byte(m[1]), docEnv)
+	if err == nil {
+		t.Fatalf("the faulty file loads:\n%s", m[1])
+	}
+	if got, want := strings.TrimSpace(err.Error()), strings.TrimSpace(m[2]); got != want {
+		t.Errorf("the loader reports\n%s\nthe page shows\n%s", got, want)
+	}
+}
