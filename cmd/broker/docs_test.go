@@ -270,3 +270,48 @@ func TestDocConfigErrorsExample(t *testing.T) {
 		t.Errorf("the loader reports\n%s\nthe page shows\n%s", got, want)
 	}
 }
+
+// TestDocCommandsExist: every broker command a code block of the README or
+// docs/ runs (`broker …`, `bin/broker …`, `go run ./cmd/broker …`) is one
+// the program has, and its flags are ones the command's usage names.
+func TestDocCommandsExist(t *testing.T) {
+	usage := map[string]string{"serve": "--config", "dev": "--sandbox-listen --control-listen --proxy-listen --data-dir"}
+	for _, cmd := range clientCommands {
+		usage[cmd.name] = cmd.usage
+	}
+	// A command position (a line's start after a prompt and variable
+	// assignments, or after $( ( ; && |), then the program and its words.
+	invocation := regexp.MustCompile(`(?:^|\$\(|\(|;|&&|\|)\s*(?:\$ )?(?:[A-Z_]+=\S*\s+)*(?:go run \./cmd/broker|[\w./$"{}-]*/broker"?|broker)\s+([a-z]+)(?:\s+([a-z-]+))?([^|;)\n]*)`)
+	block := regexp.MustCompile("(?ms)^ *```[a-z]*\n(.*?)^ *```")
+	pages := docPages(t)
+	seen := 0
+	for _, name := range sortedPages(pages) {
+		for _, b := range block.FindAllStringSubmatch(pages[name], -1) {
+			for _, line := range strings.Split(strings.ReplaceAll(b[1], "\\\n", " "), "\n") {
+				if i := strings.Index(line, "#"); i >= 0 && (i == 0 || line[i-1] == ' ') {
+					line = line[:i] // a comment
+				}
+				for _, m := range invocation.FindAllStringSubmatch(line, -1) {
+					cmd := m[1]
+					if _, ok := usage[cmd]; !ok {
+						cmd = m[1] + " " + m[2]
+					}
+					u, ok := usage[cmd]
+					if !ok {
+						t.Errorf("%s runs broker %s %s, which the program does not have: %s", name, m[1], m[2], line)
+						continue
+					}
+					seen++
+					for _, flag := range regexp.MustCompile(`\s(--[a-z-]+)`).FindAllStringSubmatch(m[3], -1) {
+						if !strings.Contains(u, flag[1]) {
+							t.Errorf("%s: broker %s has no flag %s: %s", name, cmd, flag[1], line)
+						}
+					}
+				}
+			}
+		}
+	}
+	if seen < 20 {
+		t.Errorf("found only %d broker commands in the docs", seen)
+	}
+}
