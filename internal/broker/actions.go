@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -289,7 +290,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 		return approval.Action{}, fieldErr("comment", "at most 1000 characters")
 	}
 	if verdict == "approve" && s.gate.engaged() {
-		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", ErrKillswitch)
+		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", killswitch.ErrEngaged)
 	}
 	var execute bool
 	a, err := s.store.UpdateAction(ctx, id, func(a *approval.Action) error {

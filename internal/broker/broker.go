@@ -29,6 +29,8 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -37,7 +39,6 @@ import (
 
 // Errors of broker operations (besides those of session, grants, upstream, audit).
 var (
-	ErrKillswitch      = fault.New(fault.KillswitchEngaged, "global kill-switch engaged")
 	ErrNotFound        = fault.Hidden(fault.NotFound, "not found")
 	ErrForbidden       = fault.New(fault.Forbidden, "forbidden")
 	ErrConflict        = fault.New(fault.Conflict, "conflict")
@@ -53,8 +54,8 @@ type Options struct {
 	Audit            AuditStore           // the audit chain and its index by session (default Store)
 	Actions          approval.ActionStore // actions awaiting or after approval (default Store)
 	Tokens           TokenStore           // API tokens' digests (default Store)
-	Killswitch       KillswitchStore      // the kill-switch's durable state (default Store)
-	Meta             MetaStore            // the installation secret (default Store)
+	Killswitch       killswitch.Store     // the kill-switch's durable state (default Store)
+	Meta             meta.Store           // the installation secret, minters' state (default Store)
 	Health           HealthCheck          // the storage's readiness, reported by Ready as "store" (default Store)
 	Usage            UsageStore           // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
 	Upstreams        map[string]*upstream.Upstream
@@ -107,11 +108,11 @@ type Broker struct {
 	maxStream int64           // streams per session (Options.MaxStreams; 0: unlimited)
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 
-	sess     sessionService // live sessions and grants, their store and call rates
-	toks     tokenService   // API tokens
-	ks       killswitch     // the global kill-switch service
-	appr     *approvals     // the human gate: pending actions, decisions, execution
-	auditLog auditLog       // the audit chain: checkpoints, verify, prune, scans
+	sess     sessionService      // live sessions and grants, their store and call rates
+	toks     tokenService        // API tokens
+	ks       *killswitch.Service // the global kill-switch
+	appr     *approvals          // the human gate: pending actions, decisions, execution
+	auditLog auditLog            // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
 	calls   *callMetrics // the sandbox calls' series (the pipeline's)
@@ -161,10 +162,8 @@ func (l *LiveSession) Grants() []*grants.Live {
 	return nil
 }
 
-const (
-	metaSecret     = "installation_secret"
-	metaKillswitch = "killswitch"
-)
+// metaSecret is the meta store key of the installation secret.
+const metaSecret = "installation_secret"
 
 // sharedSecrets is the set of secrets of upstreams already serving another
 // broker in this process (tests run several), or a new one.
@@ -211,7 +210,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		u.Secrets = secrets
 	}
 	secret, err := o.Meta.Meta(ctx, metaSecret)
-	if errors.Is(err, ErrMetaNotFound) {
+	if errors.Is(err, meta.ErrNotFound) {
 		// Created once: of brokers starting together on an empty store,
 		// every one keeps the secret that won (CreateMeta).
 		fresh := make([]byte, 32)
@@ -257,6 +256,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.proxyOn = o.ProxyCA
 	b.maxStream = int64(max(o.MaxStreams, 0))
+	if b.ks, err = killswitch.New(ctx, o.Killswitch, w, o.Now, func() { b.mint.endAll("kill-switch engaged") }); err != nil {
+		w.Close()
+		return nil, err
+	}
 	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
 		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
@@ -270,7 +273,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
 		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil, usage: o.Usage,
 		gate: gateDeps{
-			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load,
+			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.Engaged,
 			standing: func(l *LiveSession) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
 			run:      b.runAction,
 		},
@@ -298,12 +301,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	})
 	if b.feed != nil {
 		w.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
-	}
-	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
-	b.ks.onEngage = func() { b.mint.endAll("kill-switch engaged") }
-	if err := b.ks.load(ctx); err != nil {
-		w.Close()
-		return nil, err
 	}
 	if err := b.sess.load(ctx); err != nil {
 		w.Close()

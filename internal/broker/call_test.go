@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
@@ -56,7 +57,7 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 		want   error
 	}{
 		{name: "ok", remote: home},
-		{name: "fail-killswitch", remote: home, want: broker.ErrKillswitch, setup: func(t *testing.T, b *broker.Broker, _ broker.SessionView) {
+		{name: "fail-killswitch", remote: home, want: killswitch.ErrEngaged, setup: func(t *testing.T, b *broker.Broker, _ broker.SessionView) {
 			if _, err := b.SetKillswitch(context.Background(), admin, true, "test"); err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +106,7 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 				// Once identified, the session stays on the call for the refusal's
 				// record. (A token past its expiry is refused by its own claims,
 				// before it names a session.)
-				identified := tt.want != broker.ErrKillswitch && (tt.want != session.ErrExpired || kind == "sigv4")
+				identified := tt.want != killswitch.ErrEngaged && (tt.want != session.ErrExpired || kind == "sigv4")
 				if identified && c.SessionID() != v.Session.ID {
 					t.Fatalf("call's session %q, want %q", c.SessionID(), v.Session.ID)
 				}

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -18,13 +17,9 @@ import (
 const (
 	ChangeSessionKilled = "session.killed" // Key: the session id
 	ChangeGrantRevoked  = "grant.revoked"  // Key: the grant id
-	ChangeKillswitch    = "killswitch"     // Key: ""; read the state with MetaStore
+	ChangeKillswitch    = "killswitch"     // Key: ""; read the state with killswitch.Service.Apply
 	ChangeAction        = "action"         // Key: the action id (created, decided, executing, finished)
 )
-
-// MetaKillswitch is the MetaStore key of the kill-switch's state (a store
-// that is a ChangeFeed announces a write under it as ChangeKillswitch).
-const MetaKillswitch = metaKillswitch
 
 // Change is one state change another replica made, as the feed tells it.
 type Change struct {
@@ -37,7 +32,7 @@ type Change struct {
 // (DESIGN §9): a session killed, a grant revoked, the kill-switch set, an
 // action created or moved. The store that implements it records each such
 // change in the same transaction as the change itself (PutSession of a
-// revoked session, PutGrant of a revoked grant, PutMeta(MetaKillswitch),
+// revoked session, PutGrant of a revoked grant, PutMeta(killswitch.MetaKey),
 // PutAction, UpdateAction), so a change is in the feed exactly when it is
 // committed. Without a feed (Options.Changes nil, the embedded store) the
 // broker is the only replica and its in-process state is the truth.
@@ -149,7 +144,7 @@ func (b *Broker) applyChange(ctx context.Context, c Change) error {
 			b.appr.notifier.Notify("")
 		}
 	case ChangeKillswitch:
-		return b.ks.apply(ctx)
+		return b.ks.Apply(ctx)
 	case ChangeAction:
 		return b.appr.applyChange(ctx, c.Key)
 	}
@@ -174,31 +169,6 @@ func (b *Broker) killedElsewhere(id string) {
 	}
 	b.sessionEnded(l, now)
 	b.appr.notifier.Notify("")
-}
-
-// apply brings the switch in line with its stored state (set by any
-// replica): engaged cuts every running call here too.
-func (k *killswitch) apply(ctx context.Context) error {
-	data, err := k.store.Meta(ctx, metaKillswitch)
-	if errors.Is(err, ErrMetaNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var st KillswitchState
-	if err := json.Unmarshal(data, &st); err != nil {
-		st.Engaged = true // unreadable: closed
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	switch {
-	case st.Engaged:
-		k.engage()
-	case k.engaged.Load():
-		k.release()
-	}
-	return nil
 }
 
 // applyChange wakes this replica's waiters and live pages on an action's

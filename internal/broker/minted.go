@@ -95,7 +95,7 @@ func (m *mintService) credential(ctx context.Context, l *LiveSession, u *upstrea
 		e.retired = slices.DeleteFunc(e.retired, func(r retiredLease) bool { return !now.Before(r.until) })
 		m.rebuildScrub(e)
 	}
-	if m.b.ks.engaged.Load() || l.revoked.Load() {
+	if m.b.ks.Engaged() || l.revoked.Load() {
 		// A kill came while the lease was minted: it is revoked now (the
 		// call itself is refused by Send's check that follows).
 		m.endSession(l.Session.ID, "session ended during a mint")

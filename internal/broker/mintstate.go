@@ -8,19 +8,20 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// mintStatePrefix prefixes the MetaStore key of an upstream's minter state
+// mintStatePrefix prefixes the meta.Store key of an upstream's minter state
 // (upstream.MintState): "minted_state/" + the upstream's name.
 const mintStatePrefix = "minted_state/"
 
 // sealedMintState is an upstream's minter state (an OAuth2 refresh token)
-// in the MetaStore, sealed with AES-256-GCM under a key derived from the
+// in the meta.Store, sealed with AES-256-GCM under a key derived from the
 // installation secret and bound to its key (a value moved to another
 // upstream does not open).
 type sealedMintState struct {
-	meta MetaStore
+	meta meta.Store
 	key  string
 	aead cipher.AEAD
 }
@@ -29,7 +30,7 @@ type sealedMintState struct {
 const mintStateVersion = 1
 
 // bindMintStates gives every stateful minter its sealed state.
-func bindMintStates(ups map[string]*upstream.Upstream, meta MetaStore, key []byte) error {
+func bindMintStates(ups map[string]*upstream.Upstream, meta meta.Store, key []byte) error {
 	block, err := aes.NewCipher(key)
 	if err != nil {
 		return err
@@ -52,7 +53,7 @@ func bindMintStates(ups map[string]*upstream.Upstream, meta MetaStore, key []byt
 // Load implements upstream.MintState.
 func (s *sealedMintState) Load(ctx context.Context) ([]byte, error) {
 	v, err := s.meta.Meta(ctx, s.key)
-	if errors.Is(err, ErrMetaNotFound) {
+	if errors.Is(err, meta.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {

@@ -6,10 +6,11 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// mapMeta is a MetaStore in memory.
+// mapMeta is a meta.Store in memory.
 type mapMeta struct {
 	mu sync.Mutex
 	m  map[string][]byte
@@ -20,7 +21,7 @@ func (s *mapMeta) Meta(_ context.Context, k string) ([]byte, error) {
 	defer s.mu.Unlock()
 	v, ok := s.m[k]
 	if !ok {
-		return nil, ErrMetaNotFound
+		return nil, meta.ErrNotFound
 	}
 	return bytes.Clone(v), nil
 }

@@ -16,26 +16,7 @@ var (
 	ErrSessionNotFound = errors.New("session or grant not found")
 	// ErrTokenNotFound: TokenStore.DeleteToken, for an unknown token id.
 	ErrTokenNotFound = errors.New("API token not found")
-	// ErrMetaNotFound: MetaStore.Meta (and so KillswitchStore), for a key
-	// never written.
-	ErrMetaNotFound = errors.New("meta key not found")
 )
-
-// MetaStore holds small broker state values under a key (the installation
-// secret, the kill-switch's state).
-type MetaStore interface {
-	// Meta returns the value last written under key (a copy the caller
-	// may keep), or ErrMetaNotFound for a key never written.
-	Meta(ctx context.Context, key string) ([]byte, error)
-	// PutMeta creates or replaces the value under key; it is durable when
-	// it returns.
-	PutMeta(ctx context.Context, key string, value []byte) error
-	// CreateMeta stores value under key unless a value is stored there
-	// already, and returns the value stored (value when it was absent, a
-	// copy): of callers racing on an empty key, across every process on
-	// the store, all get the one value that won. Durable when it returns.
-	CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error)
-}
 
 // HealthCheck reports whether the storage behind the ports can serve; its
 // error is shown by Broker.Ready as "store".

@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
 )
 
@@ -28,7 +29,7 @@ const (
 
 // ErrNotFound is what an adapter's not-found errors also match. The
 // broker's ports each declare their own sentinel (broker.ErrSessionNotFound,
-// broker.ErrTokenNotFound, broker.ErrMetaNotFound, approval.ErrNotFound),
+// broker.ErrTokenNotFound, meta.ErrNotFound, approval.ErrNotFound),
 // which an adapter returns or wraps, and the broker tests only those; the
 // contract suite internal/store/storetest checks them.
 var ErrNotFound = errors.New("not found")
@@ -77,12 +78,9 @@ type Store interface {
 	// Token returns one API token or broker.ErrTokenNotFound.
 	Token(ctx context.Context, id string) (auth.Token, error)
 
-	// Meta reads a small broker state value (broker.ErrMetaNotFound); PutMeta writes it durably.
-	Meta(ctx context.Context, key string) ([]byte, error)
-	PutMeta(ctx context.Context, key string, value []byte) error
-	// CreateMeta stores value under key unless one is stored, and returns
-	// the stored value (see broker.MetaStore).
-	CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error)
+	// Small broker state values under a key (meta.ErrNotFound): the
+	// installation secret, the kill-switch's state.
+	meta.Store
 
 	// ScanSessionAudit calls fn with each stored audit record of a session
 	// (its session_id) from sequence from on, in order, without reading the

@@ -11,6 +11,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 )
 
 // The change feed (broker.ChangeFeed) on PostgreSQL. A state change other
@@ -198,7 +199,7 @@ func readKilled(br pgx.BatchResults, guards []audit.Guard) ([]bool, error) {
 	case err != nil:
 		return nil, err
 	default:
-		var st broker.KillswitchState
+		var st killswitch.State
 		if json.Unmarshal(ks, &st) != nil || st.Engaged {
 			engaged = true // unreadable: closed
 		}

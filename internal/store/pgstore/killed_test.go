@@ -9,6 +9,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
@@ -68,13 +69,13 @@ func TestAuditRefusesKilledSession(t *testing.T) {
 	}
 
 	s3, g3 := mk("ses_3")
-	if err := other.PutMeta(ctx, broker.MetaKillswitch, []byte(`{"engaged":true}`)); err != nil {
+	if err := other.PutMeta(ctx, killswitch.MetaKey, []byte(`{"engaged":true}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := allowed(s3, g3); !errors.Is(err, audit.ErrKilled) {
 		t.Fatalf("allowed record with the kill-switch engaged: %v, want ErrKilled", err)
 	}
-	if err := other.PutMeta(ctx, broker.MetaKillswitch, []byte(`{"engaged":false}`)); err != nil {
+	if err := other.PutMeta(ctx, killswitch.MetaKey, []byte(`{"engaged":false}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := allowed(s3, g3); err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
@@ -300,7 +301,7 @@ func (s *PG) Token(ctx context.Context, id string) (auth.Token, error) {
 	return t, noRowsAs(err, errTokenNotFound)
 }
 
-// Meta implements broker.MetaStore.
+// Meta implements meta.Store.
 func (s *PG) Meta(ctx context.Context, key string) ([]byte, error) {
 	var v []byte
 	err := s.pool.QueryRow(ctx, `SELECT value FROM meta WHERE key = $1`, key).Scan(&v)
@@ -313,14 +314,14 @@ func (s *PG) Meta(ctx context.Context, key string) ([]byte, error) {
 	return v, nil
 }
 
-// PutMeta implements broker.MetaStore.
+// PutMeta implements meta.Store.
 func (s *PG) PutMeta(ctx context.Context, key string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
 	const upsert = `INSERT INTO meta (key, value) VALUES ($1, $2)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
-	if key == broker.MetaKillswitch {
+	if key == killswitch.MetaKey {
 		b := &pgx.Batch{} // every replica learns it (changes.go)
 		b.Queue(upsert, key, value)
 		queueChange(b, broker.ChangeKillswitch, "")
@@ -330,7 +331,7 @@ func (s *PG) PutMeta(ctx context.Context, key string, value []byte) error {
 	return err
 }
 
-// CreateMeta implements broker.MetaStore: INSERT ... ON CONFLICT DO NOTHING,
+// CreateMeta implements meta.Store: INSERT ... ON CONFLICT DO NOTHING,
 // then a read in a statement of its own (under READ COMMITTED it sees the
 // row of whichever transaction won, committed before the insert returned).
 func (s *PG) CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error) {

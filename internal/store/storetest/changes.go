@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 )
 
 // The change feed's contract (broker.ChangeFeed), for a store that offers
@@ -21,7 +22,7 @@ import (
 //   - each change another replica must learn is recorded by the write
 //     that makes it, in that write's commit: a session killed (PutSession of
 //     a revoked session), a grant revoked (PutGrant of a revoked grant), the
-//     kill-switch (PutMeta(broker.MetaKillswitch)), an action created or
+//     kill-switch (PutMeta(killswitch.MetaKey)), an action created or
 //     moved (PutAction, UpdateAction); ChangePosition then is the last one's
 //     position, and positions increase;
 //   - FollowChanges delivers every change after from, in position order,
@@ -160,11 +161,11 @@ var feedWrites = []struct {
 		return p.Sessions.PutGrant(ctx, &g, grants.Usage{})
 	}},
 	{[2]string{broker.ChangeKillswitch, ""}, func(ctx context.Context, p Ports) error {
-		v, err := json.Marshal(broker.KillswitchState{Engaged: true})
+		v, err := json.Marshal(killswitch.State{Engaged: true})
 		if err != nil {
 			return err
 		}
-		return p.Meta.PutMeta(ctx, broker.MetaKillswitch, v)
+		return p.Meta.PutMeta(ctx, killswitch.MetaKey, v)
 	}},
 	{[2]string{broker.ChangeAction, "act_1"}, func(ctx context.Context, p Ports) error {
 		a := sampleAction("act_1", approval.Pending, t0)

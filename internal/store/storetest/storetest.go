@@ -1,5 +1,5 @@
 // Package storetest is the contract suite of the broker's store ports
-// (broker.SessionStore, TokenStore, MetaStore, ActionStore, AuditStore,
+// (broker.SessionStore, TokenStore, meta.Store, ActionStore, AuditStore,
 // HealthCheck, and ChangeFeed where the store offers one): what every
 // adapter must do, including each port's not-found sentinel. It is what
 // defines the ports' behaviour beyond their doc comments; bbolt runs it
@@ -38,6 +38,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
@@ -47,7 +48,7 @@ import (
 type Ports struct {
 	Sessions broker.SessionStore
 	Tokens   broker.TokenStore
-	Meta     broker.MetaStore // also the KillswitchStore
+	Meta     meta.Store // also the kill-switch's (killswitch.Store)
 	Actions  approval.ActionStore
 	Audit    broker.AuditStore
 	Health   broker.HealthCheck
@@ -309,8 +310,8 @@ func byID(ts []auth.Token) map[string]auth.Token {
 func testMeta(t *testing.T, open func(t *testing.T) Ports) {
 	ctx := context.Background()
 	p := open(t)
-	if _, err := p.Meta.Meta(ctx, "installation_secret"); !errors.Is(err, broker.ErrMetaNotFound) {
-		t.Errorf("Meta(never written) = %v, want broker.ErrMetaNotFound", err)
+	if _, err := p.Meta.Meta(ctx, "installation_secret"); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("Meta(never written) = %v, want meta.ErrNotFound", err)
 	}
 	v := []byte{0, 1, 2, 3, 0xff}
 	must(t, p.Meta.PutMeta(ctx, "installation_secret", v))
@@ -328,8 +329,8 @@ func testMeta(t *testing.T, open func(t *testing.T) Ports) {
 	got, err = p.Meta.Meta(ctx, "killswitch")
 	must(t, err)
 	diff(t, "replaced value", `{"engaged":false}`, string(got))
-	if _, err := p.Meta.Meta(ctx, "killswitch2"); !errors.Is(err, broker.ErrMetaNotFound) {
-		t.Errorf("Meta(another key) = %v, want broker.ErrMetaNotFound", err)
+	if _, err := p.Meta.Meta(ctx, "killswitch2"); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("Meta(another key) = %v, want meta.ErrNotFound", err)
 	}
 
 	// CreateMeta: created once; a stored value is kept and returned.
