@@ -25,6 +25,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/fault"
@@ -51,7 +52,7 @@ type Options struct {
 	// Without it each port is required.
 	Store            store.Store
 	Sessions         SessionStore         // sessions and grants (default Store)
-	Audit            AuditStore           // the audit chain and its index by session (default Store)
+	Audit            auditlog.Store       // the audit chain and its index by session (default Store)
 	Actions          approval.ActionStore // actions awaiting or after approval (default Store)
 	Tokens           TokenStore           // API tokens' digests (default Store)
 	Killswitch       killswitch.Store     // the kill-switch's durable state (default Store)
@@ -112,7 +113,7 @@ type Broker struct {
 	toks     tokenService        // API tokens
 	ks       *killswitch.Service // the global kill-switch
 	appr     *approvals          // the human gate: pending actions, decisions, execution
-	auditLog auditLog            // the audit chain: checkpoints, verify, prune, scans
+	auditLog *auditlog.Service   // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
 	calls   *callMetrics // the sandbox calls' series (the pipeline's)
@@ -289,15 +290,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if o.Metrics != nil {
 		o.Metrics.MustRegister(b.mint.count)
 	}
-	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
-	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
-	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
-		b.auditLog.lastCheckpoint = cps[len(cps)-1].Seq
-	}
+	b.auditLog = auditlog.New(ctx, auditlog.Config{Store: o.Audit, Writer: w, Now: o.Now, Log: o.Log,
+		SignKey: ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize]),
+		Every:   o.CheckpointEvery, Interval: o.CheckpointEach})
 	w.OnCommit(func(n int, d time.Duration) {
 		b.metrics.auditCommit.Observe(d.Seconds())
 		b.metrics.auditRecords.Add(float64(n))
-		b.auditLog.committed(n)
+		b.auditLog.Committed(n)
 	})
 	if b.feed != nil {
 		w.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
@@ -316,7 +315,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 	}
 	b.sess.startJanitor()
-	b.auditLog.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
+	b.auditLog.Start()
 	if b.feed != nil {
 		b.feed.confirmed.Store(0) // current as of its start: the state was read after its position
 		b.startFollowing()
@@ -384,7 +383,7 @@ func (b *Broker) holdCredentials() {
 func (b *Broker) Close() {
 	b.holding.cancel()
 	b.holding.wg.Wait()
-	b.auditLog.stopCheckpointer()
+	b.auditLog.Stop()
 	b.stopFollowing()
 	b.sess.stop()
 	b.appr.close() // no expiry timer is armed after Close

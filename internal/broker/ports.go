@@ -8,7 +8,7 @@ import (
 // Not-found errors of the store ports. Each port returns its own for an
 // unknown key (an adapter may wrap it with its own error: errors.Is
 // matches), and the broker tests only these, never an adapter's error.
-// approval.ActionStore's is approval.ErrNotFound; AuditStore and HealthCheck have
+// approval.ActionStore's is approval.ErrNotFound; auditlog.Store and HealthCheck have
 // none. The contract suite internal/store/storetest checks them.
 var (
 	// ErrSessionNotFound: SessionStore.Session and SessionStore.Grant, for

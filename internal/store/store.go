@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
-	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/meta"
@@ -52,7 +52,7 @@ type GrantRecord struct {
 // Store is everything the broker persists. Implementations must be safe for
 // concurrent use.
 type Store interface {
-	audit.Sink
+	auditlog.Store // the audit chain and its index by session
 	approval.ActionStore
 
 	// PutSession creates or replaces a session.
@@ -81,14 +81,6 @@ type Store interface {
 	// Small broker state values under a key (meta.ErrNotFound): the
 	// installation secret, the kill-switch's state.
 	meta.Store
-
-	// ScanSessionAudit calls fn with each stored audit record of a session
-	// (its session_id) from sequence from on, in order, without reading the
-	// other sessions' records; data is valid only during the call.
-	ScanSessionAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error
-	// LastSessionAudit calls fn with a session's last audit records, newest
-	// first, at most limit of them; data is valid only during the call.
-	LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error
 
 	// PendingSummary counts the pending actions and gives the oldest one's
 	// creation time (zero when none), without decoding them.

@@ -1,5 +1,5 @@
 // Package storetest is the contract suite of the broker's store ports
-// (broker.SessionStore, TokenStore, meta.Store, ActionStore, AuditStore,
+// (broker.SessionStore, TokenStore, meta.Store, ActionStore, auditlog.Store,
 // HealthCheck, and ChangeFeed where the store offers one): what every
 // adapter must do, including each port's not-found sentinel. It is what
 // defines the ports' behaviour beyond their doc comments; bbolt runs it
@@ -35,6 +35,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -50,7 +51,7 @@ type Ports struct {
 	Tokens   broker.TokenStore
 	Meta     meta.Store // also the kill-switch's (killswitch.Store)
 	Actions  approval.ActionStore
-	Audit    broker.AuditStore
+	Audit    auditlog.Store
 	Health   broker.HealthCheck
 	// Usage counts grants' limits for a store several brokers share
 	// (PostgreSQL), or nil: the grants count in memory (bbolt). The
