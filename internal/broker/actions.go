@@ -322,7 +322,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 		typ = typeActionDenied
 		s.expiry.stop(id)
 	}
-	ev := audit.Event{Type: typ, Actor: s.names.actor(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
+	ev := audit.Event{Type: typ, Actor: s.names.Actor(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
 	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
@@ -410,7 +410,7 @@ func (s *approvals) finish(id string, res *approval.Result, status approval.Stat
 
 // denySessionActions denies the pending actions of a killed session.
 func (s *approvals) denySession(ctx context.Context, p auth.Principal, sessionID string) {
-	s.denyWhere(ctx, s.names.actor(p), p.ID, "session killed", func(a *approval.Action) bool { return a.SessionID == sessionID })
+	s.denyWhere(ctx, s.names.Actor(p), p.ID, "session killed", func(a *approval.Action) bool { return a.SessionID == sessionID })
 }
 
 // denyLapsed denies the pending actions that depend on what ended: a

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auditlog"
@@ -54,7 +55,7 @@ type Options struct {
 	Sessions         SessionStore         // sessions and grants (default Store)
 	Audit            auditlog.Store       // the audit chain and its index by session (default Store)
 	Actions          approval.ActionStore // actions awaiting or after approval (default Store)
-	Tokens           TokenStore           // API tokens' digests (default Store)
+	Tokens           apitokens.Store      // API tokens' digests (default Store)
 	Killswitch       killswitch.Store     // the kill-switch's durable state (default Store)
 	Meta             meta.Store           // the installation secret, minters' state (default Store)
 	Health           HealthCheck          // the storage's readiness, reported by Ready as "store" (default Store)
@@ -110,7 +111,7 @@ type Broker struct {
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 
 	sess     sessionService      // live sessions and grants, their store and call rates
-	toks     tokenService        // API tokens
+	toks     *apitokens.Service  // API tokens
 	ks       *killswitch.Service // the global kill-switch
 	appr     *approvals          // the human gate: pending actions, decisions, execution
 	auditLog *auditlog.Service   // the audit chain: checkpoints, verify, prune, scans
@@ -233,10 +234,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	apiTokens, err := o.Tokens.Tokens(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("load API tokens: %w", err)
-	}
 	w, err := audit.NewWriter(ctx, o.Audit, o.Now, o.Log.With("component", "audit"))
 	if err != nil {
 		return nil, err
@@ -279,9 +276,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 			run:      b.runAction,
 		},
 	})
-	b.toks = tokenService{
-		store: o.Tokens, auth: auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
-		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.appr.notifier,
+	if b.toks, err = apitokens.New(ctx, apitokens.Config{Store: o.Tokens, AdminToken: o.AdminToken,
+		Audit: w, Names: b.names, Now: o.Now, Log: o.Log, OnRevoke: func() { b.appr.notifier.Notify("") }}); err != nil {
+		w.Close()
+		return nil, err
 	}
 	b.metrics = newMetrics(o.Metrics, b)
 	b.calls = newCallMetrics(o.Metrics, b.upstreams)
@@ -416,11 +414,6 @@ func NewRequestID() string {
 // audit log, keyed per installation.
 func (b *Broker) HMAC(v string) string { return b.names.HMAC(v) }
 
-// Authenticate resolves a control-plane bearer token.
-func (b *Broker) Authenticate(bearer string) (auth.Principal, error) {
-	return b.toks.authenticate(bearer)
-}
-
 // Upstream returns a configured upstream.
 func (b *Broker) Upstream(name string) (*upstream.Upstream, bool) {
 	u, ok := b.upstreams[name]
@@ -458,8 +451,8 @@ func (b *Broker) Ready(ctx context.Context) map[string]error {
 	return out
 }
 
-// actorOf is how the audit log names a control-plane identity (see auditNames.actor).
-func (b *Broker) actorOf(p auth.Principal) audit.Actor { return b.names.actor(p) }
+// actorOf is how the audit log names a control-plane identity (see auditNames.Actor).
+func (b *Broker) actorOf(p auth.Principal) audit.Actor { return b.names.Actor(p) }
 
 // AuditID is the audit log's name for an API token id.
 func (b *Broker) AuditID(tokenID string) string { return b.names.AuditID(tokenID) }
@@ -475,10 +468,10 @@ func (n auditNames) HMAC(v string) string {
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
-// actor is how the audit log names a control-plane identity: API token
+// Actor is how the audit log names a control-plane identity: API token
 // ids are HMAC'd with the installation key (AuditID), the bootstrap admin
 // keeps its name.
-func (n auditNames) actor(p auth.Principal) audit.Actor {
+func (n auditNames) Actor(p auth.Principal) audit.Actor {
 	return audit.Actor{Kind: p.Role, ID: n.AuditID(p.ID)}
 }
 

@@ -14,8 +14,6 @@ var (
 	// ErrSessionNotFound: SessionStore.Session and SessionStore.Grant, for
 	// an unknown session or grant id.
 	ErrSessionNotFound = errors.New("session or grant not found")
-	// ErrTokenNotFound: TokenStore.DeleteToken, for an unknown token id.
-	ErrTokenNotFound = errors.New("API token not found")
 )
 
 // HealthCheck reports whether the storage behind the ports can serve; its

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
@@ -38,7 +39,7 @@ func (s portsOnly) Grant(ctx context.Context, id string) (store.GrantRecord, err
 }
 
 func (s portsOnly) DeleteToken(ctx context.Context, id string) error {
-	return onlyPort(s.Bolt.DeleteToken(ctx, id), broker.ErrTokenNotFound)
+	return onlyPort(s.Bolt.DeleteToken(ctx, id), apitokens.ErrNotFound)
 }
 
 func (s portsOnly) Meta(ctx context.Context, key string) ([]byte, error) {

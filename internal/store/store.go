@@ -9,9 +9,9 @@ import (
 	"errors"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auditlog"
-	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
@@ -29,7 +29,7 @@ const (
 
 // ErrNotFound is what an adapter's not-found errors also match. The
 // broker's ports each declare their own sentinel (broker.ErrSessionNotFound,
-// broker.ErrTokenNotFound, meta.ErrNotFound, approval.ErrNotFound),
+// apitokens.ErrNotFound, meta.ErrNotFound, approval.ErrNotFound),
 // which an adapter returns or wraps, and the broker tests only those; the
 // contract suite internal/store/storetest checks them.
 var ErrNotFound = errors.New("not found")
@@ -71,12 +71,8 @@ type Store interface {
 	// SessionGrants lists the grants of a session.
 	SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error)
 
-	// PutToken stores an API token; DeleteToken removes it (broker.ErrTokenNotFound); Tokens lists them.
-	PutToken(ctx context.Context, t auth.Token) error
-	DeleteToken(ctx context.Context, id string) error
-	Tokens(ctx context.Context) ([]auth.Token, error)
-	// Token returns one API token or broker.ErrTokenNotFound.
-	Token(ctx context.Context, id string) (auth.Token, error)
+	// API tokens' digests (apitokens.ErrNotFound).
+	apitokens.Store
 
 	// Small broker state values under a key (meta.ErrNotFound): the
 	// installation secret, the kill-switch's state.

@@ -15,6 +15,7 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
@@ -177,11 +178,11 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 
 var errClosed = errors.New("store closed")
 
-// The not-found errors of the ports (see broker.SessionStore, TokenStore,
-// meta.Store; approval.ActionStore's is approval.ErrNotFound itself).
+// The not-found errors of the ports (see broker.SessionStore,
+// apitokens.Store, meta.Store; approval.ActionStore's is approval.ErrNotFound itself).
 var (
 	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
-	errTokenNotFound   = store.PortNotFound(broker.ErrTokenNotFound)
+	errTokenNotFound   = store.PortNotFound(apitokens.ErrNotFound)
 	errMetaNotFound    = store.PortNotFound(meta.ErrNotFound)
 )
 

@@ -241,7 +241,7 @@ func (s *PG) SessionGrants(ctx context.Context, sessionID string) ([]store.Grant
 	return out, rows.Err()
 }
 
-// PutToken implements broker.TokenStore.
+// PutToken implements apitokens.Store.
 func (s *PG) PutToken(ctx context.Context, t auth.Token) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO tokens (id, name, role, digest, created_at, expires_at, created_by)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -251,7 +251,7 @@ func (s *PG) PutToken(ctx context.Context, t auth.Token) error {
 	return err
 }
 
-// DeleteToken implements broker.TokenStore.
+// DeleteToken implements apitokens.Store.
 func (s *PG) DeleteToken(ctx context.Context, id string) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM tokens WHERE id = $1`, id)
 	if err != nil {
@@ -277,7 +277,7 @@ func scanToken(row pgx.Row) (auth.Token, error) {
 	return t, nil
 }
 
-// Tokens implements broker.TokenStore.
+// Tokens implements apitokens.Store.
 func (s *PG) Tokens(ctx context.Context) ([]auth.Token, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY id`)
 	if err != nil {
@@ -295,7 +295,7 @@ func (s *PG) Tokens(ctx context.Context) ([]auth.Token, error) {
 	return out, rows.Err()
 }
 
-// Token implements broker.TokenStore.
+// Token implements apitokens.Store.
 func (s *PG) Token(ctx context.Context, id string) (auth.Token, error) {
 	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = $1`, id))
 	return t, noRowsAs(err, errTokenNotFound)

@@ -1,5 +1,5 @@
 // Package storetest is the contract suite of the broker's store ports
-// (broker.SessionStore, TokenStore, meta.Store, ActionStore, auditlog.Store,
+// (broker.SessionStore, apitokens.Store, meta.Store, ActionStore, auditlog.Store,
 // HealthCheck, and ChangeFeed where the store offers one): what every
 // adapter must do, including each port's not-found sentinel. It is what
 // defines the ports' behaviour beyond their doc comments; bbolt runs it
@@ -33,6 +33,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auditlog"
@@ -48,7 +49,7 @@ import (
 // over one store.
 type Ports struct {
 	Sessions broker.SessionStore
-	Tokens   broker.TokenStore
+	Tokens   apitokens.Store
 	Meta     meta.Store // also the kill-switch's (killswitch.Store)
 	Actions  approval.ActionStore
 	Audit    auditlog.Store
@@ -286,17 +287,17 @@ func testTokens(t *testing.T, open func(t *testing.T) Ports) {
 	diff(t, "Token(b)", b, got)
 
 	must(t, p.Tokens.DeleteToken(ctx, a.ID))
-	if _, err := p.Tokens.Token(ctx, a.ID); !errors.Is(err, broker.ErrTokenNotFound) {
-		t.Errorf("Token(deleted) = %v, want broker.ErrTokenNotFound", err)
+	if _, err := p.Tokens.Token(ctx, a.ID); !errors.Is(err, apitokens.ErrNotFound) {
+		t.Errorf("Token(deleted) = %v, want apitokens.ErrNotFound", err)
 	}
 	ts, err = p.Tokens.Tokens(ctx)
 	must(t, err)
 	diff(t, "tokens after a delete", map[string]auth.Token{b.ID: b}, byID(ts))
-	if err := p.Tokens.DeleteToken(ctx, a.ID); !errors.Is(err, broker.ErrTokenNotFound) {
-		t.Errorf("DeleteToken(deleted) = %v, want broker.ErrTokenNotFound", err)
+	if err := p.Tokens.DeleteToken(ctx, a.ID); !errors.Is(err, apitokens.ErrNotFound) {
+		t.Errorf("DeleteToken(deleted) = %v, want apitokens.ErrNotFound", err)
 	}
-	if err := p.Tokens.DeleteToken(ctx, "tok_unknown"); !errors.Is(err, broker.ErrTokenNotFound) {
-		t.Errorf("DeleteToken(unknown) = %v, want broker.ErrTokenNotFound", err)
+	if err := p.Tokens.DeleteToken(ctx, "tok_unknown"); !errors.Is(err, apitokens.ErrNotFound) {
+		t.Errorf("DeleteToken(unknown) = %v, want apitokens.ErrNotFound", err)
 	}
 }
 
