@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 )
@@ -95,7 +96,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 			Client: &http.Client{Timeout: 10 * time.Second}, Log: log.With("component", "webhook"), Now: time.Now}
 	}
 	reg := prometheus.NewRegistry()
-	feed, _ := st.(broker.ChangeFeed) // replicas on one database follow each other's changes
+	feed, _ := st.(changefeed.Feed) // replicas on one database follow each other's changes
 	registerStoreMetrics(reg, st)
 	b, err := broker.New(ctx, broker.Options{
 		Changes: feed, ReplicaID: cfg.Store.ReplicaID, ActionLease: cfg.Approval.ExecutionLease,

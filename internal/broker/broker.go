@@ -28,6 +28,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -82,9 +83,9 @@ type Options struct {
 	ProxyCA bool
 	// Changes is the feed of other replicas' changes (changes.go), from a
 	// store several brokers share; nil: this broker is the only one.
-	Changes ChangeFeed
+	Changes changefeed.Feed
 	// StaleAfter: with Changes, how long without confirming it is current
-	// before sandbox calls are refused (default DefaultStaleAfter).
+	// before sandbox calls are refused (default changefeed.DefaultStaleAfter).
 	StaleAfter time.Duration
 	// ReplicaID names this broker as the owner of the actions it executes
 	// (default: random per start).
@@ -117,9 +118,9 @@ type Broker struct {
 	auditLog *auditlog.Service   // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
-	calls   *callMetrics // the sandbox calls' series (the pipeline's)
-	feed    *follower    // other replicas' changes, or nil (the only replica)
-	mint    *mintService // credentials minted per session (minted.go)
+	calls   *callMetrics         // the sandbox calls' series (the pipeline's)
+	feed    *changefeed.Follower // other replicas' changes, or nil (the only replica)
+	mint    *mintService         // credentials minted per session (minted.go)
 	// secrets is every secret the broker holds (each upstream's credential,
 	// each session's minted values, rotated-out ones within their grace):
 	// every answer is scrubbed of all of them (DESIGN §4).
@@ -191,10 +192,10 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if err := o.fillPorts(); err != nil {
 		return nil, err
 	}
-	var feed *follower
+	var feed *changefeed.Follower
 	if o.Changes != nil { // before any state is read: nothing changed meanwhile is missed
 		var err error
-		if feed, err = newFollower(ctx, o.Changes, o.StaleAfter); err != nil {
+		if feed, err = changefeed.New(ctx, o.Changes, o.StaleAfter); err != nil {
 			return nil, err
 		}
 	}
@@ -315,8 +316,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b.sess.startJanitor()
 	b.auditLog.Start()
 	if b.feed != nil {
-		b.feed.confirmed.Store(0) // current as of its start: the state was read after its position
-		b.startFollowing()
+		b.feed.Start(b.applyChange) // current as of its start: the state was read after its position
 		b.appr.startSweep()
 	}
 	b.holdCredentials()
@@ -382,7 +382,9 @@ func (b *Broker) Close() {
 	b.holding.cancel()
 	b.holding.wg.Wait()
 	b.auditLog.Stop()
-	b.stopFollowing()
+	if b.feed != nil {
+		b.feed.Stop()
+	}
 	b.sess.stop()
 	b.appr.close() // no expiry timer is armed after Close
 	b.sess.cancelAll()

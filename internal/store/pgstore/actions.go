@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/approval"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 )
 
 const actionColumns = `id, session_id, task_id, grant_id, upstream, request_id, session_created_by, created_at, expires_at,
@@ -97,7 +97,7 @@ func (s *PG) PutAction(ctx context.Context, a *approval.Action) error {
 	}
 	b := &pgx.Batch{} // every replica learns it (changes.go)
 	b.Queue(upsertAction, args...)
-	queueChange(b, broker.ChangeAction, a.ID)
+	queueChange(b, changefeed.Action, a.ID)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 }
 
@@ -162,7 +162,7 @@ func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Acti
 			keys, amts := decimals(a.Amounts)
 			b.Queue(`SELECT airlock_release($1, $2::text[], $3::text[]::numeric[])`, a.GrantID, keys, amts)
 		}
-		queueChange(b, broker.ChangeAction, a.ID) // every replica learns it (changes.go)
+		queueChange(b, changefeed.Action, a.ID) // every replica learns it (changes.go)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/audit"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
@@ -98,7 +98,7 @@ func TestAuditRefusesKilledSession(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, "SELECT array_agg(kind ORDER BY id) FROM changes").Scan(&kinds); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{broker.ChangeSessionKilled, broker.ChangeGrantRevoked, broker.ChangeKillswitch, broker.ChangeKillswitch}
+	want := []string{changefeed.SessionKilled, changefeed.GrantRevoked, changefeed.Killswitch, changefeed.Killswitch}
 	if len(kinds) != len(want) {
 		t.Fatalf("changes = %v, want %v", kinds, want)
 	}

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/auth"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
@@ -63,7 +63,7 @@ func (s *PG) PutSession(ctx context.Context, sess *session.Session) error {
 	}
 	b := &pgx.Batch{} // a kill: every replica learns it (changes.go)
 	b.Queue(upsertSession, args...)
-	queueChange(b, broker.ChangeSessionKilled, sess.ID)
+	queueChange(b, changefeed.SessionKilled, sess.ID)
 	return s.sendTx(ctx, b)
 }
 
@@ -210,7 +210,7 @@ func (s *PG) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) erro
 		return err
 	}
 	if !g.RevokedAt.IsZero() {
-		queueChange(b, broker.ChangeGrantRevoked, g.ID) // every replica learns it (changes.go)
+		queueChange(b, changefeed.GrantRevoked, g.ID) // every replica learns it (changes.go)
 	}
 	return s.sendTx(ctx, b)
 }
@@ -324,7 +324,7 @@ func (s *PG) PutMeta(ctx context.Context, key string, value []byte) error {
 	if key == killswitch.MetaKey {
 		b := &pgx.Batch{} // every replica learns it (changes.go)
 		b.Queue(upsert, key, value)
-		queueChange(b, broker.ChangeKillswitch, "")
+		queueChange(b, changefeed.Killswitch, "")
 		return s.sendTx(ctx, b)
 	}
 	_, err := s.pool.Exec(ctx, upsert, key, value)

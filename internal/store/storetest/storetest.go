@@ -1,6 +1,6 @@
 // Package storetest is the contract suite of the broker's store ports
 // (broker.SessionStore, apitokens.Store, meta.Store, ActionStore, auditlog.Store,
-// HealthCheck, and ChangeFeed where the store offers one): what every
+// HealthCheck, and changefeed.Feed where the store offers one): what every
 // adapter must do, including each port's not-found sentinel. It is what
 // defines the ports' behaviour beyond their doc comments; bbolt runs it
 // (internal/store/boltstore), PostgreSQL too (internal/store/pgstore, the
@@ -39,6 +39,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
@@ -61,13 +62,13 @@ type Ports struct {
 	// Feed is the change feed of a store several brokers share
 	// (PostgreSQL), or nil: one broker per store (bbolt), whose memory is
 	// the truth. The feed's contract (changes.go) runs only when it is set.
-	Feed broker.ChangeFeed
+	Feed changefeed.Feed
 }
 
 // All is every port of a whole store.
 func All(s store.Store) Ports {
 	u, _ := s.(broker.UsageStore)
-	f, _ := s.(broker.ChangeFeed)
+	f, _ := s.(changefeed.Feed)
 	return Ports{Sessions: s, Tokens: s, Meta: s, Actions: s, Audit: s, Health: s, Usage: u, Feed: f}
 }
 
