@@ -22,7 +22,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/httpapi"
 )
 
-const usage = `usage: broker <command> [flags]
+const usageText = `usage: broker <command> [flags]
 
 Server:
   serve --config FILE        run the broker
@@ -38,7 +38,7 @@ Client (AIRLOCK_ADDR = control plane address, AIRLOCK_TOKEN = API token):
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText)
 		return errors.New("no command")
 	}
 	switch args[0] {
@@ -49,10 +49,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 	case "session", "grant", "tokens", "killswitch", "audit":
 		return cmdClient(ctx, args, getenv, stdin, stdout, stderr)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		fmt.Fprint(stdout, usageText)
 		return nil
 	}
-	fmt.Fprint(stderr, usage)
+	fmt.Fprint(stderr, usageText)
 	return fmt.Errorf("unknown command %q", args[0])
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // Errors a sandbox sees about its gated calls.
@@ -63,7 +64,7 @@ type approvals struct {
 	replica    string        // this broker, as the owner of what it executes
 	lease      time.Duration // an executing action's claim, renewed while it runs
 	shared     bool          // other replicas share the store (a change feed): sweep expired leases
-	usage      UsageStore    // the shared count of grants' limits, or nil (pending.go)
+	usage      usage.Store   // the shared count of grants' limits, or nil (pending.go)
 	held       sync.Map      // action id → struct{}: pending actions whose reservation this replica counts (pending.go)
 	sweepMu    sync.Mutex
 	sweepTimer clock.Timer // nil when not sweeping; stopped by close
@@ -101,7 +102,7 @@ type approvalsConfig struct {
 	replica    string        // this broker's id (Options.ReplicaID)
 	lease      time.Duration // default DefaultActionLease
 	shared     bool          // a change feed: other replicas share the store
-	usage      UsageStore    // Options.Usage
+	usage      usage.Store   // Options.Usage
 }
 
 func newApprovals(c approvalsConfig) *approvals {

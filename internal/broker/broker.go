@@ -38,6 +38,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // Errors of broker operations (besides those of session, grants, upstream, audit).
@@ -60,7 +61,7 @@ type Options struct {
 	Killswitch       killswitch.Store     // the kill-switch's durable state (default Store)
 	Meta             meta.Store           // the installation secret, minters' state (default Store)
 	Health           HealthCheck          // the storage's readiness, reported by Ready as "store" (default Store)
-	Usage            UsageStore           // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
+	Usage            usage.Store          // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -261,7 +262,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	}
 	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
-		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
+		b.sess.counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
 	}
 	if feed != nil {
 		b.sess.killed = b.killedElsewhere

@@ -559,7 +559,7 @@ func (c *call) recordAllowed(ctx context.Context) error {
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
 	var side *grants.UsageUpdate
-	// A shared count (UsageStore) is the truth: no snapshot of this
+	// A shared count (usage.Store) is the truth: no snapshot of this
 	// broker's mirror may overwrite it.
 	if limited(&c.grant.Grant) && !c.grant.Shared() {
 		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}

@@ -3,6 +3,8 @@ package broker
 import (
 	"context"
 	"errors"
+
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // Not-found errors of the store ports. Each port returns its own for an
@@ -46,7 +48,7 @@ func (o *Options) fillPorts() error {
 		if o.Health == nil {
 			o.Health = o.Store
 		}
-		if u, ok := o.Store.(UsageStore); ok && o.Usage == nil {
+		if u, ok := o.Store.(usage.Store); ok && o.Usage == nil {
 			o.Usage = u
 		}
 	}

@@ -44,6 +44,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // Ports are an adapter's implementations of the broker's store ports, all
@@ -58,7 +59,7 @@ type Ports struct {
 	// Usage counts grants' limits for a store several brokers share
 	// (PostgreSQL), or nil: the grants count in memory (bbolt). The
 	// limits' contract runs either way, through the grants' reservation.
-	Usage broker.UsageStore
+	Usage usage.Store
 	// Feed is the change feed of a store several brokers share
 	// (PostgreSQL), or nil: one broker per store (bbolt), whose memory is
 	// the truth. The feed's contract (changes.go) runs only when it is set.
@@ -67,7 +68,7 @@ type Ports struct {
 
 // All is every port of a whole store.
 func All(s store.Store) Ports {
-	u, _ := s.(broker.UsageStore)
+	u, _ := s.(usage.Store)
 	f, _ := s.(changefeed.Feed)
 	return Ports{Sessions: s, Tokens: s, Meta: s, Actions: s, Audit: s, Health: s, Usage: u, Feed: f}
 }
