@@ -182,15 +182,7 @@ func sharedSecrets(ups map[string]*upstream.Upstream) *upstream.Secrets {
 
 // New loads state from the store and starts the audit writer.
 func New(ctx context.Context, o Options) (*Broker, error) {
-	if o.Clock != nil {
-		o.Now = o.Clock.Now
-	} else {
-		if o.Now == nil {
-			o.Now = time.Now
-		}
-		o.Clock = clock.WithNow(o.Now)
-	}
-	if err := o.fillPorts(); err != nil {
+	if err := o.prepare(); err != nil {
 		return nil, err
 	}
 	var feed *changefeed.Follower
@@ -199,9 +191,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		if feed, err = changefeed.New(ctx, o.Changes, o.StaleAfter); err != nil {
 			return nil, err
 		}
-	}
-	if o.ReplicaID == "" {
-		o.ReplicaID = newID("rep_", o.Now())
 	}
 	secrets := sharedSecrets(o.Upstreams)
 	for _, u := range o.Upstreams {
@@ -213,26 +202,11 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		}
 		u.Secrets = secrets
 	}
-	secret, err := o.Meta.Meta(ctx, metaSecret)
-	if errors.Is(err, meta.ErrNotFound) {
-		// Created once: of brokers starting together on an empty store,
-		// every one keeps the secret that won (CreateMeta).
-		fresh := make([]byte, 32)
-		if _, err := rand.Read(fresh); err != nil {
-			return nil, err
-		}
-		if secret, err = o.Meta.CreateMeta(ctx, metaSecret, fresh); err != nil {
-			return nil, fmt.Errorf("store installation secret: %w", err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("read installation secret: %w", err)
+	key, err := installationKey(ctx, o.Meta)
+	if err != nil {
+		return nil, err
 	}
-	derive := func(label string) []byte {
-		m := hmac.New(sha256.New, secret)
-		m.Write([]byte(label))
-		return m.Sum(nil)
-	}
-	tokens, err := session.NewTokens(derive("session-jwt"), o.Now)
+	tokens, err := session.NewTokens(key.derive("session-jwt"), o.Now)
 	if err != nil {
 		return nil, err
 	}
@@ -244,34 +218,120 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		health: o.Health, audit: w, tokens: tokens,
 		upstreams: o.Upstreams, now: o.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
-		names: auditNames{key: derive("audit-hmac")}, feed: feed,
+		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
+		proxyOn: o.ProxyCA, maxStream: int64(max(o.MaxStreams, 0)), secrets: secrets,
 	}
-	if b.caSealer, err = proxyca.NewSealer(derive("proxy-ca-seal")); err != nil {
+	if err := b.build(ctx, o, key); err != nil {
 		w.Close()
 		return nil, err
 	}
-	if err := bindMintStates(o.Upstreams, o.Meta, derive("minted-state-seal")); err != nil {
-		w.Close()
-		return nil, err
+	b.start()
+	return b, nil
+}
+
+// prepare fills Options' defaults: the clock, the ports from Store, the
+// replica's id.
+func (o *Options) prepare() error {
+	if o.Clock != nil {
+		o.Now = o.Clock.Now
+	} else {
+		if o.Now == nil {
+			o.Now = time.Now
+		}
+		o.Clock = clock.WithNow(o.Now)
 	}
-	b.proxyOn = o.ProxyCA
-	b.maxStream = int64(max(o.MaxStreams, 0))
+	if err := o.fillPorts(); err != nil {
+		return err
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = newID("rep_", o.Now())
+	}
+	return nil
+}
+
+// installKey is the installation secret, shared by every broker on the
+// store; the broker's keys are derived from it, one per use.
+type installKey []byte
+
+// installationKey reads the installation secret, or creates it once: of
+// brokers starting together on an empty store, every one keeps the secret
+// that won (CreateMeta).
+func installationKey(ctx context.Context, m meta.Store) (installKey, error) {
+	secret, err := m.Meta(ctx, metaSecret)
+	if errors.Is(err, meta.ErrNotFound) {
+		fresh := make([]byte, 32)
+		if _, err := rand.Read(fresh); err != nil {
+			return nil, err
+		}
+		if secret, err = m.CreateMeta(ctx, metaSecret, fresh); err != nil {
+			return nil, fmt.Errorf("store installation secret: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("read installation secret: %w", err)
+	}
+	return secret, nil
+}
+
+// derive is the key for use label.
+func (k installKey) derive(label string) []byte {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
+
+// build makes the broker's services over the audit writer b.audit, its
+// metrics and its minted credentials, then loads the stored state.
+func (b *Broker) build(ctx context.Context, o Options, key installKey) error {
+	var err error
+	if b.caSealer, err = proxyca.NewSealer(key.derive("proxy-ca-seal")); err != nil {
+		return err
+	}
+	if err := bindMintStates(o.Upstreams, o.Meta, key.derive("minted-state-seal")); err != nil {
+		return err
+	}
+	if err := b.services(ctx, o, key); err != nil {
+		return err
+	}
+	b.metrics = newMetrics(o.Metrics, b)
+	b.calls = newCallMetrics(o.Metrics, b.upstreams)
+	b.mint = newMintService(b, o.Clock)
+	if o.Metrics != nil {
+		o.Metrics.MustRegister(b.mint.count)
+	}
+	b.audit.OnCommit(func(n int, d time.Duration) {
+		b.metrics.auditCommit.Observe(d.Seconds())
+		b.metrics.auditRecords.Add(float64(n))
+		b.auditLog.Committed(n)
+	})
+	if b.feed != nil {
+		b.audit.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
+	}
+	if err := b.sess.load(ctx); err != nil {
+		return err
+	}
+	return b.appr.load(ctx)
+}
+
+// services makes the kill-switch, the sessions, the approvals, the API
+// tokens and the audit log, each given what it needs of the others.
+func (b *Broker) services(ctx context.Context, o Options, key installKey) error {
+	w := b.audit
+	var err error
 	if b.ks, err = killswitch.New(ctx, o.Killswitch, w, o.Now, func() { b.mint.endAll("kill-switch engaged") }); err != nil {
-		w.Close()
-		return nil, err
+		return err
 	}
-	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
+	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, key.derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
 		b.sess.counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
 	}
-	if feed != nil {
+	if b.feed != nil {
 		b.sess.killed = b.killedElsewhere
 	}
 	b.sess.lapsed = b.lapsed
 	b.appr = newApprovals(approvalsConfig{
 		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
-		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil, usage: o.Usage,
+		replica: o.ReplicaID, lease: o.ActionLease, shared: b.feed != nil, usage: o.Usage,
 		gate: gateDeps{
 			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.Engaged,
 			standing: func(l *LiveSession) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
@@ -280,35 +340,18 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	})
 	if b.toks, err = apitokens.New(ctx, apitokens.Config{Store: o.Tokens, AdminToken: o.AdminToken,
 		Audit: w, Names: b.names, Now: o.Now, Log: o.Log, OnRevoke: func() { b.appr.notifier.Notify("") }}); err != nil {
-		w.Close()
-		return nil, err
-	}
-	b.metrics = newMetrics(o.Metrics, b)
-	b.calls = newCallMetrics(o.Metrics, b.upstreams)
-	b.secrets = secrets
-	b.mint = newMintService(b, o.Clock)
-	if o.Metrics != nil {
-		o.Metrics.MustRegister(b.mint.count)
+		return err
 	}
 	b.auditLog = auditlog.New(ctx, auditlog.Config{Store: o.Audit, Writer: w, Now: o.Now, Log: o.Log,
-		SignKey: ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize]),
+		SignKey: ed25519.NewKeyFromSeed(key.derive("audit-ed25519")[:ed25519.SeedSize]),
 		Every:   o.CheckpointEvery, Interval: o.CheckpointEach})
-	w.OnCommit(func(n int, d time.Duration) {
-		b.metrics.auditCommit.Observe(d.Seconds())
-		b.metrics.auditRecords.Add(float64(n))
-		b.auditLog.Committed(n)
-	})
-	if b.feed != nil {
-		w.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
-	}
-	if err := b.sess.load(ctx); err != nil {
-		w.Close()
-		return nil, err
-	}
-	if err := b.appr.load(ctx); err != nil {
-		w.Close()
-		return nil, err
-	}
+	return nil
+}
+
+// start starts the broker's background work: credential fetch observers,
+// the session janitor, the checkpointer, following the change feed (with
+// the approvals' sweep), holding the static credentials.
+func (b *Broker) start() {
 	for name, u := range b.upstreams {
 		if obs, ok := u.Source.(upstream.Observable); ok {
 			obs.SetObserver(func(i upstream.FetchInfo) { b.credentialFetched(name, i) })
@@ -321,7 +364,6 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		b.appr.startSweep()
 	}
 	b.holdCredentials()
-	return b, nil
 }
 
 // holdCredentialsTimeout bounds one fetch of a static credential by holdCredentials.
