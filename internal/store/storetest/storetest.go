@@ -1,8 +1,9 @@
 // Package storetest is the contract suite of the broker's store ports
-// (broker.SessionStore, apitokens.Store, meta.Store, ActionStore, auditlog.Store,
-// HealthCheck, and changefeed.Feed where the store offers one): what every
-// adapter must do, including each port's not-found sentinel. It is what
-// defines the ports' behaviour beyond their doc comments; bbolt runs it
+// (broker.SessionStore, apitokens.Store, meta.Store, approval.ActionStore,
+// auditlog.Store, broker.HealthCheck, usage.Store and changefeed.Feed where
+// the store offers them): what every adapter must do, including each
+// port's not-found sentinel. It is what defines the ports' behaviour beyond
+// their doc comments; bbolt runs it
 // (internal/store/boltstore), PostgreSQL too (internal/store/pgstore, the
 // change feed's part only there), and so does any new adapter:
 //
