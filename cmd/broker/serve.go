@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/changefeed"
+	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 )
@@ -103,7 +104,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Usage: usageOf(st), Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout, MaxPending: cfg.Approval.MaxPendingPerSession, MaxStreams: cfg.MaxStreams,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
-		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,
+		Webhook: hook, Metrics: reg, Clock: clock.Real(), Log: log,
 		CheckpointEvery: cfg.Audit.CheckpointEvery, CheckpointEach: cfg.Audit.CheckpointInterval,
 		ProxyCA: cfg.ProxyListen != "",
 	})

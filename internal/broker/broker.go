@@ -76,8 +76,7 @@ type Options struct {
 	CheckpointEvery  uint64            // sign the chain head every N records (default 1000)
 	CheckpointEach   time.Duration     // and at least this often when it moved (default 1m)
 	Webhook          *approval.Webhook // announces pending actions and decisions, or nil
-	Clock            clock.Clock       // decides every expiry and wakes the broker for pending actions; when set, Now is Clock.Now
-	Now              func() time.Time  // without Clock: the clock (default time.Now), with the runtime's timers
+	Clock            clock.Clock       // decides every expiry and wakes the broker for pending actions (default clock.Real)
 	Log              *slog.Logger
 	// ProxyCA gives each new session its own CA for the proxy door
 	// (DESIGN §8): on when the door is (config proxy_listen).
@@ -198,7 +197,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 			continue
 		}
 		if u.Clock == nil {
-			u.Clock = o.Now // the rotation grace of its scrubber
+			u.Clock = o.Clock.Now // the rotation grace of its scrubber
 		}
 		u.Secrets = secrets
 	}
@@ -206,17 +205,17 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	tokens, err := session.NewTokens(key.derive("session-jwt"), o.Now)
+	tokens, err := session.NewTokens(key.derive("session-jwt"), o.Clock.Now)
 	if err != nil {
 		return nil, err
 	}
-	w, err := audit.NewWriter(ctx, o.Audit, o.Now, o.Log.With("component", "audit"))
+	w, err := audit.NewWriter(ctx, o.Audit, o.Clock.Now, o.Log.With("component", "audit"))
 	if err != nil {
 		return nil, err
 	}
 	b := &Broker{
 		health: o.Health, audit: w, tokens: tokens,
-		upstreams: o.Upstreams, now: o.Now, log: o.Log,
+		upstreams: o.Upstreams, now: o.Clock.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
 		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
 		proxyOn: o.ProxyCA, maxStream: int64(max(o.MaxStreams, 0)), secrets: secrets,
@@ -232,19 +231,14 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 // prepare fills Options' defaults: the clock, the ports from Store, the
 // replica's id.
 func (o *Options) prepare() error {
-	if o.Clock != nil {
-		o.Now = o.Clock.Now
-	} else {
-		if o.Now == nil {
-			o.Now = time.Now
-		}
-		o.Clock = clock.WithNow(o.Now)
+	if o.Clock == nil {
+		o.Clock = clock.Real()
 	}
 	if err := o.fillPorts(); err != nil {
 		return err
 	}
 	if o.ReplicaID == "" {
-		o.ReplicaID = newID("rep_", o.Now())
+		o.ReplicaID = newID("rep_", o.Clock.Now())
 	}
 	return nil
 }
@@ -317,10 +311,10 @@ func (b *Broker) build(ctx context.Context, o Options, key installKey) error {
 func (b *Broker) services(ctx context.Context, o Options, key installKey) error {
 	w := b.audit
 	var err error
-	if b.ks, err = killswitch.New(ctx, o.Killswitch, w, o.Now, func() { b.mint.endAll("kill-switch engaged") }); err != nil {
+	if b.ks, err = killswitch.New(ctx, o.Killswitch, w, o.Clock.Now, func() { b.mint.endAll("kill-switch engaged") }); err != nil {
 		return err
 	}
-	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, key.derive("aws-sigv4-session"), b.sessionEnded)
+	b.sess = newSessionService(o.Sessions, o.Clock, o.Clock.Now, o.RateLimit, o.RateBurst, key.derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
 		b.sess.counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
 	}
@@ -329,7 +323,7 @@ func (b *Broker) services(ctx context.Context, o Options, key installKey) error 
 	}
 	b.sess.lapsed = b.lapsed
 	b.appr = newApprovals(approvalsConfig{
-		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
+		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Clock.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
 		replica: o.ReplicaID, lease: o.ActionLease, shared: b.feed != nil, usage: o.Usage,
 		gate: gateDeps{
@@ -339,10 +333,10 @@ func (b *Broker) services(ctx context.Context, o Options, key installKey) error 
 		},
 	})
 	if b.toks, err = apitokens.New(ctx, apitokens.Config{Store: o.Tokens, AdminToken: o.AdminToken,
-		Audit: w, Names: b.names, Now: o.Now, Log: o.Log, OnRevoke: func() { b.appr.notifier.Notify("") }}); err != nil {
+		Audit: w, Names: b.names, Now: o.Clock.Now, Log: o.Log, OnRevoke: func() { b.appr.notifier.Notify("") }}); err != nil {
 		return err
 	}
-	b.auditLog = auditlog.New(ctx, auditlog.Config{Store: o.Audit, Writer: w, Now: o.Now, Log: o.Log,
+	b.auditLog = auditlog.New(ctx, auditlog.Config{Store: o.Audit, Writer: w, Now: o.Clock.Now, Log: o.Log,
 		SignKey: ed25519.NewKeyFromSeed(key.derive("audit-ed25519")[:ed25519.SeedSize]),
 		Every:   o.CheckpointEvery, Interval: o.CheckpointEach})
 	return nil
