@@ -17,6 +17,8 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
+	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 )
@@ -68,14 +70,14 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 			Client: &http.Client{Timeout: 10 * time.Second}, Log: log.With("component", "webhook"), Now: time.Now}
 	}
 	reg := prometheus.NewRegistry()
-	feed, _ := st.(broker.ChangeFeed) // replicas on one database follow each other's changes
+	feed, _ := st.(changefeed.Feed) // replicas on one database follow each other's changes
 	registerStoreMetrics(reg, st)
 	b, err := broker.New(ctx, broker.Options{
 		Changes: feed, ReplicaID: cfg.Store.ReplicaID, ActionLease: cfg.Approval.ExecutionLease,
 		Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Usage: usageOf(st), Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout, MaxPending: cfg.Approval.MaxPendingPerSession, MaxStreams: cfg.MaxStreams,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
-		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,
+		Webhook: hook, Metrics: reg, Clock: clock.Real(), Log: log,
 		CheckpointEvery: cfg.Audit.CheckpointEvery, CheckpointEach: cfg.Audit.CheckpointInterval,
 		ProxyCA: cfg.ProxyListen != "",
 	})

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -69,7 +69,7 @@ var (
 	ErrNotSent = errors.New("call cut by a kill before it was sent")
 	// ErrNoAnswer: the upstream call failed after it was recorded. When a
 	// kill cut it, the cause is the kill's (session.ErrRevoked or
-	// ErrKillswitch).
+	// killswitch.ErrEngaged).
 	ErrNoAnswer = errors.New("upstream call failed")
 )
 
@@ -155,7 +155,7 @@ func (c *call) sessionID() string {
 }
 
 // Admit checks the caller, in this order: the global kill-switch
-// (ErrKillswitch); the token or access key (session.ErrInvalidToken, or for
+// (killswitch.ErrEngaged); the token or access key (session.ErrInvalidToken, or for
 // a token whose session is gone session.ErrRevoked or ErrExpired); the
 // session's state (session.ErrRevoked, session.ErrExpired); the source
 // address (session.ErrWrongSource); the session's call rate
@@ -174,8 +174,8 @@ func (c *call) admit(caller Caller) error {
 }
 
 func (b *Broker) admit(c Caller) (*LiveSession, error) {
-	if b.ks.engaged.Load() {
-		return nil, ErrKillswitch
+	if b.ks.Engaged() {
+		return nil, killswitch.ErrEngaged
 	}
 	if b.stale() {
 		return nil, ErrStale
@@ -487,8 +487,8 @@ func (c *call) send(parent context.Context) (*response, error) {
 // cut is why a kill or a lifetime ended the call's standing, or nil.
 func (c *call) cut(bound context.Context) error {
 	switch {
-	case c.b.ks.engaged.Load():
-		return ErrKillswitch
+	case c.b.ks.Engaged():
+		return killswitch.ErrEngaged
 	case c.l.revoked.Load():
 		return session.ErrRevoked
 	case c.grant.Revoked():
@@ -514,11 +514,8 @@ func (c *call) cut(bound context.Context) error {
 func (c *call) killedBy(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 2*time.Second)
 	defer cancel()
-	if data, err := c.b.ks.store.Meta(ctx, metaKillswitch); err == nil {
-		var st KillswitchState
-		if json.Unmarshal(data, &st) != nil || st.Engaged {
-			return ErrKillswitch
-		}
+	if engaged, err := c.b.ks.Stored(ctx); err == nil && engaged {
+		return killswitch.ErrEngaged
 	}
 	if s, err := c.b.sess.store.Session(ctx, c.l.Session.ID); err == nil && !s.RevokedAt.IsZero() {
 		return session.ErrRevoked
@@ -558,7 +555,7 @@ func (c *call) recordAllowed(ctx context.Context) error {
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
 	var side *grants.UsageUpdate
-	// A shared count (UsageStore) is the truth: no snapshot of this
+	// A shared count (usage.Store) is the truth: no snapshot of this
 	// broker's mirror may overwrite it.
 	if limited(&c.grant.Grant) && !c.grant.Shared() {
 		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/credentials"
+	"github.com/airlock-broker/airlock/internal/meta"
 )
 
 // What the credential service (internal/credentials) needs of the broker.
@@ -29,12 +30,12 @@ func (b *Broker) liveCredentials(id string) (credentials.Session, bool) {
 	return l, true
 }
 
-// mintStates keeps the minters' sealed state in the MetaStore.
-type mintStates struct{ meta MetaStore }
+// mintStates keeps the minters' sealed state in the meta store.
+type mintStates struct{ meta meta.Store }
 
 func (s mintStates) LoadState(ctx context.Context, key string) ([]byte, error) {
 	v, err := s.meta.Meta(ctx, key)
-	if errors.Is(err, ErrMetaNotFound) {
+	if errors.Is(err, meta.ErrNotFound) {
 		return nil, nil
 	}
 	return v, err

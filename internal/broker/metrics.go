@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 			func() float64 { return float64(len(b.ActiveSessions())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_killswitch_engaged", Help: "1 while the global kill-switch is engaged."},
 			func() float64 {
-				if b.ks.engaged.Load() {
+				if b.ks.Engaged() {
 					return 1
 				}
 				return 0

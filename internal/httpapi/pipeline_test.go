@@ -148,7 +148,7 @@ func pipeStart(t *testing.T) *pipeEnv {
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	b, err := broker.New(context.Background(), broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": api, "ddb": ddb},
-		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Now: time.Now, Log: log, ProxyCA: true})
+		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: log, ProxyCA: true})
 	if err != nil {
 		t.Fatal(err)
 	}

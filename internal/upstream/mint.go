@@ -84,7 +84,7 @@ type Minter interface {
 // MintState is a small durable value a Minter keeps across sessions and
 // broker restarts (oauth2.Refresh: the current refresh token). The broker
 // seals it at rest (AES-256-GCM under a key derived from the installation
-// secret, bound to the upstream) and stores it through its MetaStore.
+// secret, bound to the upstream) and stores it through its meta.Store.
 type MintState interface {
 	// Load returns the value last saved, or nil when none was.
 	Load(ctx context.Context) ([]byte, error)
