@@ -11,7 +11,7 @@ import (
 
 // What the credential service (internal/credentials) needs of the broker.
 
-// SessionID, Expires and Revoked make a LiveSession a credentials.Session.
+// SessionID, Expires and Revoked make a LiveSession a credentials.Holder.
 func (l *LiveSession) SessionID() string { return l.Session.ID }
 
 // Expires is the session's expiry.
@@ -22,7 +22,7 @@ func (l *LiveSession) Revoked() bool { return l.revoked.Load() }
 
 // liveCredentials is the live session of id, as the credential service
 // sees it.
-func (b *Broker) liveCredentials(id string) (credentials.Session, bool) {
+func (b *Broker) liveCredentials(id string) (credentials.Holder, bool) {
 	l, ok := b.live(id)
 	if !ok {
 		return nil, false

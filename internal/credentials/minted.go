@@ -46,7 +46,7 @@ const revokeTimeout = 30 * time.Second
 // minted, renewed or re-minted as needed, with a scrubber of its values and
 // of the leases it replaced within their grace. It fails closed, wrapping
 // upstream.ErrCredentialUnavailable.
-func (s *Service) minted(ctx context.Context, l Session, u *upstream.Upstream) (upstream.Credential, error) {
+func (s *Service) minted(ctx context.Context, l Holder, u *upstream.Upstream) (upstream.Credential, error) {
 	now := s.clk.Now()
 	e := s.entry(l, u.Name)
 	if e == nil {
@@ -82,7 +82,7 @@ func (s *Service) minted(ctx context.Context, l Session, u *upstream.Upstream) (
 
 // entry is the session's entry on upstream name, created on first use; nil
 // once the session ended or the service closed.
-func (s *Service) entry(l Session, name string) *mintEntry {
+func (s *Service) entry(l Holder, name string) *mintEntry {
 	id := l.SessionID()
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,7 +105,7 @@ func (s *Service) entry(l Session, name string) *mintEntry {
 
 // scopeFingerprint identifies the session's live grants on the upstream
 // (FNV-1a over their ids): a change means a new scope.
-func scopeFingerprint(l Session, name string, now time.Time) uint64 {
+func scopeFingerprint(l Holder, name string, now time.Time) uint64 {
 	h := uint64(14695981039346656037)
 	for _, g := range l.Grants() {
 		if g.Grant.Upstream != name || g.Revoked() || !now.Before(g.Grant.ExpiresAt) {
@@ -122,7 +122,7 @@ func scopeFingerprint(l Session, name string, now time.Time) uint64 {
 }
 
 // scope is what the session may do on the upstream now.
-func scope(l Session, name string, now time.Time) upstream.Scope {
+func scope(l Holder, name string, now time.Time) upstream.Scope {
 	sc := upstream.Scope{SessionID: l.SessionID(), Upstream: name, Expires: l.Expires(), Now: now}
 	for _, g := range l.Grants() {
 		if g.Grant.Upstream == name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
@@ -145,7 +145,7 @@ func renewalDue(e *mintEntry, now time.Time) bool {
 	return !now.Before(e.minted.Add(life - life/3))
 }
 
-func (s *Service) mint(ctx context.Context, l Session, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+func (s *Service) mint(ctx context.Context, l Holder, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
 	lease, err := u.Minter.Mint(ctx, scope(l, u.Name, now))
 	if err == nil && lease.Secret.IsZero() {
 		s.revokeLease(l.SessionID(), u, lease, "empty credential")
@@ -167,7 +167,7 @@ func (s *Service) mint(ctx context.Context, l Session, u *upstream.Upstream, e *
 	return nil
 }
 
-func (s *Service) renew(ctx context.Context, l Session, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+func (s *Service) renew(ctx context.Context, l Holder, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
 	lease, err := u.Minter.Renew(ctx, scope(l, u.Name, now), e.lease)
 	if err == nil && lease.Secret.IsZero() {
 		err = fmt.Errorf("renewed to an empty credential")

@@ -7,7 +7,7 @@
 // records and metrics of all of it. The credential contracts themselves
 // (upstream.Source, upstream.Minter) are in internal/upstream.
 //
-// It knows sessions only through Session and the lookup it is given: it
+// It knows sessions only through Holder and the lookup it is given: it
 // does not import the broker.
 package credentials
 
@@ -26,10 +26,10 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// Session is what the service needs of a live session: who it is, until
+// Holder is what the service needs of a live session: who it is, until
 // when it stands, whether it was killed, and its grants (which scope a
 // credential minted for it).
-type Session interface {
+type Holder interface {
 	SessionID() string
 	Expires() time.Time
 	// Revoked reports whether the session was killed.
@@ -57,7 +57,7 @@ type Config struct {
 	// HMAC is how the audit log names a lease id (keyed per installation).
 	HMAC func(string) string
 	// Live is the live session of an id (false: none in memory).
-	Live func(id string) (Session, bool)
+	Live func(id string) (Holder, bool)
 	// Halted reports whether the global kill-switch is engaged.
 	Halted func() bool
 	// Metrics registers the service's series (nil: not registered).
@@ -70,7 +70,7 @@ type Service struct {
 	clk     clock.Clock
 	records Appender // the audit log
 	hmac    func(string) string
-	live    func(id string) (Session, bool)
+	live    func(id string) (Holder, bool)
 	halted  func() bool
 	secrets *upstream.Secrets // every secret held: each answer is scrubbed of all
 
@@ -168,7 +168,7 @@ func (s *Service) Secrets() *upstream.Secrets { return s.secrets }
 // credential is minted per session (minted, renewed or re-minted as
 // needed), else u's own. A failure is counted; it wraps
 // upstream.ErrCredentialUnavailable.
-func (s *Service) Credential(ctx context.Context, l Session, u *upstream.Upstream) (upstream.Credential, error) {
+func (s *Service) Credential(ctx context.Context, l Holder, u *upstream.Upstream) (upstream.Credential, error) {
 	var cred upstream.Credential
 	var err error
 	if u.Minter != nil {

@@ -81,7 +81,7 @@ func (f *failingRenewMinter) Renew(context.Context, upstream.Scope, upstream.Lea
 	return upstream.Lease{}, errors.New("issuer down")
 }
 
-// liveSession is a credentials.Session in memory.
+// liveSession is a credentials.Holder in memory.
 type liveSession struct {
 	id      string
 	expires time.Time
@@ -174,7 +174,7 @@ func mustService(tb testing.TB, m upstream.Minter, reg prometheus.Registerer) *f
 		Upstreams: map[string]*upstream.Upstream{"api": u}, Clock: f.clk,
 		State: &mapState{m: map[string][]byte{}}, StateKey: make([]byte, 32),
 		Audit: f.audit, HMAC: hmacOf, Halted: halted.Load, Metrics: reg,
-		Live: func(id string) (credentials.Session, bool) {
+		Live: func(id string) (credentials.Holder, bool) {
 			if id != f.sess.id {
 				return nil, false
 			}
