@@ -52,7 +52,7 @@ type approvals struct {
 	store      approval.ActionStore
 	notifier   *approval.Notifier // wakes waiters of an action, and live pages at any change
 	webhook    *approval.Webhook  // announces pending actions and decisions, or nil
-	expiry     *expiryTimers      // wakes the service at pending actions' expiry
+	expiry     *clock.Alarms      // wakes the service at pending actions' expiry
 	audit      auditAppender
 	names      auditNames
 	now        func() time.Time
@@ -120,13 +120,13 @@ func newApprovals(c approvalsConfig) *approvals {
 	if s.maxPending <= 0 {
 		s.maxPending = DefaultMaxPending
 	}
-	s.expiry = newExpiryTimers(c.clock, c.now, s.expire)
+	s.expiry = clock.NewAlarms(c.clock, s.expire)
 	return s
 }
 
 // close disarms every expiry timer and the sweep; none is armed after it.
 func (s *approvals) close() {
-	s.expiry.close()
+	s.expiry.Close()
 	s.sweepMu.Lock()
 	s.closed = true
 	if s.sweepTimer != nil {
@@ -237,7 +237,7 @@ func (s *approvals) hold(ctx context.Context, l *LiveSession, d *grants.Decision
 		}
 		return a, err
 	}
-	s.expiry.schedule(a.ID, a.ExpiresAt)
+	s.expiry.Set(a.ID, a.ExpiresAt)
 	s.announce(a, typeActionPending, "")
 	return a, nil
 }
@@ -255,7 +255,7 @@ var errUnchanged = errors.New("unchanged")
 
 // expire moves a pending action past its expiry to expired; it can never run.
 func (s *approvals) expire(id string) {
-	s.expiry.stop(id)
+	s.expiry.Stop(id)
 	a, err := s.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
 		if a.Status != approval.Pending {
 			return errUnchanged
@@ -321,7 +321,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	typ := typeActionApproved
 	if verdict == "deny" {
 		typ = typeActionDenied
-		s.expiry.stop(id)
+		s.expiry.Stop(id)
 	}
 	ev := audit.Event{Type: typ, Actor: s.names.Actor(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
@@ -334,7 +334,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	}
 	s.announce(a, typ, p.ID)
 	if execute {
-		s.expiry.stop(id)
+		s.expiry.Stop(id)
 		go s.execute(a, held)
 	}
 	return a, nil
@@ -450,7 +450,7 @@ func (s *approvals) denyWhere(ctx context.Context, actor audit.Actor, reviewer, 
 			continue
 		}
 		s.leftPending(a)
-		s.expiry.stop(a.ID)
+		s.expiry.Stop(a.ID)
 		s.recordAction(a, typeActionDenied, actor, reason)
 		s.announce(a, typeActionDenied, reviewer)
 	}
@@ -469,7 +469,7 @@ func (s *approvals) load(ctx context.Context) error {
 		switch a.Status {
 		case approval.Pending:
 			s.restorePending(a)
-			s.expiry.schedule(a.ID, a.ExpiresAt)
+			s.expiry.Set(a.ID, a.ExpiresAt)
 		case approval.Executing:
 			// Its own (or, alone on the store, any) stale claim is failed
 			// now, and a claim whose lease ended; another live replica's

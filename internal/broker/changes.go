@@ -87,12 +87,12 @@ func (s *approvals) applyChange(ctx context.Context, id string) error {
 		return err
 	}
 	if a.Status == approval.Pending {
-		if !s.expiry.armed(id) {
-			s.expiry.schedule(id, a.ExpiresAt)
+		if !s.expiry.Armed(id) {
+			s.expiry.Set(id, a.ExpiresAt)
 		}
 		return nil
 	}
-	s.expiry.stop(id)
+	s.expiry.Stop(id)
 	s.leftPending(a) // only if this replica still counts it
 	return nil
 }

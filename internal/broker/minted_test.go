@@ -18,51 +18,8 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
 	"github.com/airlock-broker/airlock/internal/upstream/awscred"
+	"github.com/airlock-broker/airlock/internal/upstream/sourcetest"
 )
-
-// fakeMinter issues tokens living a minute (never past the session),
-// renews by extending them, and records revocations.
-type fakeMinter struct {
-	mu      sync.Mutex
-	n       int
-	revoked map[string]bool
-	fail    error
-}
-
-func (f *fakeMinter) Mint(_ context.Context, sc upstream.Scope) (upstream.Lease, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.fail != nil {
-		return upstream.Lease{}, f.fail
-	}
-	f.n++
-	if len(sc.Rules) == 0 {
-		return upstream.Lease{}, errors.New("empty scope")
-	}
-	return upstream.Lease{Secret: upstream.NewSecret(fmt.Sprintf("minted-secret-%d-%d", f.n, len(sc.Rules))),
-		ID: fmt.Sprintf("lease-%d", f.n), Expires: leaseEnd(sc)}, nil
-}
-
-func (f *fakeMinter) Renew(_ context.Context, sc upstream.Scope, l upstream.Lease) (upstream.Lease, error) {
-	l.Expires = leaseEnd(sc)
-	return l, nil
-}
-
-func (f *fakeMinter) Revoke(_ context.Context, l upstream.Lease) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.revoked[l.ID] = true
-	return nil
-}
-
-func leaseEnd(sc upstream.Scope) time.Time {
-	if e := sc.Now.Add(time.Minute); e.Before(sc.Expires) {
-		return e
-	}
-	return sc.Expires
-}
-
-func (f *fakeMinter) Describe() string { return "fake-minter" }
 
 func httpUpstream(name string) func(*url.URL) *upstream.Upstream {
 	return func(base *url.URL) *upstream.Upstream {
@@ -72,7 +29,7 @@ func httpUpstream(name string) func(*url.URL) *upstream.Upstream {
 }
 
 func TestMinterContractFake(t *testing.T) {
-	f := &fakeMinter{revoked: map[string]bool{}}
+	f := &sourcetest.FakeMinter{}
 	brokertest.MinterContract{
 		Minter: f, Start: t0, Upstream: httpUpstream("api"),
 		Grant:  grants.Spec{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}},
@@ -80,11 +37,7 @@ func TestMinterContractFake(t *testing.T) {
 		Request: func() *broker.Request {
 			return &broker.Request{Call: grants.Call{Method: "GET", Segments: []string{"items"}, Header: http.Header{}}}
 		},
-		Gone: func(_ context.Context, l upstream.Lease) bool {
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			return f.revoked[l.ID]
-		},
+		Gone: func(_ context.Context, l upstream.Lease) bool { return f.Revoked(l.ID) },
 	}.Run(t)
 }
 
@@ -95,7 +48,7 @@ func TestMintFailureFailsClosed(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { hits.Add(1) }))
 	defer srv.Close()
 	base, _ := url.Parse(srv.URL)
-	f := &fakeMinter{revoked: map[string]bool{}, fail: errors.New("issuer down")}
+	f := &sourcetest.FakeMinter{Fail: errors.New("issuer down")}
 	u := httpUpstream("api")(base)
 	u.Minter, u.Source = f, upstream.MintedSource(f)
 	u.SetTransport(upstream.NewTransport())

@@ -93,7 +93,7 @@ func (s *Service) entry(l Holder, name string) *mintEntry {
 	if byUp == nil {
 		byUp = map[string]*mintEntry{}
 		s.entries[id] = byUp
-		s.timers.schedule(id, l.Expires())
+		s.timers.Set(id, l.Expires())
 	}
 	e := byUp[name]
 	if e == nil {
@@ -306,7 +306,7 @@ func (s *Service) forget(e *mintEntry, now time.Time) {
 // kill-switch): asynchronously, each once; no lease is minted for it again
 // unless the session still stands (the kill-switch released).
 func (s *Service) EndSession(id, why string) {
-	s.timers.stop(id)
+	s.timers.Stop(id)
 	s.mu.Lock()
 	byUp := s.entries[id]
 	delete(s.entries, id)

@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/airlock-broker/airlock/internal/credentials"
+	"github.com/airlock-broker/airlock/internal/upstream/sourcetest"
 )
 
 // Every mint, renewal and revocation is audited under the session with the
 // lease id only as an HMAC, never a value, and counted in /metrics.
 func TestMintedAuditAndMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	f := mustService(t, &fakeMinter{revoked: map[string]bool{}}, reg)
+	f := mustService(t, &sourcetest.FakeMinter{}, reg)
 	f.credential(t)
 	f.clk.Advance(45 * time.Second) // past 2/3 of the minute's lease
 	f.credential(t)
@@ -61,7 +62,7 @@ func TestMintedAuditAndMetrics(t *testing.T) {
 // costs one attempt (and one credential.failed record) per pause per
 // session, not one per call.
 func TestMintRenewalFailureBacksOff(t *testing.T) {
-	m := &failingRenewMinter{fakeMinter: fakeMinter{revoked: map[string]bool{}}}
+	m := &failingRenewMinter{}
 	f := mustService(t, m, nil)
 	f.credential(t)                 // mints a lease of a minute
 	f.clk.Advance(45 * time.Second) // past 2/3 of its life
@@ -83,12 +84,12 @@ func TestMintRenewalFailureBacksOff(t *testing.T) {
 // grants the session holds then. The session's expiry revokes its lease by
 // the clock.
 func TestMintRescopeAndExpiry(t *testing.T) {
-	m := &fakeMinter{revoked: map[string]bool{}}
+	m := &sourcetest.FakeMinter{}
 	f := mustService(t, m, nil)
 	first := f.credential(t)
 	f.sess.addGrant("gr_2", "/other")
 	f.svc.Rescope(f.sess.id, "api")
-	eventually(t, func() bool { return m.isRevoked("lease-1") })
+	eventually(t, func() bool { return m.Revoked("lease-1") })
 	second := f.credential(t)
 	if second.Secret.Reveal() == first.Secret.Reveal() {
 		t.Fatal("no new lease for the grants the session holds now")
@@ -98,7 +99,7 @@ func TestMintRescopeAndExpiry(t *testing.T) {
 		t.Fatalf("the replaced lease's value is not scrubbed: %q", out)
 	}
 	f.clk.Advance(time.Hour) // the session's expiry
-	eventually(t, func() bool { return m.isRevoked("lease-2") })
+	eventually(t, func() bool { return m.Revoked("lease-2") })
 }
 
 func eventually(t *testing.T, ok func() bool) {
@@ -116,7 +117,7 @@ func eventually(t *testing.T, ok func() bool) {
 // hit (the session's lease, current) and a miss (a mint by a Minter that
 // answers at once, the scrubber built: the issuer's own latency comes on top).
 func BenchmarkMintedCredential(b *testing.B) {
-	f := mustService(b, &fakeMinter{revoked: map[string]bool{}}, nil)
+	f := mustService(b, &sourcetest.FakeMinter{}, nil)
 	ctx := context.Background()
 	b.Run("hit", func(b *testing.B) {
 		f.credential(b)

@@ -77,7 +77,7 @@ type Service struct {
 	mints    *prometheus.CounterVec // airlock_credential_mints_total
 	failures *prometheus.CounterVec // airlock_credential_fetch_failures_total
 
-	timers *sessionTimers // a session's leases are revoked at its expiry
+	timers *clock.Alarms // a session's leases are revoked at its expiry
 	wg     sync.WaitGroup // running revocations
 
 	mu      sync.Mutex
@@ -109,7 +109,7 @@ func New(c Config) (*Service, error) {
 			Name: "airlock_credential_fetch_failures_total", Help: "Credential fetches that failed (the call failed closed).",
 		}, []string{"upstream"}),
 	}
-	s.timers = newSessionTimers(c.Clock, func(id string) { s.EndSession(id, "session expired") })
+	s.timers = clock.NewAlarms(c.Clock, func(id string) { s.EndSession(id, "session expired") })
 	for name, u := range c.Upstreams {
 		if u == nil {
 			continue
@@ -203,7 +203,7 @@ func (s *Service) Close() {
 		s.holding.cancel()
 	}
 	s.holding.wg.Wait()
-	s.timers.close()
+	s.timers.Close()
 	s.mu.Lock()
 	s.entries = nil
 	s.mu.Unlock()

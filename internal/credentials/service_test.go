@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"net/url"
 	"strings"
 	"sync"
@@ -20,59 +19,14 @@ import (
 	"github.com/airlock-broker/airlock/internal/credentials"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/upstream/sourcetest"
 )
 
 var t0 = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
 
-// fakeMinter issues tokens living a minute (never past the session),
-// renews by extending them, and records revocations.
-type fakeMinter struct {
-	mu      sync.Mutex
-	n       int
-	revoked map[string]bool
-}
-
-func (f *fakeMinter) Mint(_ context.Context, sc upstream.Scope) (upstream.Lease, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.n++
-	if len(sc.Rules) == 0 {
-		return upstream.Lease{}, errors.New("empty scope")
-	}
-	return upstream.Lease{Secret: upstream.NewSecret(fmt.Sprintf("minted-secret-%d-%d", f.n, len(sc.Rules))),
-		ID: fmt.Sprintf("lease-%d", f.n), Expires: leaseEnd(sc)}, nil
-}
-
-func (f *fakeMinter) Renew(_ context.Context, sc upstream.Scope, l upstream.Lease) (upstream.Lease, error) {
-	l.Expires = leaseEnd(sc)
-	return l, nil
-}
-
-func (f *fakeMinter) Revoke(_ context.Context, l upstream.Lease) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.revoked[l.ID] = true
-	return nil
-}
-
-func (f *fakeMinter) isRevoked(id string) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.revoked[id]
-}
-
-func leaseEnd(sc upstream.Scope) time.Time {
-	if e := sc.Now.Add(time.Minute); e.Before(sc.Expires) {
-		return e
-	}
-	return sc.Expires
-}
-
-func (f *fakeMinter) Describe() string { return "fake-minter" }
-
 // failingRenewMinter mints leases of a minute and fails every renewal.
 type failingRenewMinter struct {
-	fakeMinter
+	sourcetest.FakeMinter
 	renews atomic.Int64
 }
 
