@@ -77,7 +77,7 @@ type Service struct {
 	mints    *prometheus.CounterVec // airlock_credential_mints_total
 	failures *prometheus.CounterVec // airlock_credential_fetch_failures_total
 
-	timers *clock.Alarms // a session's leases are revoked at its expiry
+	timers *clock.Alarms  // a session's leases are revoked at its expiry
 	wg     sync.WaitGroup // running revocations
 
 	mu      sync.Mutex
