@@ -304,3 +304,22 @@ func checkInvocation(t *testing.T, file string, alternatives []string) bool {
 	}
 	return true
 }
+
+// The single-dash long flags of the CLI's earlier syntax (Go's flag
+// package) still work: scripts written for it keep running.
+func TestCLIGoFlagSyntax(t *testing.T) {
+	for _, tt := range []struct{ in, want []string }{
+		{[]string{"serve", "-config", "x.yaml"}, []string{"serve", "--config", "x.yaml"}},
+		{[]string{"dev", "-data-dir=/tmp/d", "-o", "json"}, []string{"dev", "--data-dir=/tmp/d", "-o", "json"}},
+		{[]string{"session", "create", "--", "-task-id"}, []string{"session", "create", "--", "-task-id"}},
+		{[]string{"audit", "export", "-", "-1"}, []string{"audit", "export", "-", "-1"}},
+	} {
+		if got := goFlags(tt.in); !slices.Equal(got, tt.want) {
+			t.Errorf("goFlags(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	var out bytes.Buffer
+	if err := run(context.Background(), []string{"config", "check", "-help"}, func(string) string { return "" }, nil, &out, &out); err != nil {
+		t.Fatalf("-help: %v\n%s", err, out.String())
+	}
+}

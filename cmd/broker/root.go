@@ -47,13 +47,34 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		stdin = strings.NewReader("")
 	}
 	root := newRoot(&cliEnv{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr})
-	root.SetArgs(args)
+	root.SetArgs(goFlags(args))
 	cmd, err := root.ExecuteContextC(ctx)
 	var u usageError
 	if errors.As(err, &u) && cmd != nil {
 		fmt.Fprint(stderr, cmd.UsageString())
 	}
 	return err
+}
+
+// goFlags accepts the flag syntax of the CLI before it moved to cobra, Go's
+// flag package's single dash for a long flag (-config FILE, -data-dir=D),
+// as the double dash it means: scripts written for it keep working. A
+// single letter after one dash (-o) is a shorthand, and everything after
+// "--" is left as it is.
+func goFlags(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		if a == "--" {
+			copy(out[i:], args[i:])
+			break
+		}
+		name, _, _ := strings.Cut(a, "=")
+		if len(name) > 2 && name[0] == '-' && name[1] != '-' && strings.Trim(name[1:], "abcdefghijklmnopqrstuvwxyz-") == "" {
+			a = "-" + a
+		}
+		out[i] = a
+	}
+	return out
 }
 
 // newRoot is the whole command tree, `broker` and every subcommand
