@@ -369,14 +369,17 @@ func (s *approvals) execute(a approval.Action, held bool) {
 }
 
 // reasonOf is what an action's failure says of err: its text, or for a
-// private kind (whose text may name what the sandbox must not learn) the
-// kind's own message.
+// private kind (whose text may name what the sandbox must not learn) its
+// safe cause (fault.CauseOf), else the kind's own message.
 func reasonOf(err error) string {
 	f := fault.Find(err)
 	switch {
 	case f == nil:
 		return "failed"
 	case f.Private:
+		if cause := fault.CauseOf(err); cause != "" {
+			return cause // the failure's safe cause, as its call's records say
+		}
 		return f.Msg
 	}
 	return err.Error()

@@ -51,7 +51,7 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 	defer resp.Close()
 	body, rdErr := io.ReadAll(io.LimitReader(resp.Scrub.Reader(resp.Body), maxResultBody+1))
 	if rdErr != nil {
-		p.failSent(upstream.ErrUpstream, "error", false, 0)
+		p.failSent(upstream.ReadFailed(rdErr), "error", false, 0)
 		return nil, true, err
 	}
 	res = &approval.Result{Status: resp.StatusCode, Header: http.Header{}}
