@@ -71,7 +71,7 @@ func (m *AWSEngine) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease
 		return err
 	})
 	if err != nil {
-		return fail(vaultCause(err), failure(err))
+		return fail(m.v.cause(err), failure(err))
 	}
 	if sec == nil {
 		return fail("Vault returned no credentials", "no credentials returned")
@@ -106,7 +106,7 @@ func (m *AWSEngine) Renew(ctx context.Context, sc upstream.Scope, l upstream.Lea
 		return err
 	})
 	if err != nil {
-		return upstream.Lease{}, fmt.Errorf("%s: renew: %w", m.Describe(), upstream.Unavailable(vaultCause(err), errors.New(failure(err))))
+		return upstream.Lease{}, fmt.Errorf("%s: renew: %w", m.Describe(), upstream.Unavailable(m.v.cause(err), errors.New(failure(err))))
 	}
 	if sec != nil && sec.LeaseDuration > 0 {
 		l.Expires = sc.Now.Add(time.Duration(sec.LeaseDuration) * time.Second)

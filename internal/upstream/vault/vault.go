@@ -238,12 +238,12 @@ func failure(err error) string {
 
 const errVaultNotFound = "Vault: secret not found"
 
-// vaultCause is the safe cause of a failed Vault operation (a fixed
+// cause is the safe cause of a failed Vault operation (a fixed
 // phrase): a failed login, a refusal by status, or the round trip's.
-func vaultCause(err error) string {
+func (v *Client) cause(err error) string {
 	var le *loginError
 	if errors.As(err, &le) {
-		return "Vault: login failed"
+		return "Vault: " + v.auth.Method + " login failed" // token, approle or kubernetes: New checked it
 	}
 	var re *vaultapi.ResponseError
 	if errors.As(err, &re) {
@@ -353,7 +353,7 @@ func (s *KV) read(ctx context.Context) (upstream.Secret, error) {
 		if errors.Is(err, vaultapi.ErrSecretNotFound) {
 			return fail(errVaultNotFound, "secret not found")
 		}
-		return fail(vaultCause(err), failure(err))
+		return fail(s.v.cause(err), failure(err))
 	}
 	raw, ok := sec.Data[s.field]
 	str, isString := raw.(string)
