@@ -86,6 +86,7 @@ type call struct {
 	name  string     // the upstream as the door named it
 	rec   CallRecord // what the audit records say of the call
 	start time.Time  // wall clock: latency, never expiry
+	sent  time.Time  // when the upstream call began (send), wall clock
 
 	l       *LiveSession
 	u       *upstream.Upstream
@@ -480,6 +481,7 @@ func (c *call) send(parent context.Context) (*response, error) {
 		return fail(ErrNotRecorded, err)
 	}
 	sent := time.Now()
+	c.sent = sent
 	resp, err := c.u.Do(ctx, c.out, cred)
 	if err != nil {
 		if cut := Interrupted(bound); cut != nil {

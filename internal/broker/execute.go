@@ -61,7 +61,7 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 	}
 	res.Body = body
 	upDur := resp.UpstreamTime()
-	b.calls.upstream(c.rec.Upstream, upDur)
+	b.calls.upstream(p.ctx, c.rec.Upstream, resp.StatusCode, upDur)
 	c.complete(resp.StatusCode, int64(len(body)), "")
 	b.calls.observe(c.rec.Upstream, "allow", "", c.elapsed()-upDur)
 	return res, true, nil

@@ -444,6 +444,7 @@ func (p *pipe) send() *response {
 	case p.ctx.Err() != nil:
 		c.complete(0, 0, "client_gone") // nobody to answer
 	default:
+		p.b.calls.upstream(p.ctx, c.rec.Upstream, 0, time.Since(c.sent))
 		p.failSent(err, "error", false, 0)
 	}
 	return nil
@@ -515,7 +516,7 @@ func (p *pipe) answer(resp *response, websocket bool) {
 	}
 	w := p.give(Outcome{RequestID: c.rec.RequestID, Answer: a})
 	upDur := resp.UpstreamTime()
-	b.calls.upstream(c.rec.Upstream, upDur)
+	b.calls.upstream(p.ctx, c.rec.Upstream, resp.StatusCode, upDur)
 	code := ""
 	if w.Err != nil {
 		code = "stream_interrupted"

@@ -104,7 +104,8 @@ func (s *Server) routes(r chi.Router, p Plane) {
 		return
 	}
 	r.Get("/readyz", s.handle(s.readyz))
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	// OpenMetrics for a scraper that asks for it: the format of exemplars.
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 
 	ops := []string{auth.RoleOperator}
 	r.Post("/v1/sessions", s.as(ops, s.createSession))
