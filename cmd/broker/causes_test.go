@@ -208,3 +208,57 @@ func resetting(t *testing.T) string {
 	}()
 	return ln.Addr().String()
 }
+
+// TestFailedActionExplained: an approved action whose upstream refuses the
+// connection fails with the cause as its reason (the reviewers' view), in
+// the sandbox's problem, and in its call's completion record.
+func TestFailedActionExplained(t *testing.T) {
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	t.Cleanup(plain.Close)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: plain.URL, ExtraYAML: "  - name: gone\n    base_url: http://" + closedPort(t) +
+		"\n    credential: {source: env, name: CANARY_TOKEN}\n    inject: {query: api_key}\n"})
+	op, rev := b.NewToken("operator", "orchestrator"), b.NewToken("reviewer", "rita")
+	r := b.Do("POST", b.Control+"/v1/sessions", op, map[string]any{"task_id": "t-gated", "isolation": "microvm", "grants": []any{
+		map[string]any{"upstream": "gone", "rules": []any{map[string]any{"method": "POST", "path": "/x", "irreversible": true}}}}})
+	var s brokertest.Created
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
+		t.Fatalf("gated session: %d %s", r.Status, r.Body)
+	}
+	r = b.Do("POST", b.Sandbox+"/v1/proxy/gone/x", s.Token, map[string]any{"n": 1})
+	var held struct {
+		ActionID string `json:"action_id"`
+	}
+	if err := json.Unmarshal(r.Body, &held); err != nil || r.Status != 202 {
+		t.Fatalf("gated call: %d %s", r.Status, r.Body)
+	}
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+held.ActionID+"/approve", rev, map[string]any{}); r.Status != 200 {
+		t.Fatalf("approve: %d %s", r.Status, r.Body)
+	}
+	const cause = "connection refused by the upstream"
+	var a struct{ Status, Reason string }
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		_ = json.Unmarshal(b.Do("GET", b.Control+"/v1/approvals/"+held.ActionID, rev, nil).Body, &a)
+		return a.Status == "failed"
+	})
+	if a.Reason != cause {
+		t.Errorf("the action's reason %q, want %q", a.Reason, cause)
+	}
+	res := b.Do("GET", b.Sandbox+"/v1/actions/"+held.ActionID+"/result", s.Token, nil)
+	if p := res.WantProblem(t, 502, "upstream_error"); p["detail"] != "the approved action could not be executed: "+cause {
+		t.Errorf("the result's problem: %s", res.Body)
+	}
+	var completed *brokertest.AuditRecord
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		for _, x := range brokertest.ParseAudit(t, b.AuditExport()) {
+			if x.Type == "call.completed" && x.ActionID == held.ActionID {
+				completed = &x
+				return true
+			}
+		}
+		return false
+	})
+	if completed.Reason != cause || completed.Code != "upstream_error" {
+		t.Errorf("the completion record: reason %q code %q", completed.Reason, completed.Code)
+	}
+	brokertest.AssertNoCanary(t, "the audit log", b.AuditExport())
+}

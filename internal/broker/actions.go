@@ -517,7 +517,8 @@ func (s *approvals) wait(ctx context.Context, id string, d time.Duration) (appro
 	}
 }
 
-// ActionError maps a terminal, unsuccessful action to the sandbox's error.
+// ActionError maps a terminal, unsuccessful action to the sandbox's error
+// (a failed one's text says its reason).
 func ActionError(a approval.Action) error {
 	switch a.Status {
 	case approval.Denied:
@@ -529,7 +530,12 @@ func ActionError(a approval.Action) error {
 		if a.Result != nil {
 			code = a.Result.Code
 		}
-		return fmt.Errorf("%w (%s)", ErrActionFailed, code)
+		err := fmt.Errorf("%w (%s)", ErrActionFailed, code)
+		if a.Reason != "" {
+			// The failure's reason is the broker's own (reasonOf): shown.
+			return fault.Because(err, ErrActionFailed.Msg+": "+a.Reason, nil)
+		}
+		return err
 	}
 	return nil
 }
