@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval/web"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // Server holds what the handlers need.
@@ -197,7 +198,8 @@ func (s *Server) handle(fn func(http.ResponseWriter, *http.Request) error) http.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, requestID string) {
 	p := problemFor(err)
 	if p.Status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "route", routePattern(r), "code", p.Code, "request_id", requestID, "err", err)
+		s.log.Error("request failed", "method", r.Method, "route", routePattern(r), "code", p.Code, "request_id", requestID,
+			"cause", fault.Reason(err), "err", err) // a control-plane error: the broker's own, no upstream's
 	}
 	writeProblem(w, p, requestID)
 }
