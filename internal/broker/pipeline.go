@@ -170,7 +170,7 @@ type Relay struct {
 type Written struct {
 	Bytes   int64  // of the answer's content the sandbox got (a relay: upstream to sandbox)
 	BytesIn int64  // a relay's sandbox to upstream
-	Err     error  // the write broke off (the client left, the upstream's stream broke)
+	Err     error  // the write broke off (the client left, the upstream's stream broke); with a 5xx Status, why (its cause)
 	Code    string // a relay's end, when not clean ("client_gone", ...)
 	Status  int    // what the door answered instead of the Answer's status (a relay it could not start), or 0
 }
@@ -561,6 +561,15 @@ func (p *pipe) relay(resp *response) {
 		code = why
 	}
 	c.rec.BytesIn = w.BytesIn
+	if w.Status >= 500 && w.Err != nil {
+		// The relay could not start: a failure like any other, its cause
+		// in the record and in the one error line.
+		c.completeWhy(status, w.Bytes, code, fault.Reason(w.Err))
+		b.calls.observe(c.rec.Upstream, decision, code, c.elapsed())
+		b.log.Error("call failed", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
+			"method", c.rec.Method, "path", c.rec.Path, "code", code, "cause", fault.Reason(w.Err))
+		return
+	}
 	c.complete(status, w.Bytes, code)
 	b.calls.observe(c.rec.Upstream, decision, code, c.elapsed())
 	b.log.Info("websocket relay ended", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
