@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 )
 
@@ -76,6 +77,12 @@ var (
 // errSyncFailed answers every append after a failed sync.
 var errSyncFailed = errors.New("an earlier sync of the audit log failed; restart the broker")
 
+// The causes of a writer that takes no record.
+var (
+	errBroken = fault.Because(ErrUnavailable, "the audit log refuses records after a failed sync (restart the broker)", errSyncFailed)
+	errClosed = fault.Because(ErrUnavailable, "the audit log is closed (the broker is stopping)", nil)
+)
+
 // NewWriter starts a writer over sink, continuing its chain.
 func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.Logger) (*Writer, error) {
 	seq, head, err := sink.AuditHead(ctx)
@@ -116,7 +123,7 @@ func (w *Writer) AppendGuarded(ctx context.Context, ev Event, side *grants.Usage
 
 func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate, guard bool) (Event, error) {
 	if err := ctx.Err(); err != nil {
-		return ev, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		return ev, fault.Because(ErrUnavailable, "the request ended before its audit record was written", err)
 	}
 	if ev.Time.IsZero() {
 		ev.Time = w.now()
@@ -157,7 +164,8 @@ func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate,
 		return out, err
 	}
 	if err != nil {
-		return out, fmt.Errorf("%w: %v", ErrUnavailable, err)
+		// The sink's own error is logged where it happened (write, sync).
+		return out, fault.Because(ErrUnavailable, "the audit log's write failed", err)
 	}
 	return out, nil
 }
@@ -166,9 +174,9 @@ func (w *Writer) append(ctx context.Context, ev Event, side *grants.UsageUpdate,
 func (w *Writer) refusing() error {
 	switch {
 	case w.closed:
-		return fmt.Errorf("%w: writer closed", ErrUnavailable)
+		return errClosed
 	case w.broken:
-		return fmt.Errorf("%w: %v", ErrUnavailable, errSyncFailed)
+		return errBroken
 	}
 	return nil
 }
@@ -490,7 +498,7 @@ func (w *Writer) Healthy() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.broken {
-		return fmt.Errorf("%w: %v", ErrUnavailable, errSyncFailed)
+		return errBroken
 	}
 	return nil
 }

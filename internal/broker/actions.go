@@ -371,14 +371,17 @@ func (s *approvals) execute(a approval.Action, held bool) {
 }
 
 // reasonOf is what an action's failure says of err: its text, or for a
-// private kind (whose text may name what the sandbox must not learn) the
-// kind's own message.
+// private kind (whose text may name what the sandbox must not learn) its
+// safe cause (fault.CauseOf), else the kind's own message.
 func reasonOf(err error) string {
 	f := fault.Find(err)
 	switch {
 	case f == nil:
 		return "failed"
 	case f.Private:
+		if cause := fault.CauseOf(err); cause != "" {
+			return cause // the failure's safe cause, as its call's records say
+		}
 		return f.Msg
 	}
 	return err.Error()
@@ -516,7 +519,8 @@ func (s *approvals) wait(ctx context.Context, id string, d time.Duration) (appro
 	}
 }
 
-// ActionError maps a terminal, unsuccessful action to the sandbox's error.
+// ActionError maps a terminal, unsuccessful action to the sandbox's error
+// (a failed one's text says its reason).
 func ActionError(a approval.Action) error {
 	switch a.Status {
 	case approval.Denied:
@@ -528,7 +532,12 @@ func ActionError(a approval.Action) error {
 		if a.Result != nil {
 			code = a.Result.Code
 		}
-		return fmt.Errorf("%w (%s)", ErrActionFailed, code)
+		err := fmt.Errorf("%w (%s)", ErrActionFailed, code)
+		if a.Reason != "" {
+			// The failure's reason is the broker's own (reasonOf): shown.
+			return fault.Because(err, ErrActionFailed.Msg+": "+a.Reason, nil)
+		}
+		return err
 	}
 	return nil
 }

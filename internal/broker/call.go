@@ -86,6 +86,7 @@ type call struct {
 	name  string     // the upstream as the door named it
 	rec   CallRecord // what the audit records say of the call
 	start time.Time  // wall clock: latency, never expiry
+	sent  time.Time  // when the upstream call began (send), wall clock
 
 	l       *LiveSession
 	u       *upstream.Upstream
@@ -473,6 +474,7 @@ func (c *call) send(parent context.Context) (*response, error) {
 		return fail(ErrNotRecorded, err)
 	}
 	sent := time.Now()
+	c.sent = sent
 	resp, err := c.u.Do(ctx, c.out, cred)
 	if err != nil {
 		if cut := Interrupted(bound); cut != nil {
@@ -590,8 +592,15 @@ func (c *call) refuse(ctx context.Context, cause error, code string) error {
 // upstream gave none), the bytes of the answer it got, and the code of a
 // failure.
 func (c *call) complete(status int, bytesOut int64, code string) {
+	c.completeWhy(status, bytesOut, code, "")
+}
+
+// completeWhy is complete for a failure, with its safe cause as the
+// record's reason (fault.Reason).
+func (c *call) completeWhy(status int, bytesOut int64, code, reason string) {
 	ev := callEvent(c.l, c.rec)
 	ev.Type, ev.Status, ev.LatencyUS, ev.BytesOut, ev.Code = audit.TypeCallCompleted, status, time.Since(c.start).Microseconds(), bytesOut, code
+	ev.Reason = reason
 	ev.ActionID = c.actionID
 	if c.grant != nil {
 		ev.GrantID = c.grant.Grant.ID
@@ -613,7 +622,8 @@ func callEvent(l *LiveSession, c CallRecord) audit.Event {
 
 // denialReason is the audit's reason: the error's text for a bad request,
 // a constraint or a destination (they name parameters, constraints and
-// hosts, never values or secrets), else the message of its kind's error.
+// hosts, never values or secrets), else its safe cause (a credential not
+// had: fault.CauseOf), else the message of its kind's error.
 func denialReason(err error) string {
 	var v *grants.Violation
 	if errors.As(err, &v) {
@@ -625,6 +635,9 @@ func denialReason(err error) string {
 		return "refused"
 	case f.Kind == fault.BadRequest || f.Kind == fault.EgressDenied:
 		return err.Error()
+	}
+	if cause := fault.CauseOf(err); cause != "" {
+		return cause // a failure's safe cause: what its log line and problem say
 	}
 	return f.Msg
 }

@@ -52,7 +52,7 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 	defer resp.Close()
 	body, rdErr := io.ReadAll(io.LimitReader(resp.Scrub.Reader(resp.Body), maxResultBody+1))
 	if rdErr != nil {
-		p.failSent(upstream.ErrUpstream, "error", false, 0)
+		p.failSent(upstream.ReadFailed(rdErr), "error", false, 0)
 		return nil, true, err
 	}
 	res = &approval.Result{Status: resp.StatusCode, Header: http.Header{}}
@@ -62,7 +62,7 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 	}
 	res.Body = body
 	upDur := resp.UpstreamTime()
-	b.calls.upstream(c.rec.Upstream, upDur)
+	b.calls.upstream(p.ctx, c.rec.Upstream, resp.StatusCode, upDur)
 	c.complete(resp.StatusCode, int64(len(body)), "")
 	b.calls.observe(c.rec.Upstream, "allow", "", c.elapsed()-upDur)
 	return res, true, nil

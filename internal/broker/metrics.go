@@ -2,9 +2,12 @@ package broker
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -113,6 +116,31 @@ type callMetrics struct {
 	limitHits       *prometheus.CounterVec
 	waiters         prometheus.Gauge
 	known           map[string]*upstream.Upstream // configured upstreams: the only label values
+	// byClass are upstreamLatency's observers, by upstream label and
+	// status class, made once (no label lookup per call).
+	byClass map[string]*[classes]prometheus.Observer
+}
+
+// Status classes of an upstream call, airlock_upstream_seconds's class
+// label: the answer's status class, or "error" for no answer.
+const (
+	class1xx = iota
+	class2xx
+	class3xx
+	class4xx
+	class5xx
+	classError
+	classes
+)
+
+var classNames = [classes]string{"1xx", "2xx", "3xx", "4xx", "5xx", "error"}
+
+// statusClass is the class of an upstream's status (0: no answer).
+func statusClass(status int) int {
+	if status < 100 || status > 599 {
+		return classError
+	}
+	return status/100 - 1
 }
 
 // unknownUpstream is the label of every name that is not configured: label
@@ -130,9 +158,9 @@ func newCallMetrics(reg prometheus.Registerer, known map[string]*upstream.Upstre
 			Buckets: prometheus.ExponentialBuckets(0.00005, 2, 16),
 		}, []string{"upstream"}),
 		upstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "airlock_upstream_seconds", Help: "Upstream call time, from sending to the last byte of the answer.",
+			Name: "airlock_upstream_seconds", Help: "Upstream call time, from sending to the last byte of the answer (to the failure, for class error), by upstream and status class (1xx ... 5xx, error: no answer); a sampled trace's id as the exemplar.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"upstream"}),
+		}, []string{"upstream", "class"}),
 		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_limit_hits_total", Help: "Calls refused by a cap or limit: constraint, budget, max_uses, rate, pending.",
 		}, []string{"kind"}),
@@ -142,6 +170,14 @@ func newCallMetrics(reg prometheus.Registerer, known map[string]*upstream.Upstre
 	}
 	if reg != nil {
 		reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.limitHits, m.waiters)
+	}
+	m.byClass = make(map[string]*[classes]prometheus.Observer, len(known)+1)
+	for _, name := range append(slices.Collect(maps.Keys(known)), unknownUpstream) {
+		var obs [classes]prometheus.Observer
+		for i := range obs {
+			obs[i] = m.upstreamLatency.WithLabelValues(name, classNames[i])
+		}
+		m.byClass[name] = &obs
 	}
 	return m
 }
@@ -184,6 +220,15 @@ func (m *callMetrics) observe(name, decision, code string, overhead time.Duratio
 	m.overhead.WithLabelValues(name).Observe(overhead.Seconds())
 }
 
-func (m *callMetrics) upstream(name string, d time.Duration) {
-	m.upstreamLatency.WithLabelValues(m.label(name)).Observe(d.Seconds())
+// upstream observes an upstream call of d that answered status (0: none),
+// with the trace of ctx as the exemplar when its span is sampled.
+func (m *callMetrics) upstream(ctx context.Context, name string, status int, d time.Duration) {
+	obs := m.byClass[m.label(name)][statusClass(status)]
+	if sc := trace.SpanContextFromContext(ctx); sc.IsSampled() {
+		if eo, ok := obs.(prometheus.ExemplarObserver); ok {
+			eo.ObserveWithExemplar(d.Seconds(), prometheus.Labels{"trace_id": sc.TraceID().String()})
+			return
+		}
+	}
+	obs.Observe(d.Seconds())
 }

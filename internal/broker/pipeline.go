@@ -170,7 +170,7 @@ type Relay struct {
 type Written struct {
 	Bytes   int64  // of the answer's content the sandbox got (a relay: upstream to sandbox)
 	BytesIn int64  // a relay's sandbox to upstream
-	Err     error  // the write broke off (the client left, the upstream's stream broke)
+	Err     error  // the write broke off (the client left, the upstream's stream broke); with a 5xx Status, why (its cause)
 	Code    string // a relay's end, when not clean ("client_gone", ...)
 	Status  int    // what the door answered instead of the Answer's status (a relay it could not start), or 0
 }
@@ -309,15 +309,23 @@ func (p *pipe) give(o Outcome) Written {
 var errNoParse = errors.New("the door gave no parse")
 
 // refuse records a call refused before it was sent (durably, with its
-// code), logs and counts it, and gives it to the writer.
+// code and reason), logs and counts it, and gives it to the writer. A
+// refusal answered 5xx (a credential, the audit log, this replica) is a
+// failure: logged as fail logs one, with its cause.
 func (p *pipe) refuse(err error) {
 	c := p.c
-	code := fault.Of(err).Code()
+	k := fault.Of(err)
+	code := k.Code()
 	if derr := c.refuse(p.ctx, err, code); derr != nil {
-		p.b.log.Error("audit of a denied call failed", "request_id", c.rec.RequestID, "err", derr)
+		p.b.log.Error("audit of a denied call failed", "request_id", c.rec.RequestID, "cause", fault.Reason(derr))
 	}
-	p.b.log.Info("call denied", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
-		"method", c.rec.Method, "path", c.rec.Path, "code", code)
+	if failure(k) {
+		p.b.log.Error("call failed", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
+			"method", c.rec.Method, "path", c.rec.Path, "code", code, "cause", fault.Reason(err))
+	} else {
+		p.b.log.Info("call denied", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
+			"method", c.rec.Method, "path", c.rec.Path, "code", code)
+	}
 	p.b.calls.observe(c.rec.Upstream, "deny", code, c.elapsed())
 	p.give(Outcome{RequestID: c.rec.RequestID, Err: err})
 }
@@ -330,17 +338,31 @@ func (p *pipe) fail(err error, decision string, held bool) {
 	if decision != "" {
 		p.b.calls.observe(c.rec.Upstream, decision, f.Code(), c.elapsed())
 	}
-	if f.Status() >= 500 {
+	if failure(f) {
+		// The one line of a failure: its safe cause, never the error's
+		// text (a transport's names hosts, and could carry the URL).
 		p.b.log.Error("call failed", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
-			"code", f.Code(), "err", err)
+			"method", c.rec.Method, "path", c.rec.Path, "code", f.Code(), "cause", fault.Reason(err))
 	}
 	p.give(Outcome{RequestID: c.rec.RequestID, Err: err, Held: held})
 }
 
+// failure reports whether a call answered with kind k failed (a 5xx that
+// is no operator's decision: the kill-switch is one), rather than being
+// refused: its log line is an error, with the cause.
+func failure(k fault.Kind) bool {
+	return k.Status() >= 500 && k != fault.KillswitchEngaged
+}
+
 // failSent is fail for a call that was sent: its completion is recorded
-// first, with status (what the client got of the upstream: 0 for nothing).
+// first, with status (what the client got of the upstream: 0 for nothing)
+// and, for a failure, its cause as the reason.
 func (p *pipe) failSent(err error, decision string, held bool, status int) {
-	p.c.complete(status, 0, fault.Of(err).Code())
+	reason := ""
+	if failure(fault.Of(err)) {
+		reason = fault.Reason(err)
+	}
+	p.c.completeWhy(status, 0, fault.Of(err).Code(), reason)
 	p.fail(err, decision, held)
 }
 
@@ -422,6 +444,7 @@ func (p *pipe) send() *response {
 	case p.ctx.Err() != nil:
 		c.complete(0, 0, "client_gone") // nobody to answer
 	default:
+		p.b.calls.upstream(p.ctx, c.rec.Upstream, 0, time.Since(c.sent))
 		p.failSent(err, "error", false, 0)
 	}
 	return nil
@@ -460,7 +483,7 @@ func (p *pipe) answer(resp *response, websocket bool) {
 	if resp.StatusCode == http.StatusSwitchingProtocols {
 		// An upgrade nobody asked for (or that was not relayed): never
 		// passed on as it is.
-		p.failSent(upstream.ErrUpstream, "error", false, fault.UpstreamError.Status())
+		p.failSent(upstream.ErrUnaskedUpgrade, "error", false, fault.UpstreamError.Status())
 		return
 	}
 	c.answer = Answer{Status: resp.StatusCode, resp: resp, requestID: c.rec.RequestID}
@@ -474,7 +497,7 @@ func (p *pipe) answer(resp *response, websocket bool) {
 		body, err := readAnswer(resp.Body, resp.ContentLength)
 		if err != nil {
 			// Nothing was sent yet: refused in the door's protocol.
-			p.failSent(errors.Join(upstream.ErrUpstream, err), "error", false, fault.UpstreamError.Status())
+			p.failSent(upstream.ReadFailed(err), "error", false, fault.UpstreamError.Status())
 			return
 		}
 		a.Body = resp.Scrub.Bytes(body)
@@ -493,7 +516,7 @@ func (p *pipe) answer(resp *response, websocket bool) {
 	}
 	w := p.give(Outcome{RequestID: c.rec.RequestID, Answer: a})
 	upDur := resp.UpstreamTime()
-	b.calls.upstream(c.rec.Upstream, upDur)
+	b.calls.upstream(p.ctx, c.rec.Upstream, resp.StatusCode, upDur)
 	code := ""
 	if w.Err != nil {
 		code = "stream_interrupted"
@@ -517,7 +540,7 @@ func (p *pipe) relay(resp *response) {
 	conn, ok := resp.Body.(io.ReadWriteCloser)
 	if !ok || !strings.EqualFold(resp.Header.Get("Upgrade"), "websocket") || resp.Header.Get("Sec-Websocket-Extensions") != "" {
 		// Not a WebSocket, or frames the broker could not read (it asked for no extension).
-		p.failSent(upstream.ErrUpstream, "error", false, fault.UpstreamError.Status())
+		p.failSent(upstream.ErrNotWebSocket, "error", false, fault.UpstreamError.Status())
 		return
 	}
 	c.answer = Answer{Status: http.StatusSwitchingProtocols, resp: resp, requestID: c.rec.RequestID}
@@ -538,6 +561,15 @@ func (p *pipe) relay(resp *response) {
 		code = why
 	}
 	c.rec.BytesIn = w.BytesIn
+	if w.Status >= 500 && w.Err != nil {
+		// The relay could not start: a failure like any other, its cause
+		// in the record and in the one error line.
+		c.completeWhy(status, w.Bytes, code, fault.Reason(w.Err))
+		b.calls.observe(c.rec.Upstream, decision, code, c.elapsed())
+		b.log.Error("call failed", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
+			"method", c.rec.Method, "path", c.rec.Path, "code", code, "cause", fault.Reason(w.Err))
+		return
+	}
 	c.complete(status, w.Bytes, code)
 	b.calls.observe(c.rec.Upstream, decision, code, c.elapsed())
 	b.log.Info("websocket relay ended", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,

@@ -42,6 +42,12 @@ type retiredLease struct {
 // revokeTimeout bounds one revocation (network time, not an expiry).
 const revokeTimeout = 30 * time.Second
 
+// Causes of a minted credential the session no longer has.
+var (
+	errSessionEndedCred   = upstream.Unavailable("the session has ended", nil)
+	errSessionCredRevoked = upstream.Unavailable("the session's credentials were revoked", nil)
+)
+
 // minted is the session's credential on minted upstream u: the lease
 // minted, renewed or re-minted as needed, with a scrubber of its values and
 // of the leases it replaced within their grace. It fails closed, wrapping
@@ -50,13 +56,13 @@ func (s *Service) minted(ctx context.Context, l Holder, u *upstream.Upstream) (u
 	now := s.clk.Now()
 	e := s.entry(l, u.Name)
 	if e == nil {
-		return upstream.Credential{}, fmt.Errorf("%w: %s: the session has ended", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+		return upstream.Credential{}, fmt.Errorf("%s: %w", u.Minter.Describe(), errSessionEndedCred)
 	}
 	fp := scopeFingerprint(l, u.Name, now)
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.gone {
-		return upstream.Credential{}, fmt.Errorf("%w: %s: the session's credentials were revoked", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+		return upstream.Credential{}, fmt.Errorf("%s: %w", u.Minter.Describe(), errSessionCredRevoked)
 	}
 	switch {
 	case !e.have || e.scope != fp:
@@ -153,7 +159,7 @@ func (s *Service) mint(ctx context.Context, l Holder, u *upstream.Upstream, e *m
 	}
 	if err != nil {
 		s.failed(l.SessionID(), u, "mint", err)
-		return fmt.Errorf("%w: %s: mint failed", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+		return fmt.Errorf("%s: mint failed: %w", u.Minter.Describe(), upstream.CredentialFailed(err, "the credential could not be minted"))
 	}
 	if e.have {
 		// The scope changed: the lease of the old scope is replaced and revoked.
@@ -181,7 +187,7 @@ func (s *Service) renew(ctx context.Context, l Holder, u *upstream.Upstream, e *
 			e.retryAt = now.Add(min(renewRetry, e.lease.Expires.Sub(now)/2))
 			return nil
 		}
-		return fmt.Errorf("%w: %s: renewal failed", upstream.ErrCredentialUnavailable, u.Minter.Describe())
+		return fmt.Errorf("%s: renewal failed: %w", u.Minter.Describe(), upstream.CredentialFailed(err, "the credential could not be renewed"))
 	}
 	if lease.ID != e.lease.ID {
 		old := e.lease // minted anew: the one replaced is revoked

@@ -50,7 +50,9 @@ var titles = map[string]string{
 }
 
 // problemFor maps err to its problem document: the status and code of its
-// kind (see fault.Find), its text as the detail unless it is private.
+// kind (see fault.Find), its text as the detail unless it is private; a
+// private error's detail is its safe cause (fault.CauseOf: "connection
+// refused by the upstream"), else its title.
 func problemFor(err error) Problem {
 	var fe *fault.FieldError
 	if errors.As(err, &fe) {
@@ -62,8 +64,11 @@ func problemFor(err error) Problem {
 	}
 	code := f.Kind.Code()
 	p := Problem{Status: f.Kind.Status(), Code: code, Title: titles[code], Detail: titles[code], kind: f.Kind}
-	if !f.Private {
+	switch {
+	case !f.Private:
 		p.Detail = err.Error()
+	case fault.CauseOf(err) != "":
+		p.Detail = fault.CauseOf(err) // what kind of failure it was, in a fixed phrase
 	}
 	var v *grants.Violation
 	if errors.As(err, &v) {

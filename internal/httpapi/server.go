@@ -105,7 +105,8 @@ func (s *Server) routes(r chi.Router, p Plane) {
 		return
 	}
 	r.Get("/readyz", s.handle(s.readyz))
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{}))
+	// OpenMetrics for a scraper that asks for it: the format of exemplars.
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(s.reg, promhttp.HandlerOpts{EnableOpenMetrics: true}))
 
 	ops := []string{auth.RoleOperator}
 	r.Post("/v1/sessions", s.as(ops, s.createSession))
@@ -197,7 +198,8 @@ func (s *Server) handle(fn func(http.ResponseWriter, *http.Request) error) http.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, requestID string) {
 	p := problemFor(err)
 	if p.Status >= 500 {
-		s.log.Error("request failed", "method", r.Method, "route", routePattern(r), "code", p.Code, "request_id", requestID, "err", err)
+		s.log.Error("request failed", "method", r.Method, "route", routePattern(r), "code", p.Code, "request_id", requestID,
+			"cause", fault.Reason(err), "err", err) // a control-plane error: the broker's own, no upstream's
 	}
 	writeProblem(w, p, requestID)
 }

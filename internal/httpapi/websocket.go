@@ -71,6 +71,9 @@ func headerHasToken(h http.Header, name, token string) bool {
 	return false
 }
 
+// errNoHijack is a sandbox connection the relay cannot take over.
+var errNoHijack = fault.Because(upstream.ErrUpstream, "the sandbox's connection cannot carry a WebSocket relay", nil)
+
 // relayWebSocket relays an upgraded WebSocket (the pipeline's Answer):
 // the handshake's answer to the sandbox, then frames both ways until either
 // side ends or the call's standing does. It says what it relayed.
@@ -80,8 +83,8 @@ func relayWebSocket(w http.ResponseWriter, a *broker.Answer) broker.Written {
 	reqID := h.Get("X-Airlock-Request-Id")
 	conn, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
-		writeProblem(w, problemFor(upstream.ErrUpstream), reqID)
-		return broker.Written{Status: fault.UpstreamError.Status(), Code: fault.UpstreamError.Code()}
+		writeProblem(w, problemFor(errNoHijack), reqID)
+		return broker.Written{Status: fault.UpstreamError.Status(), Code: fault.UpstreamError.Code(), Err: errNoHijack}
 	}
 	_ = conn.SetDeadline(time.Time{}) // the server's deadlines do not apply to the relay
 	var hs strings.Builder

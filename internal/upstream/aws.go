@@ -71,7 +71,7 @@ type awsSource struct {
 func (s awsSource) Fetch(ctx context.Context) (Secret, error) {
 	c, err := s.p.Retrieve(ctx)
 	if err != nil || c.SecretAccessKey == "" {
-		return Secret{}, fmt.Errorf("%w: %s", ErrCredentialUnavailable, s.desc)
+		return Secret{}, fmt.Errorf("%s: %w", s.desc, errNoAWSCredentials)
 	}
 	return NewSecret(c.SecretAccessKey), nil
 }

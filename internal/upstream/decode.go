@@ -5,7 +5,6 @@ import (
 	"compress/flate"
 	"compress/gzip"
 	"compress/zlib"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -25,7 +24,7 @@ func decodeResponse(resp *http.Response) error {
 		return nil
 	}
 	if len(vs) > 1 || strings.Contains(vs[0], ",") {
-		return fmt.Errorf("%w: several content encodings", ErrUpstream)
+		return ErrSeveralEncodings
 	}
 	var open func(*bufio.Reader) (io.Reader, error)
 	switch strings.ToLower(strings.TrimSpace(vs[0])) {
@@ -37,7 +36,7 @@ func decodeResponse(resp *http.Response) error {
 	case "deflate":
 		open = openDeflate
 	default:
-		return fmt.Errorf("%w: unsupported content encoding", ErrUpstream)
+		return ErrUnknownEncoding
 	}
 	resp.Body = &decodedBody{body: resp.Body, open: open}
 	resp.Header.Del("Content-Encoding")
@@ -72,7 +71,7 @@ func (d *decodedBody) Read(p []byte) (int, error) {
 		if _, err := br.Peek(1); err != nil {
 			d.err = err // io.EOF: empty
 		} else if d.dec, err = d.open(br); err != nil {
-			d.err = fmt.Errorf("%w: undecodable answer", ErrUpstream)
+			d.err = ErrUndecodable
 		}
 	}
 	if d.err != nil {

@@ -107,7 +107,7 @@ func MintedSource(m Minter) Source { return mintedSource{m} }
 type mintedSource struct{ m Minter }
 
 func (s mintedSource) Fetch(context.Context) (Secret, error) {
-	return Secret{}, fmt.Errorf("%w: %s is minted per session", ErrCredentialUnavailable, s.m.Describe())
+	return Secret{}, fmt.Errorf("%s: %w", s.m.Describe(), errMintedPerSession)
 }
 func (s mintedSource) Describe() string { return s.m.Describe() }
 

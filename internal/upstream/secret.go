@@ -2,7 +2,9 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"strings"
@@ -96,7 +98,7 @@ func NewFileSource(path string) *FileSource { return &FileSource{path: path} }
 func (s *FileSource) Fetch(context.Context) (Secret, error) {
 	st, err := os.Stat(s.path)
 	if err != nil {
-		return Secret{}, fmt.Errorf("%w: %s: cannot stat file", ErrCredentialUnavailable, s.Describe())
+		return Secret{}, fmt.Errorf("%s: %w", s.Describe(), fileUnavailable(err))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -105,11 +107,11 @@ func (s *FileSource) Fetch(context.Context) (Secret, error) {
 	}
 	data, err := os.ReadFile(s.path)
 	if err != nil {
-		return Secret{}, fmt.Errorf("%w: %s: cannot read file", ErrCredentialUnavailable, s.Describe())
+		return Secret{}, fmt.Errorf("%s: %w", s.Describe(), fileUnavailable(err))
 	}
 	sec := NewSecret(strings.TrimRight(string(data), "\r\n"))
 	if sec.IsZero() {
-		return Secret{}, fmt.Errorf("%w: %s: file is empty", ErrCredentialUnavailable, s.Describe())
+		return Secret{}, fmt.Errorf("%s: %w", s.Describe(), errFileEmpty)
 	}
 	s.secret, s.modTime, s.size = sec, st.ModTime(), st.Size()
 	return sec, nil
@@ -117,3 +119,16 @@ func (s *FileSource) Fetch(context.Context) (Secret, error) {
 
 // Describe implements Source.
 func (s *FileSource) Describe() string { return "file:" + s.path }
+
+var errFileEmpty = Unavailable("the credential file is empty", nil)
+
+// fileUnavailable is the cause of a credential file that cannot be read.
+func fileUnavailable(err error) error {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Unavailable("the credential file does not exist", err)
+	case errors.Is(err, fs.ErrPermission):
+		return Unavailable("the credential file is not readable (permission denied)", err)
+	}
+	return Unavailable("the credential file cannot be read", err)
+}

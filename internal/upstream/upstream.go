@@ -151,25 +151,37 @@ type Credential struct {
 	Scrub  *Scrubber
 }
 
-// Credential fetches the credential, failing closed.
+// Causes of a credential not had.
+var (
+	errMintedPerSession = Unavailable("the credential is minted per session", nil)
+	errNoAWSCredentials = Unavailable("the AWS credentials are unavailable", nil)
+	errEmptySecret      = Unavailable("the credential source returned an empty secret", nil)
+)
+
+// Credential fetches the credential, failing closed. Its error says the
+// cause (fault.CauseOf): the source's, or a generic one.
 func (u *Upstream) Credential(ctx context.Context) (Credential, error) {
 	var c Credential
 	if u.Minter != nil {
-		return c, fmt.Errorf("%w: %s is minted per session", ErrCredentialUnavailable, u.Minter.Describe())
+		return c, fmt.Errorf("%s: %w", u.Minter.Describe(), errMintedPerSession)
 	}
 	if u.AWS != nil {
 		ac, err := u.AWS.Creds.Retrieve(ctx)
 		if err != nil || ac.SecretAccessKey == "" {
-			return c, fmt.Errorf("%w: %s", ErrCredentialUnavailable, u.Source.Describe())
+			return c, fmt.Errorf("%s: %w", u.Source.Describe(), errNoAWSCredentials)
 		}
 		c.AWS, c.Secret = ac, NewSecret(ac.SecretAccessKey)
 	} else {
 		sec, err := u.Source.Fetch(ctx)
 		if err != nil {
+			// A source's error that says no cause says the generic one.
+			if fault.CauseOf(err) == "" {
+				return c, fmt.Errorf("%s: %w", u.Source.Describe(), CredentialFailed(err, "the credential source failed"))
+			}
 			return c, err
 		}
 		if sec.IsZero() {
-			return c, fmt.Errorf("%w: %s returned an empty secret", ErrCredentialUnavailable, u.Source.Describe())
+			return c, fmt.Errorf("%s: %w", u.Source.Describe(), errEmptySecret)
 		}
 		c.Secret = sec
 	}
@@ -284,7 +296,10 @@ func (u *Upstream) target(path, query string, sec *Secret) string {
 
 // Do sends out with the credential injected. The response is the
 // upstream's, its body decoded (see decodeResponse); the caller scrubs it
-// with the credential's Scrubber. Redirects are never followed.
+// with the credential's Scrubber. Redirects are never followed. A failed
+// round trip is a fault.Cause of ErrUpstream, or of ErrTimeout, that says
+// what failed in a fixed phrase (see NetCause); the error's own text, which
+// names the host and could carry the URL, is never shown.
 func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*http.Response, error) {
 	sec := cred.Secret
 	target := u.target(out.Path, out.Query, &sec)
@@ -292,9 +307,10 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 	if out.Body != nil {
 		body = bytes.NewReader(out.Body)
 	}
-	req, err := http.NewRequestWithContext(ctx, out.Method, target, body)
+	rt := &roundTrip{} // how far the round trip got: what a timeout waited for
+	req, err := http.NewRequestWithContext(rt.watch(ctx), out.Method, target, body)
 	if err != nil {
-		return nil, fmt.Errorf("%w: build request", ErrUpstream)
+		return nil, errUnbuildableRequest
 	}
 	req.Header = out.Header
 	switch {
@@ -319,17 +335,13 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 	}
 	resp, err := u.transport.RoundTrip(req)
 	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) || errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return nil, ErrTimeout
+		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return nil, ctx.Err() // the caller left, or a kill cut the call: not the upstream's failure
 		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = errors.Join(err, context.DeadlineExceeded) // the upstream's timeout, whatever the transport said
 		}
-		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
-			return nil, ErrTimeout
-		}
-		return nil, ErrUpstream
+		return nil, failed(err, rt.phase())
 	}
 	if err := decodeResponse(resp); err != nil {
 		resp.Body.Close()

@@ -11,7 +11,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -180,12 +179,12 @@ func (m *App) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, erro
 	}
 	tok, err := m.appJWT(sc.Now)
 	if err != nil {
-		return upstream.Lease{}, errors.New("cannot sign the app JWT")
+		return upstream.Lease{}, upstream.Unavailable("the GitHub App's JWT could not be signed", nil)
 	}
 	body, _ := json.Marshal(ghScope{Repositories: repos, Permissions: perms})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.endpoint("/app/installations/"+url.PathEscape(m.InstallationID)+"/access_tokens"), bytes.NewReader(body))
 	if err != nil {
-		return upstream.Lease{}, errors.New("cannot build the token request")
+		return upstream.Lease{}, upstream.Unavailable("the token request could not be built", nil)
 	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	req.Header.Set("Accept", "application/vnd.github+json")
@@ -193,18 +192,18 @@ func (m *App) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, erro
 	req.Header.Set("X-GitHub-Api-Version", "2022-11-28")
 	resp, err := m.Client.Do(req)
 	if err != nil {
-		return upstream.Lease{}, errors.New("the token request failed")
+		return upstream.Lease{}, upstream.Unavailable(upstream.NetCause(err, upstream.WhoIssuer), err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return upstream.Lease{}, fmt.Errorf("GitHub answered %d to the token request", resp.StatusCode)
+		return upstream.Lease{}, upstream.Unavailable(issuerAnswered(resp.StatusCode), nil)
 	}
 	var out struct {
 		Token     string    `json:"token"`
 		ExpiresAt time.Time `json:"expires_at"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&out); err != nil || out.Token == "" || out.ExpiresAt.IsZero() {
-		return upstream.Lease{}, errors.New("GitHub's token answer is malformed")
+		return upstream.Lease{}, upstream.Unavailable("the issuer's token answer is malformed", nil)
 	}
 	exp := out.ExpiresAt
 	if !sc.Expires.IsZero() && sc.Expires.Before(exp) {
@@ -247,4 +246,13 @@ func (m *App) Revoke(ctx context.Context, l upstream.Lease) error {
 
 func (m *App) endpoint(p string) string {
 	return m.APIURL.Scheme + "://" + m.APIURL.Host + strings.TrimSuffix(m.APIURL.EscapedPath(), "/") + p
+}
+
+// issuerAnswered is the cause of a token request GitHub refused: its
+// status, a number (a fixed set of texts whatever GitHub sends).
+func issuerAnswered(status int) string {
+	if status < 100 || status > 599 {
+		return "the issuer answered an invalid status"
+	}
+	return "the issuer answered " + strconv.Itoa(status)
 }

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,7 +56,7 @@ func (o *ClientCredentials) Mint(ctx context.Context, sc upstream.Scope) (upstre
 	}
 	secret, err := o.ClientSecret.Fetch(ctx)
 	if err != nil || secret.IsZero() {
-		return upstream.Lease{}, errors.New("the client secret is unavailable")
+		return upstream.Lease{}, errNoClientSecret
 	}
 	form := url.Values{"grant_type": {"client_credentials"}}
 	if len(scopes) > 0 {
@@ -131,6 +132,18 @@ type answer struct {
 // invalid_grant: a refresh token revoked, expired or already used).
 var errInvalidGrant = errors.New("the token endpoint answered invalid_grant")
 
+// errNoClientSecret: the client secret's source failed.
+var errNoClientSecret = upstream.Unavailable("the client secret is unavailable", nil)
+
+// statusText is an HTTP status as a cause names it: its number, or
+// "an invalid status" (a fixed set of texts whatever the issuer sends).
+func statusText(status int) string {
+	if status < 100 || status > 599 {
+		return "an invalid status"
+	}
+	return strconv.Itoa(status)
+}
+
 // requestToken posts form to the token endpoint, authenticating the client
 // with HTTP basic when secret is set (client_secret_basic, id and secret
 // form-encoded, §2.3.1) or naming it in the form otherwise (a public
@@ -141,7 +154,7 @@ func requestToken(ctx context.Context, client *http.Client, tokenURL *url.URL, c
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, tokenURL.String(), strings.NewReader(form.Encode()))
 	if err != nil {
-		return answer{}, errors.New("cannot build the token request")
+		return answer{}, upstream.Unavailable("the token request could not be built", nil)
 	}
 	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	req.Header.Set("Accept", "application/json")
@@ -150,26 +163,28 @@ func requestToken(ctx context.Context, client *http.Client, tokenURL *url.URL, c
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return answer{}, errors.New("the token request failed")
+		return answer{}, upstream.Unavailable(upstream.NetCause(err, upstream.WhoIssuer), err)
 	}
 	defer resp.Body.Close()
 	var out answer
 	dec := json.NewDecoder(io.LimitReader(resp.Body, 1<<20))
 	if err := dec.Decode(&out); err != nil && resp.StatusCode == http.StatusOK {
-		return answer{}, errors.New("the token answer is malformed")
+		return answer{}, upstream.Unavailable("the issuer's token answer is malformed", nil)
 	}
 	if resp.StatusCode != http.StatusOK || out.AccessToken == "" {
 		if out.Error == "invalid_grant" {
-			return answer{}, fmt.Errorf("%w (%d)", errInvalidGrant, resp.StatusCode)
+			return answer{}, upstream.Unavailable("the issuer answered invalid_grant", fmt.Errorf("%w (%d)", errInvalidGrant, resp.StatusCode))
 		}
 		code := out.Error
 		if len(code) > 40 || strings.ContainsFunc(code, func(r rune) bool { return r < '!' || r > '~' }) {
 			code = "?"
 		}
-		return answer{}, fmt.Errorf("the token endpoint answered %d %s", resp.StatusCode, code)
+		// The cause names the status alone; the issuer's error code is kept
+		// in From (the mint's failure record says it).
+		return answer{}, upstream.Unavailable("the issuer answered "+statusText(resp.StatusCode), fmt.Errorf("the token endpoint answered %d %s", resp.StatusCode, code))
 	}
 	if out.TokenType != "" && !strings.EqualFold(out.TokenType, "bearer") {
-		return answer{}, errors.New("the token endpoint issued a token that is not a bearer token")
+		return answer{}, upstream.Unavailable("the issuer issued a token that is not a bearer token", nil)
 	}
 	return out, nil
 }

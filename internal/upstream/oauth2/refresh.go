@@ -60,7 +60,7 @@ func (o *Refresh) Describe() string {
 func (o *Refresh) refreshToken(ctx context.Context, reload bool) (rt upstream.Secret, origin string, err error) {
 	initial, err := o.Initial.Fetch(ctx)
 	if err != nil || initial.IsZero() {
-		return upstream.Secret{}, "", errors.New("the refresh token is unavailable")
+		return upstream.Secret{}, "", upstream.Unavailable("the refresh token is unavailable", nil)
 	}
 	sum := sha256.Sum256([]byte(initial.Reveal()))
 	origin = hex.EncodeToString(sum[:])
@@ -70,7 +70,7 @@ func (o *Refresh) refreshToken(ctx context.Context, reload bool) (rt upstream.Se
 	if o.state != nil {
 		v, err := o.state.Load(ctx)
 		if err != nil {
-			return upstream.Secret{}, "", errors.New("the stored refresh token is unreadable")
+			return upstream.Secret{}, "", upstream.Unavailable("the stored refresh token is unreadable", nil)
 		}
 		if from, tok, ok := strings.Cut(string(v), "\n"); ok && from == origin && tok != "" {
 			return upstream.NewSecret(tok), origin, nil
@@ -91,7 +91,7 @@ func (o *Refresh) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, 
 	var secret upstream.Secret
 	if o.ClientSecret != nil {
 		if secret, err = o.ClientSecret.Fetch(ctx); err != nil || secret.IsZero() {
-			return upstream.Lease{}, errors.New("the client secret is unavailable")
+			return upstream.Lease{}, errNoClientSecret
 		}
 	}
 	o.mu.Lock()
@@ -117,7 +117,7 @@ func (o *Refresh) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, 
 		o.current = rotated // in memory first: the old one is dead either way
 		if o.state != nil {
 			if err := o.state.Save(ctx, []byte(origin+"\n"+out.RefreshToken)); err != nil {
-				return upstream.Lease{}, errors.New("the rotated refresh token could not be stored")
+				return upstream.Lease{}, upstream.Unavailable("the rotated refresh token could not be stored", nil)
 			}
 		}
 	}

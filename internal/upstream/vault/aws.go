@@ -55,8 +55,8 @@ func (m *AWSEngine) Describe() string {
 
 // Mint implements upstream.Minter.
 func (m *AWSEngine) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease, error) {
-	fail := func(why string) (upstream.Lease, error) {
-		return upstream.Lease{}, fmt.Errorf("%s: %s", m.Describe(), why)
+	fail := func(cause, why string) (upstream.Lease, error) {
+		return upstream.Lease{}, fmt.Errorf("%s: %w", m.Describe(), upstream.Unavailable(cause, errors.New(why)))
 	}
 	path := m.mount + "/creds/" + m.role
 	var data map[string][]string
@@ -71,16 +71,16 @@ func (m *AWSEngine) Mint(ctx context.Context, sc upstream.Scope) (upstream.Lease
 		return err
 	})
 	if err != nil {
-		return fail(failure(err))
+		return fail(m.v.cause(err), failure(err))
 	}
 	if sec == nil {
-		return fail("no credentials returned")
+		return fail("Vault returned no credentials", "no credentials returned")
 	}
 	ak, _ := sec.Data["access_key"].(string)
 	sk, _ := sec.Data["secret_key"].(string)
 	st, _ := sec.Data["security_token"].(string) // sts; nil for an IAM user's keys
 	if ak == "" || sk == "" {
-		return fail("access_key or secret_key missing")
+		return fail("Vault's credentials lack access_key or secret_key", "access_key or secret_key missing")
 	}
 	l := upstream.Lease{Secret: upstream.NewSecret(sk), ID: sec.LeaseID,
 		AWS: upstream.AWSCredentials{AccessKeyID: ak, SecretAccessKey: sk, SessionToken: st, Source: m.Describe()}}
@@ -106,7 +106,7 @@ func (m *AWSEngine) Renew(ctx context.Context, sc upstream.Scope, l upstream.Lea
 		return err
 	})
 	if err != nil {
-		return upstream.Lease{}, fmt.Errorf("%s: renew: %s", m.Describe(), failure(err))
+		return upstream.Lease{}, fmt.Errorf("%s: renew: %w", m.Describe(), upstream.Unavailable(m.v.cause(err), errors.New(failure(err))))
 	}
 	if sec != nil && sec.LeaseDuration > 0 {
 		l.Expires = sc.Now.Add(time.Duration(sec.LeaseDuration) * time.Second)

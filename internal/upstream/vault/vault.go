@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -235,6 +236,32 @@ func failure(err error) string {
 	return errorText(err)
 }
 
+const errVaultNotFound = "Vault: secret not found"
+
+// cause is the safe cause of a failed Vault operation (a fixed
+// phrase): a failed login, a refusal by status, or the round trip's.
+func (v *Client) cause(err error) string {
+	var le *loginError
+	if errors.As(err, &le) {
+		return "Vault: " + v.auth.Method + " login failed" // token, approle or kubernetes: New checked it
+	}
+	var re *vaultapi.ResponseError
+	if errors.As(err, &re) {
+		switch {
+		case re.StatusCode == http.StatusForbidden:
+			return "Vault: permission denied"
+		case re.StatusCode == http.StatusNotFound:
+			return errVaultNotFound
+		case re.StatusCode == http.StatusServiceUnavailable:
+			return "Vault: sealed or unavailable (503)"
+		case re.StatusCode >= 100 && re.StatusCode <= 599:
+			return "Vault answered " + strconv.Itoa(re.StatusCode)
+		}
+		return "Vault answered an invalid status"
+	}
+	return upstream.NetCause(err, upstream.WhoVault)
+}
+
 // errorText keeps the status and Vault's error strings, which name
 // paths and reasons, never secret values.
 func errorText(err error) string {
@@ -309,8 +336,8 @@ func (s *KV) Fetch(ctx context.Context) (upstream.Secret, error) {
 }
 
 func (s *KV) read(ctx context.Context) (upstream.Secret, error) {
-	fail := func(why string) (upstream.Secret, error) {
-		return upstream.Secret{}, fmt.Errorf("%w: %s: %s", upstream.ErrCredentialUnavailable, s.Describe(), why)
+	fail := func(cause, why string) (upstream.Secret, error) {
+		return upstream.Secret{}, fmt.Errorf("%s: %w", s.Describe(), upstream.Unavailable(cause, errors.New(why)))
 	}
 	kv := s.v.client.KVv2(s.mount)
 	var sec *vaultapi.KVSecret
@@ -324,14 +351,14 @@ func (s *KV) read(ctx context.Context) (upstream.Secret, error) {
 	})
 	if err != nil {
 		if errors.Is(err, vaultapi.ErrSecretNotFound) {
-			return fail("secret not found")
+			return fail(errVaultNotFound, "secret not found")
 		}
-		return fail(failure(err))
+		return fail(s.v.cause(err), failure(err))
 	}
 	raw, ok := sec.Data[s.field]
 	str, isString := raw.(string)
 	if !ok || !isString || str == "" {
-		return fail(fmt.Sprintf("field %q missing or not a string", s.field))
+		return fail("Vault: the secret has no such field holding a string", fmt.Sprintf("field %q missing or not a string", s.field))
 	}
 	val := upstream.NewSecret(str)
 	s.mu.Lock()
