@@ -33,7 +33,7 @@ func TestLoadToolReplicasSmoke(t *testing.T) {
 	var out bytes.Buffer
 	var errs lockedBuffer
 	err := run(context.Background(), []string{"--broker", bin, "--store", "postgres", "--replicas", "2",
-		"--duration", "300ms", "--rounds", "1", "--concurrency", "2", "--variant", "GET", "--durability", "buffered"}, &out, &errs)
+		"--duration", "1s", "--rounds", "1", "--concurrency", "2", "--variant", "GET", "--durability", "buffered"}, &out, &errs)
 	if err != nil {
 		t.Fatalf("airlock-bench: %v\n%s", err, errs.String())
 	}
