@@ -24,7 +24,7 @@ func auditSpec(t *testing.T) (params []string, fields []string) {
 		t.Fatal(err)
 	}
 	var spec struct {
-		Paths map[string]map[string]yaml.Node `yaml:"paths"`
+		Paths      map[string]map[string]yaml.Node `yaml:"paths"`
 		Components struct {
 			Schemas map[string]yaml.Node `yaml:"schemas"`
 		} `yaml:"components"`
