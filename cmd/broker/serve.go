@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
+	"github.com/airlock-broker/airlock/internal/telemetry"
 )
 
 const usage = `usage: broker <command> [flags]
@@ -94,6 +95,11 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		hook = &approval.Webhook{URL: cfg.Approval.Webhook.URL, Secret: []byte(cfg.Approval.Webhook.Secret),
 			Client: &http.Client{Timeout: 10 * time.Second}, Log: log.With("component", "webhook"), Now: time.Now}
 	}
+	tracing, err := telemetry.New(ctx, getenv) // OTEL_EXPORTER_OTLP_ENDPOINT etc.; off (no-op) without
+	if err != nil {
+		return err
+	}
+	defer tracing.Shutdown(context.WithoutCancel(ctx)) // after the broker's Close: flushes the last spans
 	reg := prometheus.NewRegistry()
 	feed, _ := st.(broker.ChangeFeed) // replicas on one database follow each other's changes
 	registerStoreMetrics(reg, st)
@@ -104,7 +110,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
 		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,
 		CheckpointEvery: cfg.Audit.CheckpointEvery, CheckpointEach: cfg.Audit.CheckpointInterval,
-		ProxyCA: cfg.ProxyListen != "",
+		ProxyCA: cfg.ProxyListen != "", Tracer: tracing.Tracer(),
 	})
 	if err != nil {
 		return err
@@ -145,7 +151,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		{Handler: api.Handler(httpapi.SandboxPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 		{Handler: api.Handler(httpapi.ControlPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 	}
-	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "proxy", addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
+	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "proxy", addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups), "tracing", tracing.On())
 	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", addrs.Sandbox, addrs.Control)
 	if door != nil {
 		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", lnP.Addr(), addrs.Proxy)
