@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
@@ -100,6 +101,11 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 	defer tracing.Shutdown(context.WithoutCancel(ctx)) // after the broker's Close: flushes the last spans
+	// The exporter's failures (a collector down) as log lines, not the SDK's own stderr output.
+	if tracing.On() {
+		tlog := log.With("component", "telemetry")
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn("trace export failed", "err", err) }))
+	}
 	reg := prometheus.NewRegistry()
 	feed, _ := st.(broker.ChangeFeed) // replicas on one database follow each other's changes
 	registerStoreMetrics(reg, st)
