@@ -56,7 +56,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzScrub$$' -fuzztime 2000x ./internal/upstream
 	$(GO) test -run '^$$' -fuzz '^FuzzRecordSessionID$$' -fuzztime $(FUZZCOUNT) ./internal/store/boltstore
 
-# Hot-path benchmarks (figures in the README and issue notes).
+# Hot-path benchmarks (figures in docs/performance.md).
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(PKGS)
 

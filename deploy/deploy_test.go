@@ -22,6 +22,7 @@ func TestDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	var froms, users []string
+	exposed := map[string]bool{}
 	static := false
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
@@ -34,10 +35,19 @@ func TestDockerfile(t *testing.T) {
 			froms = append(froms, f[1])
 		case "USER":
 			users = append(users, f[1])
+		case "EXPOSE":
+			for _, p := range f[1:] {
+				exposed[strings.TrimSuffix(p, "/tcp")] = true
+			}
 		case "RUN":
 			if strings.Contains(sc.Text(), "CGO_ENABLED=0") {
 				static = true
 			}
+		}
+	}
+	for _, port := range []string{"8700", "8701", "8702"} { // sandbox plane, control plane, proxy door
+		if !exposed[port] {
+			t.Errorf("the image does not expose port %s", port)
 		}
 	}
 	if len(froms) < 2 {

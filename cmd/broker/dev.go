@@ -5,15 +5,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/template"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/airlock-broker/airlock/client"
 	"github.com/airlock-broker/airlock/internal/config"
@@ -54,14 +56,20 @@ var demoSessionRequest = map[string]any{
 }
 
 var quickstart = template.Must(template.New("q").Parse(`
-Airlock dev broker. Data lives in {{.DataDir}} and is thrown away on exit.
+Airlock dev broker. Data lives in {{.DataDir}}{{if .Temporary}} and is thrown away on exit{{else}} and is kept on exit{{end}}.
 
   sandbox plane  {{.Sandbox}}
   control plane  {{.Control}}
+{{- if .Proxy}}
+  proxy door     {{.Proxy}}{{end}}
   admin token    {{.Admin}}
   demo upstream  {{.Demo}}  (needs a demo key that only the broker holds)
 
-A session for task "quickstart" was created. Act as the sandbox (it holds only this token):
+enforce_isolation is off here: a session's declared isolation is not checked against the Rule of Two's (broker serve checks it by default).
+
+A session for task "quickstart" was created. Its values, and the admin's, are in {{.EnvFile}}:
+in another shell, ". {{.EnvFile}}" sets AIRLOCK_SANDBOX, AIRLOCK_SESSION, AIRLOCK_SESSION_ID,
+AIRLOCK_ADDR and AIRLOCK_TOKEN. Act as the sandbox (it holds only this token):
 
   export AIRLOCK_SESSION={{.Session}}
 
@@ -84,49 +92,82 @@ A session for task "quickstart" was created. Act as the sandbox (it holds only t
 
 {{if .Proxy}}Proxy mode: stock clients, unchanged, with only environment variables. The broker is the
 sandbox's HTTPS_PROXY ({{.Proxy}}) and terminates TLS with the session's own CA; the demo API is
-reached by its name, {{.DemoHost}}, and $DEMO_TOKEN is a worthless placeholder:
+reached by its name, {{.DemoHost}}, and $DEMO_TOKEN is a worthless placeholder. From the
+repository (bin/broker instead of "go run ./cmd/broker" after make build), write the sandbox's
+environment to a file, then read it in a subshell: in your own shell it would send every later
+HTTPS request through the broker.
 
-  eval "$(AIRLOCK_ADDR={{.Control}} AIRLOCK_TOKEN={{.Admin}} AIRLOCK_SESSION_TOKEN=$AIRLOCK_SESSION broker session env {{.SessionID}} --ca-out {{.CAFile}})"
+  AIRLOCK_ADDR={{.Control}} AIRLOCK_TOKEN={{.Admin}} go run ./cmd/broker session env {{.SessionID}} --token "$AIRLOCK_SESSION" --ca-out {{.CAFile}} > {{.SandboxEnv}}
 
   # allowed: the broker drops the placeholder and injects the demo key
-  curl -s https://{{.DemoHost}}/hello -H "Authorization: Bearer $DEMO_TOKEN"
+  ( . {{.SandboxEnv}}; curl -s https://{{.DemoHost}}/hello -H "Authorization: Bearer $DEMO_TOKEN" )
 
   # the key the demo API received is scrubbed from the answer
-  curl -s https://{{.DemoHost}}/whoami
+  ( . {{.SandboxEnv}}; curl -s https://{{.DemoHost}}/whoami )
 
   # denied (constraint_violated): the same grant applies inside the tunnel
-  curl -s https://{{.DemoHost}}/payments -H 'Content-Type: application/json' -d '{"to": "mallory", "amount": 25}'
+  ( . {{.SandboxEnv}}; curl -s https://{{.DemoHost}}/payments -H 'Content-Type: application/json' -d '{"to": "mallory", "amount": 25}' )
 
   # denied (egress_denied): no grant names this host; the proxy refuses the tunnel
-  curl -sS https://example.com/
+  ( . {{.SandboxEnv}}; curl -sS https://example.com/ )
 
-{{end}}Act as the operator or auditor:
+{{end}}Act as the operator or auditor (from the repository):
 
   export AIRLOCK_ADDR={{.Control}} AIRLOCK_TOKEN={{.Admin}}
-  broker session list
-  broker session kill {{.SessionID}}
-  broker audit export
+  go run ./cmd/broker session list
+  go run ./cmd/broker session kill {{.SessionID}}
+  go run ./cmd/broker audit export
 
 Ctrl-C stops the broker.
 `))
 
-func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	sandboxAddr := fs.String("sandbox-listen", config.DefaultSandboxListen, "sandbox plane address")
-	controlAddr := fs.String("control-listen", config.DefaultControlListen, "control plane address")
-	proxyAddr := fs.String("proxy-listen", devProxyListen, "proxy door address (\"\" turns it off)")
-	dataDir := fs.String("data-dir", "", "data directory (default: a new temporary directory, removed on exit)")
-	if err := fs.Parse(args); err != nil {
-		return err
+// devEnv is the quickstart's values as sh export lines, for another shell.
+var devEnv = template.Must(template.New("env").Parse(`# broker dev: the quickstart's values (tokens: keep this file private)
+export AIRLOCK_DEV_DIR={{.DataDir}}
+export AIRLOCK_SANDBOX={{.Sandbox}}
+export AIRLOCK_SESSION={{.Session}}
+export AIRLOCK_SESSION_ID={{.SessionID}}
+export AIRLOCK_ADDR={{.Control}}
+export AIRLOCK_TOKEN={{.Admin}}
+`))
+
+func newDevCmd(e *cliEnv) *cobra.Command {
+	var o devOptions
+	c := &cobra.Command{
+		Use:   "dev",
+		Short: "Run a throwaway broker with a demo upstream (no config) and print a quickstart",
+		Long: `Dev starts a broker on loopback with a demo upstream whose key only the broker holds,
+creates a session for task "quickstart" and prints copy-paste commands that act as the
+sandbox, the operator and the auditor. Its data is thrown away on exit.`,
+		Example: "  broker dev\n  broker dev --proxy-listen \"\"   # without the proxy door",
+		Args:    positional(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return cmdDev(cmd.Context(), o, e.getenv, e.stdout, e.stderr)
+		},
 	}
-	if *dataDir == "" {
+	f := c.Flags()
+	f.StringVar(&o.sandbox, "sandbox-listen", config.DefaultSandboxListen, "sandbox plane address")
+	f.StringVar(&o.control, "control-listen", config.DefaultControlListen, "control plane address")
+	f.StringVar(&o.proxy, "proxy-listen", devProxyListen, "proxy door address (\"\" turns it off)")
+	f.StringVar(&o.dataDir, "data-dir", "", "data directory (default: a new temporary directory, removed on exit)")
+	return c
+}
+
+// devOptions are broker dev's flags.
+type devOptions struct{ sandbox, control, proxy, dataDir string }
+
+func cmdDev(ctx context.Context, o devOptions, getenv func(string) string, stdout, stderr io.Writer) error {
+	sandboxAddr, controlAddr, proxyAddr, dataDir := &o.sandbox, &o.control, &o.proxy, &o.dataDir
+	temporary := *dataDir == ""
+	if temporary {
 		d, err := os.MkdirTemp("", "airlock-dev-")
 		if err != nil {
 			return err
 		}
 		defer os.RemoveAll(d)
 		*dataDir = d
+	} else if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+		return err
 	}
 	demoKey := "demo-" + randomHex(16)
 	keyFile := filepath.Join(*dataDir, "demo.key")
@@ -172,10 +213,26 @@ func cmdDev(ctx context.Context, args []string, getenv func(string) string, stdo
 		cancel()
 		return errors.Join(fmt.Errorf("create the demo session: %w", err), <-errc)
 	}
-	if err := quickstart.Execute(stdout, map[string]string{
-		"DataDir": *dataDir, "Sandbox": addrs.Sandbox, "Control": addrs.Control, "Admin": cfg.AdminToken,
+	envFile := filepath.Join(*dataDir, "env")
+	var env strings.Builder
+	if err := devEnv.Execute(&env, map[string]string{
+		"DataDir": client.ShellQuote(*dataDir), "Sandbox": client.ShellQuote(addrs.Sandbox),
+		"Session": client.ShellQuote(sess.Token), "SessionID": client.ShellQuote(sess.ID),
+		"Control": client.ShellQuote(addrs.Control), "Admin": client.ShellQuote(cfg.AdminToken),
+	}); err != nil {
+		cancel()
+		return errors.Join(err, <-errc)
+	}
+	if err := os.WriteFile(envFile, []byte(env.String()), 0o600); err != nil {
+		cancel()
+		return errors.Join(fmt.Errorf("write %s: %w", envFile, err), <-errc)
+	}
+	if err := quickstart.Execute(stdout, map[string]any{
+		"DataDir": *dataDir, "Temporary": temporary, "EnvFile": envFile,
+		"Sandbox": addrs.Sandbox, "Control": addrs.Control, "Admin": cfg.AdminToken,
 		"Demo": "http://" + ln.Addr().String(), "Session": sess.Token, "SessionID": sess.ID,
 		"Proxy": addrs.Proxy, "DemoHost": demoHost, "CAFile": filepath.Join(*dataDir, "session-ca.pem"),
+		"SandboxEnv": filepath.Join(*dataDir, "sandbox.env"),
 	}); err != nil {
 		cancel()
 		return errors.Join(err, <-errc)

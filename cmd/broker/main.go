@@ -14,6 +14,6 @@ func main() {
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "broker:", err)
-		os.Exit(1)
+		os.Exit(exitCode(err)) // 2: a usage error, 1: any other
 	}
 }

@@ -20,7 +20,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("AIRLOCK_TEST_CLI") == "1" {
 		if err := run(context.Background(), os.Args[1:], os.Getenv, os.Stdin, os.Stdout, os.Stderr); err != nil {
 			fmt.Fprintln(os.Stderr, "broker:", err)
-			os.Exit(1)
+			os.Exit(exitCode(err))
 		}
 		os.Exit(0)
 	}

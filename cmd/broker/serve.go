@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,63 +11,39 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
+	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 	"github.com/airlock-broker/airlock/internal/telemetry"
 )
 
-const usage = `usage: broker <command> [flags]
-
-Server:
-  serve --config FILE        run the broker
-  dev                        run a throwaway broker with a demo upstream (no config)
-
-Client (AIRLOCK_ADDR = control plane address, AIRLOCK_TOKEN = API token):
-  session create|list|get|kill
-  grant add|get|revoke
-  tokens create|list|revoke
-  killswitch status|engage|release
-  audit export|verify
-`
-
-func run(ctx context.Context, args []string, getenv func(string) string, stdin io.Reader, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
-		return errors.New("no command")
+func newServeCmd(e *cliEnv) *cobra.Command {
+	var path string
+	c := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the broker: the sandbox plane, the control plane and, if configured, the proxy door",
+		Long: `Serve loads the configuration (every mistake is reported at once; see "broker config
+check"), opens the store and serves until interrupted (SIGINT, SIGTERM).`,
+		Example: "  broker serve --config airlock.yaml",
+		Args:    positional(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(path, e.getenv)
+			if err != nil {
+				return err
+			}
+			return serve(cmd.Context(), cfg, e.getenv, e.stdout, e.stderr, nil)
+		},
 	}
-	switch args[0] {
-	case "serve":
-		return cmdServe(ctx, args[1:], getenv, stdout, stderr)
-	case "dev":
-		return cmdDev(ctx, args[1:], getenv, stdout, stderr)
-	case "session", "grant", "tokens", "killswitch", "audit":
-		return cmdClient(ctx, args, getenv, stdin, stdout, stderr)
-	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
-		return nil
-	}
-	fmt.Fprint(stderr, usage)
-	return fmt.Errorf("unknown command %q", args[0])
-}
-
-func cmdServe(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	path := fs.String("config", "airlock.yaml", "configuration file")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := config.Load(*path, getenv)
-	if err != nil {
-		return err
-	}
-	return serve(ctx, cfg, getenv, stdout, stderr, nil)
+	c.Flags().StringVar(&path, "config", "airlock.yaml", "configuration file")
+	return c
 }
 
 // Addrs are the bound addresses of the two planes, and the proxy door's
@@ -107,14 +82,14 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn("trace export failed", "err", err) }))
 	}
 	reg := prometheus.NewRegistry()
-	feed, _ := st.(broker.ChangeFeed) // replicas on one database follow each other's changes
+	feed, _ := st.(changefeed.Feed) // replicas on one database follow each other's changes
 	registerStoreMetrics(reg, st)
 	b, err := broker.New(ctx, broker.Options{
 		Changes: feed, ReplicaID: cfg.Store.ReplicaID, ActionLease: cfg.Approval.ExecutionLease,
 		Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Usage: usageOf(st), Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout, MaxPending: cfg.Approval.MaxPendingPerSession, MaxStreams: cfg.MaxStreams,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
-		Webhook: hook, Metrics: reg, Now: time.Now, Log: log,
+		Webhook: hook, Metrics: reg, Clock: clock.Real(), Log: log,
 		CheckpointEvery: cfg.Audit.CheckpointEvery, CheckpointEach: cfg.Audit.CheckpointInterval,
 		ProxyCA: cfg.ProxyListen != "", Tracer: tracing.Tracer(),
 	})
@@ -127,46 +102,68 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 
+	l, err := listen(cfg, api)
+	if err != nil {
+		return err
+	}
+	log.Info("broker listening", "sandbox", l.addrs.Sandbox, "control", l.addrs.Control, "proxy", l.addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups), "tracing", tracing.On())
+	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", l.addrs.Sandbox, l.addrs.Control)
+	if l.door != nil {
+		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", l.proxy.Addr(), l.addrs.Proxy)
+	}
+	if ready != nil {
+		ready(l.addrs)
+	}
+	err = l.serve(ctx, api)
+	log.Info("broker stopped")
+	return err
+}
+
+// listeners are the broker's open listeners: both planes, and the proxy
+// door's when it is on.
+type listeners struct {
+	sandbox, control, proxy net.Listener
+	door                    *httpapi.ProxyDoor
+	addrs                   Addrs
+}
+
+// listen opens the configured listeners (none stays open on an error).
+func listen(cfg *config.Config, api *httpapi.Server) (*listeners, error) {
 	lnS, err := net.Listen("tcp", cfg.SandboxListen)
 	if err != nil {
-		return fmt.Errorf("sandbox_listen: %w", err)
+		return nil, fmt.Errorf("sandbox_listen: %w", err)
 	}
 	lnC, err := net.Listen("tcp", cfg.ControlListen)
 	if err != nil {
 		lnS.Close()
-		return fmt.Errorf("control_listen: %w", err)
+		return nil, fmt.Errorf("control_listen: %w", err)
 	}
-	addrs := Addrs{Sandbox: "http://" + lnS.Addr().String(), Control: "http://" + lnC.Addr().String()}
-	// The proxy door (DESIGN §8): a third listener on the sandbox plane.
-	var lnP net.Listener
-	var door *httpapi.ProxyDoor
+	l := &listeners{sandbox: lnS, control: lnC, addrs: Addrs{Sandbox: "http://" + lnS.Addr().String(), Control: "http://" + lnC.Addr().String()}}
+	// The proxy door: a third listener on the sandbox plane.
 	if cfg.ProxyListen != "" {
-		if lnP, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
+		if l.proxy, err = net.Listen("tcp", cfg.ProxyListen); err != nil {
 			lnS.Close()
 			lnC.Close()
-			return fmt.Errorf("proxy_listen: %w", err)
+			return nil, fmt.Errorf("proxy_listen: %w", err)
 		}
-		addrs.Proxy = lnP.Addr().String()
+		l.addrs.Proxy = l.proxy.Addr().String()
 		if cfg.ProxyURL != "" {
-			addrs.Proxy = cfg.ProxyURL
+			l.addrs.Proxy = cfg.ProxyURL
 		}
-		door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait, MaxTunnels: cfg.ProxyMaxTunnels})
-		api.SetProxyURL(addrs.Proxy) // advertised in session answers
+		l.door = api.NewProxyDoor(httpapi.ProxyOptions{Wait: cfg.Approval.ProxyWait, MaxTunnels: cfg.ProxyMaxTunnels})
+		api.SetProxyURL(l.addrs.Proxy) // advertised in session answers
 	}
+	return l, nil
+}
+
+// serve serves every listener until ctx ends, then shuts them down.
+func (l *listeners) serve(ctx context.Context, api *httpapi.Server) error {
 	servers := []*http.Server{
 		{Handler: api.Handler(httpapi.SandboxPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 		{Handler: api.Handler(httpapi.ControlPlane), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second, MaxHeaderBytes: 64 << 10},
 	}
-	log.Info("broker listening", "sandbox", addrs.Sandbox, "control", addrs.Control, "proxy", addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups), "tracing", tracing.On())
-	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", addrs.Sandbox, addrs.Control)
-	if door != nil {
-		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", lnP.Addr(), addrs.Proxy)
-	}
-	if ready != nil {
-		ready(addrs)
-	}
 	g, gctx := errgroup.WithContext(ctx)
-	for i, ln := range []net.Listener{lnS, lnC} {
+	for i, ln := range []net.Listener{l.sandbox, l.control} {
 		srv := servers[i]
 		g.Go(func() error {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
@@ -175,8 +172,8 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 			return nil
 		})
 	}
-	if door != nil {
-		g.Go(func() error { return door.Serve(lnP) })
+	if l.door != nil {
+		g.Go(func() error { return l.door.Serve(l.proxy) })
 	}
 	g.Go(func() error {
 		<-gctx.Done()
@@ -186,14 +183,12 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		for _, srv := range servers {
 			errs = append(errs, srv.Shutdown(sctx))
 		}
-		if door != nil {
-			errs = append(errs, door.Shutdown(sctx))
+		if l.door != nil {
+			errs = append(errs, l.door.Shutdown(sctx))
 		}
 		return errors.Join(errs...)
 	})
-	err = g.Wait()
-	log.Info("broker stopped")
-	return err
+	return g.Wait()
 }
 
 func newLogger(w io.Writer, level string) *slog.Logger {

@@ -5,26 +5,42 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/spf13/cobra"
+
 	"github.com/airlock-broker/airlock/client"
 )
 
-// sessionEnv prints the environment a sandbox needs for the proxy door
+// sessionEnvCmd prints the environment a sandbox needs for the proxy door
 // (DESIGN §8) and writes the session CA where the CA variables point.
-func sessionEnv(x *clientCall) error {
-	format := x.fs.String("format", "sh", "sh (export lines for eval) or env (KEY=VALUE lines for docker run --env-file)")
-	caOut := x.fs.String("ca-out", "", "write the session CA (PEM) here (default: $XDG_CACHE_HOME/airlock/ID-ca.pem)")
-	caPath := x.fs.String("ca-path", "", "the CA file's path as the sandbox sees it (default: the absolute --ca-out)")
-	token := x.fs.String("token", "", "the session token, the proxy password (default: $AIRLOCK_SESSION_TOKEN)")
-	if err := x.parse(); err != nil {
-		return err
+func sessionEnvCmd(e *cliEnv) *cobra.Command {
+	var o envOptions
+	cmd := &cobra.Command{
+		Use:   "env ID",
+		Short: "Print a session's proxy-door environment (HTTPS_PROXY, CA variables, placeholders) and write its CA",
+		Long: `Env prints everything a sandbox's stock clients need to reach the proxy door: the proxy
+variables (the session token as the proxy password), the CA bundle variables and the
+upstreams' placeholder variables; and it writes the session CA (PEM) where those point.
+The CA file's folder is created (0700) when missing.`,
+		Example: `  eval "$(broker session env ses_… --ca-out /tmp/airlock/ca.pem)"
+  broker session env ses_… --format env --ca-out ./ca.pem --ca-path /etc/airlock/ca.pem > sandbox.env   # docker run --env-file`,
+		Args: positional(cobra.ExactArgs(1)),
 	}
+	f := cmd.Flags()
+	f.StringVar(&o.format, "format", "sh", "sh (export lines for eval) or env (KEY=VALUE lines for docker run --env-file)")
+	f.StringVar(&o.caOut, "ca-out", "", "write the session CA (PEM) here (default: $XDG_CACHE_HOME/airlock/ID-ca.pem)")
+	f.StringVar(&o.caPath, "ca-path", "", "the CA file's path as the sandbox sees it (default: the absolute --ca-out)")
+	f.StringVar(&o.token, "token", "", "the session token, the proxy password (default: $AIRLOCK_SESSION_TOKEN)")
+	return e.control(cmd, rolesOperator, nil, func(x *call, args []string) error { return sessionEnv(x, args[0], o) })
+}
+
+// envOptions are broker session env's flags.
+type envOptions struct{ format, caOut, caPath, token string }
+
+func sessionEnv(x *call, id string, o envOptions) error {
+	format, caOut, caPath, token := &o.format, &o.caOut, &o.caPath, &o.token
 	if *format != "sh" && *format != "env" {
-		return fmt.Errorf("broker session env: --format must be sh or env")
+		return usageError{fmt.Errorf("broker session env: --format must be sh or env")}
 	}
-	if len(x.positional) != 1 {
-		return fmt.Errorf("usage: broker session env ID")
-	}
-	id := x.positional[0]
 	s, err := x.c.Session(x.ctx, id)
 	if err != nil {
 		return err
@@ -49,6 +65,9 @@ func sessionEnv(x *clientCall) error {
 	}
 	if out, err = filepath.Abs(out); err != nil {
 		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(out), 0o700); err != nil {
+		return fmt.Errorf("the session CA's folder: %w", err)
 	}
 	tok := *token
 	if tok == "" {

@@ -219,3 +219,31 @@ func TestSessionEnvCurl(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionEnvCreatesCAFolder: --ca-out into a folder that does not
+// exist yet (the quickstart's) creates it, 0700, and writes the CA there.
+func TestSessionEnvCreatesCAFolder(t *testing.T) {
+	up := brokertest.NewUpstream(t)
+	b := proxyBroker(t, up)
+	r := b.Do("POST", b.Control+"/v1/sessions", brokertest.ProcAdminToken, brokertest.TrustedSession(map[string]any{"upstream": "gh", "rules": []any{map[string]any{"method": "GET", "path": "/x"}}}))
+	var s proxySession
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
+		t.Fatalf("create: %d %s", r.Status, r.Body)
+	}
+	folder := filepath.Join(t.TempDir(), "not", "yet")
+	caOut := filepath.Join(folder, "session-ca.pem")
+	stdout, _ := sessionEnvRun(t, b, map[string]string{"AIRLOCK_SESSION_TOKEN": s.Token}, s.ID, "--ca-out", caOut)
+	if pem, err := os.ReadFile(caOut); err != nil || string(pem) != s.Proxy.CAPEM {
+		t.Fatalf("the CA in a new folder: %v", err)
+	}
+	fi, err := os.Stat(folder)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o700 {
+		t.Fatalf("the new folder's mode %v, want 0700", fi.Mode().Perm())
+	}
+	if !strings.Contains(stdout, caOut) {
+		t.Fatalf("the environment does not point at %s:\n%s", caOut, stdout)
+	}
+}

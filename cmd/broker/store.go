@@ -9,17 +9,17 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/store/pgstore"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // usageOf is the store's own count of grants' limits when it has one
 // (PostgreSQL: exact across brokers), else nil (bbolt: in memory).
-func usageOf(st store.Store) broker.UsageStore {
-	u, _ := st.(broker.UsageStore)
+func usageOf(st store.Store) usage.Store {
+	u, _ := st.(usage.Store)
 	return u
 }
 

@@ -31,10 +31,10 @@ var adapters = []string{
 }
 
 // TestCoreBuildsWithoutSDKs lists, with the go command, every package the
-// core and the broker build with (not their tests), and fails on any that
-// comes from a credential issuer's SDK or, for the broker, from a storage
-// driver or the router, naming where it enters: the packages that import it
-// from outside its module.
+// core, the broker and its services build with (not their tests), and
+// fails on any that comes from a credential issuer's SDK or, for the
+// broker and its services, from a storage driver or the router, naming
+// where it enters: the packages that import it from outside its module.
 func TestCoreBuildsWithoutSDKs(t *testing.T) {
 	tests := []struct {
 		name      string
@@ -47,16 +47,26 @@ func TestCoreBuildsWithoutSDKs(t *testing.T) {
 		allowedVia map[string]string
 	}{
 		{name: "upstream", pkg: "internal/upstream", forbidden: sdks},
+		// The credential service holds the SDK-backed sources only as
+		// upstream.Source and upstream.Minter, and its state through a port.
+		{name: "credentials", pkg: "internal/credentials", forbidden: slices.Concat(sdks, adapters)},
 		{name: "broker", pkg: "internal/broker", forbidden: slices.Concat(sdks, adapters),
 			// Session tokens are JWTs signed and verified with golang-jwt
 			// (internal/session/token.go).
 			allowedVia: map[string]string{"github.com/golang-jwt/jwt": module + "internal/session"}},
+		// The broker's services, each in its own package, and their ports.
+		{name: "killswitch", pkg: "internal/killswitch", forbidden: slices.Concat(sdks, adapters)},
+		{name: "meta", pkg: "internal/meta", forbidden: slices.Concat(sdks, adapters)},
+		{name: "auditlog", pkg: "internal/auditlog", forbidden: slices.Concat(sdks, adapters)},
+		{name: "apitokens", pkg: "internal/apitokens", forbidden: slices.Concat(sdks, adapters)},
+		{name: "changefeed", pkg: "internal/changefeed", forbidden: slices.Concat(sdks, adapters)},
+		{name: "usage", pkg: "internal/usage", forbidden: slices.Concat(sdks, adapters)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			importers := deps(t, module+tt.pkg)
-			if _, ok := importers[module+"internal/grants"]; !ok {
-				t.Fatalf("go list did not list internal/grants under %s: not a real listing", tt.pkg)
+			if _, ok := importers[module+tt.pkg]; !ok {
+				t.Fatalf("go list did not list %s itself: not a real listing", tt.pkg)
 			}
 			found := 0
 			for _, dep := range slices.Sorted(maps.Keys(importers)) {

@@ -15,8 +15,10 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // Errors a sandbox sees about its gated calls.
@@ -62,7 +64,7 @@ type approvals struct {
 	replica    string        // this broker, as the owner of what it executes
 	lease      time.Duration // an executing action's claim, renewed while it runs
 	shared     bool          // other replicas share the store (a change feed): sweep expired leases
-	usage      UsageStore    // the shared count of grants' limits, or nil (pending.go)
+	usage      usage.Store   // the shared count of grants' limits, or nil (pending.go)
 	held       sync.Map      // action id → struct{}: pending actions whose reservation this replica counts (pending.go)
 	sweepMu    sync.Mutex
 	sweepTimer clock.Timer // nil when not sweeping; stopped by close
@@ -100,7 +102,7 @@ type approvalsConfig struct {
 	replica    string        // this broker's id (Options.ReplicaID)
 	lease      time.Duration // default DefaultActionLease
 	shared     bool          // a change feed: other replicas share the store
-	usage      UsageStore    // Options.Usage
+	usage      usage.Store   // Options.Usage
 }
 
 func newApprovals(c approvalsConfig) *approvals {
@@ -289,7 +291,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 		return approval.Action{}, fieldErr("comment", "at most 1000 characters")
 	}
 	if verdict == "approve" && s.gate.engaged() {
-		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", ErrKillswitch)
+		return approval.Action{}, fmt.Errorf("%w: no action can be approved while it is engaged", killswitch.ErrEngaged)
 	}
 	var execute bool
 	a, err := s.store.UpdateAction(ctx, id, func(a *approval.Action) error {
@@ -321,7 +323,7 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 		typ = typeActionDenied
 		s.expiry.stop(id)
 	}
-	ev := audit.Event{Type: typ, Actor: s.names.actor(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
+	ev := audit.Event{Type: typ, Actor: s.names.Actor(p), SessionID: a.SessionID, TaskID: a.TaskID, GrantID: a.GrantID,
 		ActionID: a.ID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, Reason: comment}
 	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		if execute {
@@ -409,7 +411,7 @@ func (s *approvals) finish(id string, res *approval.Result, status approval.Stat
 
 // denySessionActions denies the pending actions of a killed session.
 func (s *approvals) denySession(ctx context.Context, p auth.Principal, sessionID string) {
-	s.denyWhere(ctx, s.names.actor(p), p.ID, "session killed", func(a *approval.Action) bool { return a.SessionID == sessionID })
+	s.denyWhere(ctx, s.names.Actor(p), p.ID, "session killed", func(a *approval.Action) bool { return a.SessionID == sessionID })
 }
 
 // denyLapsed denies the pending actions that depend on what ended: a

@@ -24,21 +24,27 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/credentials"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // Errors of broker operations (besides those of session, grants, upstream, audit).
 var (
-	ErrKillswitch      = fault.New(fault.KillswitchEngaged, "global kill-switch engaged")
 	ErrNotFound        = fault.Hidden(fault.NotFound, "not found")
 	ErrForbidden       = fault.New(fault.Forbidden, "forbidden")
 	ErrConflict        = fault.New(fault.Conflict, "conflict")
@@ -51,13 +57,13 @@ type Options struct {
 	// Without it each port is required.
 	Store            store.Store
 	Sessions         SessionStore         // sessions and grants (default Store)
-	Audit            AuditStore           // the audit chain and its index by session (default Store)
+	Audit            auditlog.Store       // the audit chain and its index by session (default Store)
 	Actions          approval.ActionStore // actions awaiting or after approval (default Store)
-	Tokens           TokenStore           // API tokens' digests (default Store)
-	Killswitch       KillswitchStore      // the kill-switch's durable state (default Store)
-	Meta             MetaStore            // the installation secret (default Store)
+	Tokens           apitokens.Store      // API tokens' digests (default Store)
+	Killswitch       killswitch.Store     // the kill-switch's durable state (default Store)
+	Meta             meta.Store           // the installation secret, minters' state (default Store)
 	Health           HealthCheck          // the storage's readiness, reported by Ready as "store" (default Store)
-	Usage            UsageStore           // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
+	Usage            usage.Store          // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -72,17 +78,16 @@ type Options struct {
 	CheckpointEvery  uint64            // sign the chain head every N records (default 1000)
 	CheckpointEach   time.Duration     // and at least this often when it moved (default 1m)
 	Webhook          *approval.Webhook // announces pending actions and decisions, or nil
-	Clock            clock.Clock       // decides every expiry and wakes the broker for pending actions; when set, Now is Clock.Now
-	Now              func() time.Time  // without Clock: the clock (default time.Now), with the runtime's timers
+	Clock            clock.Clock       // decides every expiry and wakes the broker for pending actions (default clock.Real)
 	Log              *slog.Logger
 	// ProxyCA gives each new session its own CA for the proxy door
 	// (DESIGN §8): on when the door is (config proxy_listen).
 	ProxyCA bool
 	// Changes is the feed of other replicas' changes (changes.go), from a
 	// store several brokers share; nil: this broker is the only one.
-	Changes ChangeFeed
+	Changes changefeed.Feed
 	// StaleAfter: with Changes, how long without confirming it is current
-	// before sandbox calls are refused (default DefaultStaleAfter).
+	// before sandbox calls are refused (default changefeed.DefaultStaleAfter).
 	StaleAfter time.Duration
 	// ReplicaID names this broker as the owner of the actions it executes
 	// (default: random per start).
@@ -112,24 +117,19 @@ type Broker struct {
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 	tracer    trace.Tracer    // the calls' spans, nil when tracing is off (Options.Tracer)
 
-	sess     sessionService // live sessions and grants, their store and call rates
-	toks     tokenService   // API tokens
-	ks       killswitch     // the global kill-switch service
-	appr     *approvals     // the human gate: pending actions, decisions, execution
-	auditLog auditLog       // the audit chain: checkpoints, verify, prune, scans
+	sess     sessionService      // live sessions and grants, their store and call rates
+	toks     *apitokens.Service  // API tokens
+	ks       *killswitch.Service // the global kill-switch
+	appr     *approvals          // the human gate: pending actions, decisions, execution
+	auditLog *auditlog.Service   // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
-	calls   *callMetrics // the sandbox calls' series (the pipeline's)
-	feed    *follower    // other replicas' changes, or nil (the only replica)
-	mint    *mintService // credentials minted per session (minted.go)
-	// secrets is every secret the broker holds (each upstream's credential,
-	// each session's minted values, rotated-out ones within their grace):
-	// every answer is scrubbed of all of them (DESIGN §4).
-	secrets *upstream.Secrets
-	holding struct { // the fetches of holdCredentials
-		wg     sync.WaitGroup
-		cancel context.CancelFunc
-	}
+	calls   *callMetrics         // the sandbox calls' series (the pipeline's)
+	feed    *changefeed.Follower // other replicas' changes, or nil (the only replica)
+	// creds is the credential service: credentials minted per session,
+	// static ones held, and the set of every secret held, which every
+	// answer is scrubbed of.
+	creds *credentials.Service
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -166,238 +166,184 @@ func (l *LiveSession) Grants() []*grants.Live {
 	return nil
 }
 
-const (
-	metaSecret     = "installation_secret"
-	metaKillswitch = "killswitch"
-)
-
-// sharedSecrets is the set of secrets of upstreams already serving another
-// broker in this process (tests run several), or a new one.
-func sharedSecrets(ups map[string]*upstream.Upstream) *upstream.Secrets {
-	for _, u := range ups {
-		if u != nil && u.Secrets != nil {
-			return u.Secrets
-		}
-	}
-	return upstream.NewSecrets()
-}
+// metaSecret is the meta store key of the installation secret.
+const metaSecret = "installation_secret"
 
 // New loads state from the store and starts the audit writer.
 func New(ctx context.Context, o Options) (*Broker, error) {
-	if o.Clock != nil {
-		o.Now = o.Clock.Now
-	} else {
-		if o.Now == nil {
-			o.Now = time.Now
-		}
-		o.Clock = clock.WithNow(o.Now)
-	}
-	if err := o.fillPorts(); err != nil {
+	if err := o.prepare(); err != nil {
 		return nil, err
 	}
-	var feed *follower
+	var feed *changefeed.Follower
 	if o.Changes != nil { // before any state is read: nothing changed meanwhile is missed
 		var err error
-		if feed, err = newFollower(ctx, o.Changes, o.StaleAfter); err != nil {
+		if feed, err = changefeed.New(ctx, o.Changes, o.StaleAfter); err != nil {
 			return nil, err
 		}
 	}
-	if o.ReplicaID == "" {
-		o.ReplicaID = newID("rep_", o.Now())
-	}
-	secrets := sharedSecrets(o.Upstreams)
-	for _, u := range o.Upstreams {
-		if u == nil {
-			continue
-		}
-		if u.Clock == nil {
-			u.Clock = o.Now // the rotation grace of its scrubber
-		}
-		u.Secrets = secrets
-	}
-	secret, err := o.Meta.Meta(ctx, metaSecret)
-	if errors.Is(err, ErrMetaNotFound) {
-		// Created once: of brokers starting together on an empty store,
-		// every one keeps the secret that won (CreateMeta).
-		fresh := make([]byte, 32)
-		if _, err := rand.Read(fresh); err != nil {
-			return nil, err
-		}
-		if secret, err = o.Meta.CreateMeta(ctx, metaSecret, fresh); err != nil {
-			return nil, fmt.Errorf("store installation secret: %w", err)
-		}
-	} else if err != nil {
-		return nil, fmt.Errorf("read installation secret: %w", err)
-	}
-	derive := func(label string) []byte {
-		m := hmac.New(sha256.New, secret)
-		m.Write([]byte(label))
-		return m.Sum(nil)
-	}
-	tokens, err := session.NewTokens(derive("session-jwt"), o.Now)
+	key, err := installationKey(ctx, o.Meta)
 	if err != nil {
 		return nil, err
 	}
-	apiTokens, err := o.Tokens.Tokens(ctx)
+	tokens, err := session.NewTokens(key.derive("session-jwt"), o.Clock.Now)
 	if err != nil {
-		return nil, fmt.Errorf("load API tokens: %w", err)
+		return nil, err
 	}
-	w, err := audit.NewWriter(ctx, o.Audit, o.Now, o.Log.With("component", "audit"))
+	w, err := audit.NewWriter(ctx, o.Audit, o.Clock.Now, o.Log.With("component", "audit"))
 	if err != nil {
 		return nil, err
 	}
 	b := &Broker{
 		health: o.Health, audit: w, tokens: tokens,
-		upstreams: o.Upstreams, now: o.Now, log: o.Log,
+		upstreams: o.Upstreams, now: o.Clock.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
-		names: auditNames{key: derive("audit-hmac")}, feed: feed, tracer: tracerOf(o.Tracer),
+		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
+		proxyOn: o.ProxyCA, maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
 	}
-	if b.caSealer, err = proxyca.NewSealer(derive("proxy-ca-seal")); err != nil {
+	if err := b.build(ctx, o, key); err != nil {
 		w.Close()
 		return nil, err
 	}
-	if err := bindMintStates(o.Upstreams, o.Meta, derive("minted-state-seal")); err != nil {
-		w.Close()
-		return nil, err
+	b.start()
+	return b, nil
+}
+
+// prepare fills Options' defaults: the clock, the ports from Store, the
+// replica's id.
+func (o *Options) prepare() error {
+	if o.Clock == nil {
+		o.Clock = clock.Real()
 	}
-	b.proxyOn = o.ProxyCA
-	b.maxStream = int64(max(o.MaxStreams, 0))
-	b.sess = newSessionService(o.Sessions, o.Clock, o.Now, o.RateLimit, o.RateBurst, derive("aws-sigv4-session"), b.sessionEnded)
+	if err := o.fillPorts(); err != nil {
+		return err
+	}
+	if o.ReplicaID == "" {
+		o.ReplicaID = newID("rep_", o.Clock.Now())
+	}
+	return nil
+}
+
+// installKey is the installation secret, shared by every broker on the
+// store; the broker's keys are derived from it, one per use.
+type installKey []byte
+
+// installationKey reads the installation secret, or creates it once: of
+// brokers starting together on an empty store, every one keeps the secret
+// that won (CreateMeta).
+func installationKey(ctx context.Context, m meta.Store) (installKey, error) {
+	secret, err := m.Meta(ctx, metaSecret)
+	if errors.Is(err, meta.ErrNotFound) {
+		fresh := make([]byte, 32)
+		if _, err := rand.Read(fresh); err != nil {
+			return nil, err
+		}
+		if secret, err = m.CreateMeta(ctx, metaSecret, fresh); err != nil {
+			return nil, fmt.Errorf("store installation secret: %w", err)
+		}
+	} else if err != nil {
+		return nil, fmt.Errorf("read installation secret: %w", err)
+	}
+	return secret, nil
+}
+
+// derive is the key for use label.
+func (k installKey) derive(label string) []byte {
+	m := hmac.New(sha256.New, k)
+	m.Write([]byte(label))
+	return m.Sum(nil)
+}
+
+// build makes the broker's services over the audit writer b.audit, its
+// metrics and its minted credentials, then loads the stored state.
+func (b *Broker) build(ctx context.Context, o Options, key installKey) error {
+	var err error
+	if b.caSealer, err = proxyca.NewSealer(key.derive("proxy-ca-seal")); err != nil {
+		return err
+	}
+	if b.creds, err = credentials.New(credentials.Config{
+		Upstreams: o.Upstreams, Clock: o.Clock, State: mintStates{o.Meta}, StateKey: key.derive("minted-state-seal"),
+		Audit: b.audit, HMAC: b.HMAC, Live: b.liveCredentials, Halted: func() bool { return b.ks.Engaged() }, Metrics: o.Metrics,
+	}); err != nil {
+		return err
+	}
+	if err := b.services(ctx, o, key); err != nil {
+		return err
+	}
+	b.metrics = newMetrics(o.Metrics, b)
+	b.calls = newCallMetrics(o.Metrics, b.upstreams)
+	b.audit.OnCommit(func(n int, d time.Duration) {
+		b.metrics.auditCommit.Observe(d.Seconds())
+		b.metrics.auditRecords.Add(float64(n))
+		b.auditLog.Committed(n)
+	})
+	if b.feed != nil {
+		b.audit.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
+	}
+	if err := b.sess.load(ctx); err != nil {
+		return err
+	}
+	return b.appr.load(ctx)
+}
+
+// services makes the kill-switch, the sessions, the approvals, the API
+// tokens and the audit log, each given what it needs of the others.
+func (b *Broker) services(ctx context.Context, o Options, key installKey) error {
+	w := b.audit
+	var err error
+	if b.ks, err = killswitch.New(ctx, o.Killswitch, w, o.Clock.Now, func() { b.creds.EndAll("kill-switch engaged") }); err != nil {
+		return err
+	}
+	b.sess = newSessionService(o.Sessions, o.Clock, o.Clock.Now, o.RateLimit, o.RateBurst, key.derive("aws-sigv4-session"), b.sessionEnded)
 	if o.Usage != nil {
-		b.sess.counter = NewUsageCounter(o.Usage, o.Log.With("component", "usage"))
+		b.sess.counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
 	}
-	if feed != nil {
+	if b.feed != nil {
 		b.sess.killed = b.killedElsewhere
 	}
 	b.sess.lapsed = b.lapsed
 	b.appr = newApprovals(approvalsConfig{
-		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Now, log: o.Log,
+		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Clock.Now, log: o.Log,
 		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
-		replica: o.ReplicaID, lease: o.ActionLease, shared: feed != nil, usage: o.Usage,
+		replica: o.ReplicaID, lease: o.ActionLease, shared: b.feed != nil, usage: o.Usage,
 		gate: gateDeps{
-			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.engaged.Load,
+			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.Engaged,
 			standing: func(l *LiveSession) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
 			run:      b.runAction,
 		},
 	})
-	b.toks = tokenService{
-		store: o.Tokens, auth: auth.NewAuthenticator(o.AdminToken, apiTokens, o.Now),
-		audit: w, names: b.names, now: o.Now, log: o.Log, notifier: b.appr.notifier,
+	if b.toks, err = apitokens.New(ctx, apitokens.Config{Store: o.Tokens, AdminToken: o.AdminToken,
+		Audit: w, Names: b.names, Now: o.Clock.Now, Log: o.Log, OnRevoke: func() { b.appr.notifier.Notify("") }}); err != nil {
+		return err
 	}
-	b.metrics = newMetrics(o.Metrics, b)
-	b.calls = newCallMetrics(o.Metrics, b.upstreams)
-	b.secrets = secrets
-	b.mint = newMintService(b, o.Clock)
-	if o.Metrics != nil {
-		o.Metrics.MustRegister(b.mint.count)
-	}
-	b.auditLog.store, b.auditLog.w, b.auditLog.now, b.auditLog.log = o.Audit, w, o.Now, o.Log
-	b.auditLog.signKey = ed25519.NewKeyFromSeed(derive("audit-ed25519")[:ed25519.SeedSize])
-	if cps, err := o.Audit.Checkpoints(ctx); err == nil && len(cps) > 0 {
-		b.auditLog.lastCheckpoint = cps[len(cps)-1].Seq
-	}
-	w.OnCommit(func(n int, d time.Duration) {
-		b.metrics.auditCommit.Observe(d.Seconds())
-		b.metrics.auditRecords.Add(float64(n))
-		b.auditLog.committed(n)
-	})
-	if b.feed != nil {
-		w.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
-	}
-	b.ks.store, b.ks.audit, b.ks.now = o.Killswitch, w, o.Now
-	b.ks.onEngage = func() { b.mint.endAll("kill-switch engaged") }
-	if err := b.ks.load(ctx); err != nil {
-		w.Close()
-		return nil, err
-	}
-	if err := b.sess.load(ctx); err != nil {
-		w.Close()
-		return nil, err
-	}
-	if err := b.appr.load(ctx); err != nil {
-		w.Close()
-		return nil, err
-	}
-	for name, u := range b.upstreams {
-		if obs, ok := u.Source.(upstream.Observable); ok {
-			obs.SetObserver(func(i upstream.FetchInfo) { b.credentialFetched(name, i) })
-		}
-	}
-	b.sess.startJanitor()
-	b.auditLog.startCheckpointer(o.CheckpointEvery, o.CheckpointEach)
-	if b.feed != nil {
-		b.feed.confirmed.Store(0) // current as of its start: the state was read after its position
-		b.startFollowing()
-		b.appr.startSweep()
-	}
-	b.holdCredentials()
-	return b, nil
+	b.auditLog = auditlog.New(ctx, auditlog.Config{Store: o.Audit, Writer: w, Now: o.Clock.Now, Log: o.Log,
+		SignKey: ed25519.NewKeyFromSeed(key.derive("audit-ed25519")[:ed25519.SeedSize]),
+		Every:   o.CheckpointEvery, Interval: o.CheckpointEach})
+	return nil
 }
 
-// holdCredentialsTimeout bounds one fetch of a static credential by holdCredentials.
-const holdCredentialsTimeout = 15 * time.Second
-
-// holdRefresh is how often holdCredentials fetches every static credential again.
-const holdRefresh = 10 * time.Second
-
-// holdCredentials fetches every static credential as the broker starts and
-// again every holdRefresh, in the background: each is then in the set of
-// held secrets (see secrets) before any call, and a rotated one (a file
-// rewritten, a new Vault version once the source's cache refreshes) within
-// holdRefresh even if no call fetches it, so an upstream that echoes the
-// credential of another upstream this broker has not called (both front
-// one API) is scrubbed of it too. Close stops it.
-func (b *Broker) holdCredentials() {
-	ctx, cancel := context.WithCancel(context.Background())
-	b.holding.cancel = cancel
-	var static []*upstream.Upstream
-	for _, u := range b.upstreams {
-		if u.Minter == nil && (u.Source != nil || u.AWS != nil) {
-			static = append(static, u)
-		}
+// start starts the broker's background work: the session janitor, the
+// checkpointer, following the change feed (with the approvals' sweep),
+// holding the static credentials.
+func (b *Broker) start() {
+	b.sess.startJanitor()
+	b.auditLog.Start()
+	if b.feed != nil {
+		b.feed.Start(b.applyChange) // current as of its start: the state was read after its position
+		b.appr.startSweep()
 	}
-	if len(static) == 0 {
-		return
-	}
-	fetchAll := func() {
-		var wg sync.WaitGroup
-		for _, u := range static {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				fctx, done := context.WithTimeout(ctx, holdCredentialsTimeout)
-				defer done()
-				_, _ = u.Credential(fctx)
-			}()
-		}
-		wg.Wait()
-	}
-	b.holding.wg.Add(1)
-	go func() {
-		defer b.holding.wg.Done()
-		t := time.NewTicker(holdRefresh)
-		defer t.Stop()
-		for {
-			fetchAll()
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
+	b.creds.Hold()
 }
 
 // Close stops background work, flushes the audit log and signs its head.
 func (b *Broker) Close() {
-	b.holding.cancel()
-	b.holding.wg.Wait()
-	b.auditLog.stopCheckpointer()
-	b.stopFollowing()
+	b.auditLog.Stop()
+	if b.feed != nil {
+		b.feed.Stop()
+	}
 	b.sess.stop()
 	b.appr.close() // no expiry timer is armed after Close
 	b.sess.cancelAll()
-	b.mint.close() // leases are left to their own expiry (never past their session's)
+	b.creds.Close() // leases are left to their own expiry (never past their session's)
 	b.audit.Close()
 	if _, err := b.Checkpoint(context.Background()); err != nil {
 		b.log.Error("final audit checkpoint failed", "err", err)
@@ -424,11 +370,6 @@ func NewRequestID() string {
 // HMAC hides an identifier that could be abused (token and lease ids) in the
 // audit log, keyed per installation.
 func (b *Broker) HMAC(v string) string { return b.names.HMAC(v) }
-
-// Authenticate resolves a control-plane bearer token.
-func (b *Broker) Authenticate(bearer string) (auth.Principal, error) {
-	return b.toks.authenticate(bearer)
-}
 
 // Upstream returns a configured upstream.
 func (b *Broker) Upstream(name string) (*upstream.Upstream, bool) {
@@ -467,8 +408,8 @@ func (b *Broker) Ready(ctx context.Context) map[string]error {
 	return out
 }
 
-// actorOf is how the audit log names a control-plane identity (see auditNames.actor).
-func (b *Broker) actorOf(p auth.Principal) audit.Actor { return b.names.actor(p) }
+// actorOf is how the audit log names a control-plane identity (see auditNames.Actor).
+func (b *Broker) actorOf(p auth.Principal) audit.Actor { return b.names.Actor(p) }
 
 // AuditID is the audit log's name for an API token id.
 func (b *Broker) AuditID(tokenID string) string { return b.names.AuditID(tokenID) }
@@ -484,10 +425,10 @@ func (n auditNames) HMAC(v string) string {
 	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
-// actor is how the audit log names a control-plane identity: API token
+// Actor is how the audit log names a control-plane identity: API token
 // ids are HMAC'd with the installation key (AuditID), the bootstrap admin
 // keeps its name.
-func (n auditNames) actor(p auth.Principal) audit.Actor {
+func (n auditNames) Actor(p auth.Principal) audit.Actor {
 	return audit.Actor{Kind: p.Role, ID: n.AuditID(p.ID)}
 }
 

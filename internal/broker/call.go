@@ -2,7 +2,6 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -71,7 +71,7 @@ var (
 	ErrNotSent = errors.New("call cut by a kill before it was sent")
 	// ErrNoAnswer: the upstream call failed after it was recorded. When a
 	// kill cut it, the cause is the kill's (session.ErrRevoked or
-	// ErrKillswitch).
+	// killswitch.ErrEngaged).
 	ErrNoAnswer = errors.New("upstream call failed")
 )
 
@@ -125,11 +125,11 @@ const (
 	stepSent                // Send ran (once)
 )
 
-// ErrOutOfOrder is a door calling the pipeline's steps out of order (Send
-// before Gated cleared it, twice, or Authorize before Admit): a bug, refused.
+// ErrOutOfOrder is the pipeline's steps run out of order (send before the
+// gate cleared the call, twice, or authorize before admit): a bug, refused.
 var ErrOutOfOrder = errors.New("call pipeline steps out of order")
 
-// NewCall starts a call to the named upstream: its request id (a door
+// newCall starts a call to the named upstream: its request id (a door
 // answers it at once, so even a refusal carries it), its clock and its
 // audit record.
 func (b *Broker) newCall(upstreamName, method string) *call {
@@ -158,7 +158,7 @@ func (c *call) sessionID() string {
 }
 
 // Admit checks the caller, in this order: the global kill-switch
-// (ErrKillswitch); the token or access key (session.ErrInvalidToken, or for
+// (killswitch.ErrEngaged); the token or access key (session.ErrInvalidToken, or for
 // a token whose session is gone session.ErrRevoked or ErrExpired); the
 // session's state (session.ErrRevoked, session.ErrExpired); the source
 // address (session.ErrWrongSource); the session's call rate
@@ -177,8 +177,8 @@ func (c *call) admit(caller Caller) error {
 }
 
 func (b *Broker) admit(c Caller) (*LiveSession, error) {
-	if b.ks.engaged.Load() {
-		return nil, ErrKillswitch
+	if b.ks.Engaged() {
+		return nil, killswitch.ErrEngaged
 	}
 	if b.stale() {
 		return nil, ErrStale
@@ -448,18 +448,11 @@ func (c *call) send(parent context.Context) (*response, error) {
 		stop()
 		return nil, &stepError{step: step, cause: cause}
 	}
-	var cred upstream.Credential
-	var err error
 	credCtx, span := c.startCredential(ctx)
-	if c.u.Minter != nil {
-		cred, err = c.b.mint.credential(credCtx, c.l, c.u) // this session's, minted (minted.go)
-	} else {
-		cred, err = c.u.Credential(credCtx)
-	}
+	cred, err := c.b.creds.Credential(credCtx, c.l, c.u) // the upstream's, or this session's minted (internal/credentials)
 	endSpan(span, err)
 	if err != nil {
 		c.unreserve()
-		c.b.CredentialFailed(c.u.Name)
 		return fail(ErrNoCredential, err)
 	}
 	// A kill that came while the door read the request or the credential
@@ -503,8 +496,8 @@ func (c *call) send(parent context.Context) (*response, error) {
 // cut is why a kill or a lifetime ended the call's standing, or nil.
 func (c *call) cut(bound context.Context) error {
 	switch {
-	case c.b.ks.engaged.Load():
-		return ErrKillswitch
+	case c.b.ks.Engaged():
+		return killswitch.ErrEngaged
 	case c.l.revoked.Load():
 		return session.ErrRevoked
 	case c.grant.Revoked():
@@ -530,11 +523,8 @@ func (c *call) cut(bound context.Context) error {
 func (c *call) killedBy(parent context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 2*time.Second)
 	defer cancel()
-	if data, err := c.b.ks.store.Meta(ctx, metaKillswitch); err == nil {
-		var st KillswitchState
-		if json.Unmarshal(data, &st) != nil || st.Engaged {
-			return ErrKillswitch
-		}
+	if engaged, err := c.b.ks.Stored(ctx); err == nil && engaged {
+		return killswitch.ErrEngaged
 	}
 	if s, err := c.b.sess.store.Session(ctx, c.l.Session.ID); err == nil && !s.RevokedAt.IsZero() {
 		return session.ErrRevoked
@@ -577,7 +567,7 @@ func (c *call) recordAllowed(ctx context.Context) error {
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
 	var side *grants.UsageUpdate
-	// A shared count (UsageStore) is the truth: no snapshot of this
+	// A shared count (usage.Store) is the truth: no snapshot of this
 	// broker's mirror may overwrite it.
 	if limited(&c.grant.Grant) && !c.grant.Shared() {
 		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}

@@ -14,7 +14,9 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
@@ -32,7 +34,7 @@ func callBroker(t *testing.T, now func() time.Time) *broker.Broker {
 	base, _ := url.Parse("http://127.0.0.1:1")
 	b, err := broker.New(context.Background(), broker.Options{Store: st, AdminToken: "admin-admin-admin-admin",
 		Upstreams:     map[string]*upstream.Upstream{"pay": {Name: "pay", Kind: "http", BaseURL: base}},
-		MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, RateLimit: 1, RateBurst: 1, Now: now,
+		MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, RateLimit: 1, RateBurst: 1, Clock: clock.WithNow(now),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +58,7 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 		want   error
 	}{
 		{name: "ok", remote: home},
-		{name: "fail-killswitch", remote: home, want: broker.ErrKillswitch, setup: func(t *testing.T, b *broker.Broker, _ broker.SessionView) {
+		{name: "fail-killswitch", remote: home, want: killswitch.ErrEngaged, setup: func(t *testing.T, b *broker.Broker, _ broker.SessionView) {
 			if _, err := b.SetKillswitch(context.Background(), admin, true, "test"); err != nil {
 				t.Fatal(err)
 			}
@@ -105,7 +107,7 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 				// Once identified, the session stays on the call for the refusal's
 				// record. (A token past its expiry is refused by its own claims,
 				// before it names a session.)
-				identified := tt.want != broker.ErrKillswitch && (tt.want != session.ErrExpired || kind == "sigv4")
+				identified := tt.want != killswitch.ErrEngaged && (tt.want != session.ErrExpired || kind == "sigv4")
 				if identified && c.SessionID() != v.Session.ID {
 					t.Fatalf("call's session %q, want %q", c.SessionID(), v.Session.ID)
 				}

@@ -8,6 +8,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 )
 
@@ -80,30 +81,22 @@ func (b *Broker) permit(l *LiveSession, upstreamName string, call *grants.Call, 
 	return grants.Permit(b.now(), l.Grants(), upstreamName, call, held.Grant)
 }
 
-// KillswitchState is the global kill-switch.
-type KillswitchState struct {
-	Engaged bool   `json:"engaged"`
-	Since   string `json:"since,omitempty"`
-	By      string `json:"by,omitempty"`
-	Reason  string `json:"reason,omitempty"`
-}
-
 // Killswitch returns the global state.
-func (b *Broker) Killswitch(ctx context.Context) (KillswitchState, error) {
-	return b.ks.state(ctx)
+func (b *Broker) Killswitch(ctx context.Context) (killswitch.State, error) {
+	return b.ks.State(ctx)
 }
 
 // SetKillswitch engages or releases the global kill-switch. Engaged, every
 // sandbox call is refused; the state survives a restart. Only an admin may
 // release it.
-func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bool, reason string) (KillswitchState, error) {
+func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bool, reason string) (killswitch.State, error) {
 	if !engaged && p.Role != auth.RoleAdmin {
-		return KillswitchState{}, fmt.Errorf("%w: only an admin may release the kill-switch", ErrForbidden)
+		return killswitch.State{}, fmt.Errorf("%w: only an admin may release the kill-switch", ErrForbidden)
 	}
 	if len(reason) > 500 {
-		return KillswitchState{}, fieldErr("reason", "at most 500 characters")
+		return killswitch.State{}, fieldErr("reason", "at most 500 characters")
 	}
-	return b.ks.set(ctx, b.actorOf(p), p.ID, engaged, reason)
+	return b.ks.Set(ctx, b.actorOf(p), p.ID, engaged, reason)
 }
 
 // AWSSecret is the session's SigV4 signing secret: derived from the session

@@ -2,85 +2,25 @@ package broker
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
-	"sync/atomic"
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/session"
 )
-
-// Kinds of Change.
-const (
-	ChangeSessionKilled = "session.killed" // Key: the session id
-	ChangeGrantRevoked  = "grant.revoked"  // Key: the grant id
-	ChangeKillswitch    = "killswitch"     // Key: ""; read the state with MetaStore
-	ChangeAction        = "action"         // Key: the action id (created, decided, executing, finished)
-)
-
-// MetaKillswitch is the MetaStore key of the kill-switch's state (a store
-// that is a ChangeFeed announces a write under it as ChangeKillswitch).
-const MetaKillswitch = metaKillswitch
-
-// Change is one state change another replica made, as the feed tells it.
-type Change struct {
-	Pos  int64  // its position in the feed (increasing)
-	Kind string // Change* above
-	Key  string
-}
-
-// ChangeFeed is how replicas on one store learn each other's changes
-// (DESIGN §9): a session killed, a grant revoked, the kill-switch set, an
-// action created or moved. The store that implements it records each such
-// change in the same transaction as the change itself (PutSession of a
-// revoked session, PutGrant of a revoked grant, PutMeta(MetaKillswitch),
-// PutAction, UpdateAction), so a change is in the feed exactly when it is
-// committed. Without a feed (Options.Changes nil, the embedded store) the
-// broker is the only replica and its in-process state is the truth.
-type ChangeFeed interface {
-	// ChangePosition is the position of the last change recorded.
-	ChangePosition(ctx context.Context) (int64, error)
-	// FollowChanges calls apply with every change after position from, in
-	// order, and current(t) each time every change committed before t was
-	// applied. It reconnects by itself after a failure, and catches up from
-	// the last change applied; an apply error is handled as one (the change
-	// is delivered again). It returns when ctx ends.
-	FollowChanges(ctx context.Context, from int64, apply func(Change) error, current func(time.Time)) error
-}
-
-// DefaultStaleAfter is how long a replica may go without confirming it is
-// current before it refuses sandbox calls (DESIGN §9: 2 s).
-const DefaultStaleAfter = 2 * time.Second
 
 // ErrStale refuses sandbox calls on a replica whose change feed has not
 // confirmed for StaleAfter that it is current: a kill made elsewhere might
 // be unknown here (problem code broker_unavailable, 503).
 var ErrStale = fault.New(fault.BrokerUnavailable, "this broker cannot confirm it is current with the other replicas; retry on another")
 
-// follower applies a ChangeFeed to this broker and says whether it is current.
-type follower struct {
-	feed       ChangeFeed
-	staleAfter time.Duration
-	base       time.Time    // the monotonic origin of confirmed
-	confirmed  atomic.Int64 // time since base of the last "current as of"
-	position   atomic.Int64 // the last change applied
-	cancel     context.CancelFunc
-	done       chan struct{}
-}
-
-// lag is how long ago the replica last confirmed it is current.
-func (f *follower) lag() time.Duration {
-	return time.Since(f.base) - time.Duration(f.confirmed.Load())
-}
-
 // stale reports whether this replica refuses sandbox calls: it has a feed
-// that has not confirmed for staleAfter that it is current.
+// that has not confirmed for its StaleAfter that it is current.
 func (b *Broker) stale() bool {
-	return b.feed != nil && b.feed.lag() > b.feed.staleAfter
+	return b.feed != nil && b.feed.Stale()
 }
 
 // FeedLag is how long ago the change feed last confirmed this replica is
@@ -89,68 +29,24 @@ func (b *Broker) FeedLag() time.Duration {
 	if b.feed == nil {
 		return 0
 	}
-	return max(b.feed.lag(), 0)
-}
-
-// newFollower reads the feed's position before the broker loads its state
-// (changes made meanwhile are applied again: applying is idempotent).
-func newFollower(ctx context.Context, feed ChangeFeed, staleAfter time.Duration) (*follower, error) {
-	if staleAfter <= 0 {
-		staleAfter = DefaultStaleAfter
-	}
-	f := &follower{feed: feed, staleAfter: staleAfter, base: time.Now()}
-	pos, err := feed.ChangePosition(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("read the change feed's position: %w", err)
-	}
-	f.position.Store(pos)
-	return f, nil
-}
-
-// startFollowing applies the feed until Close.
-func (b *Broker) startFollowing() {
-	f := b.feed
-	ctx, cancel := context.WithCancel(context.Background())
-	f.cancel, f.done = cancel, make(chan struct{})
-	go func() {
-		defer close(f.done)
-		_ = f.feed.FollowChanges(ctx, f.position.Load(), func(c Change) error {
-			if err := b.applyChange(ctx, c); err != nil {
-				return err
-			}
-			f.position.Store(c.Pos)
-			return nil
-		}, func(t time.Time) {
-			if d := t.Sub(f.base); d > time.Duration(f.confirmed.Load()) {
-				f.confirmed.Store(int64(d))
-			}
-		})
-	}()
-}
-
-// stopFollowing stops applying the feed and waits for it.
-func (b *Broker) stopFollowing() {
-	if b.feed != nil && b.feed.cancel != nil {
-		b.feed.cancel()
-		<-b.feed.done
-	}
+	return max(b.feed.Lag(), 0)
 }
 
 // applyChange brings this replica's memory in line with a change made by
 // any replica (its own included: applying is idempotent).
-func (b *Broker) applyChange(ctx context.Context, c Change) error {
+func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 	switch c.Kind {
-	case ChangeSessionKilled:
+	case changefeed.SessionKilled:
 		b.killedElsewhere(c.Key)
-	case ChangeGrantRevoked:
+	case changefeed.GrantRevoked:
 		if gl, ok := b.sess.grant(c.Key); ok {
 			b.grantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
 		} else {
 			b.appr.notifier.Notify("")
 		}
-	case ChangeKillswitch:
-		return b.ks.apply(ctx)
-	case ChangeAction:
+	case changefeed.Killswitch:
+		return b.ks.Apply(ctx)
+	case changefeed.Action:
 		return b.appr.applyChange(ctx, c.Key)
 	}
 	return nil
@@ -174,31 +70,6 @@ func (b *Broker) killedElsewhere(id string) {
 	}
 	b.sessionEnded(l, now)
 	b.appr.notifier.Notify("")
-}
-
-// apply brings the switch in line with its stored state (set by any
-// replica): engaged cuts every running call here too.
-func (k *killswitch) apply(ctx context.Context) error {
-	data, err := k.store.Meta(ctx, metaKillswitch)
-	if errors.Is(err, ErrMetaNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var st KillswitchState
-	if err := json.Unmarshal(data, &st); err != nil {
-		st.Engaged = true // unreadable: closed
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	switch {
-	case st.Engaged:
-		k.engage()
-	case k.engaged.Load():
-		k.release()
-	}
-	return nil
 }
 
 // applyChange wakes this replica's waiters and live pages on an action's

@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -75,8 +76,8 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 // and the grants its further permissions need, as grants.Evaluate would
 // judge them now.
 func (b *Broker) readmit(a approval.Action) (*LiveSession, *grants.Live, error) {
-	if b.ks.engaged.Load() {
-		return nil, nil, ErrKillswitch
+	if b.ks.Engaged() {
+		return nil, nil, killswitch.ErrEngaged
 	}
 	if b.stale() {
 		return nil, nil, ErrStale

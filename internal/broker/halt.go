@@ -5,29 +5,14 @@ import (
 	"errors"
 
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 )
-
-// halt is one period of the global kill-switch being released: its context
-// is cancelled (with cause ErrKillswitch) when the switch is engaged, and a
-// release starts a new period.
-type halt struct {
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-}
-
-func newHalt(engaged bool) *halt {
-	ctx, cancel := context.WithCancelCause(context.Background())
-	if engaged {
-		cancel(ErrKillswitch)
-	}
-	return &halt{ctx: ctx, cancel: cancel}
-}
 
 // Bound returns a context for work done on behalf of a session (a wait
 // for a decision): it ends when parent does, when the session is killed
 // (cause session.ErrRevoked) or expires (session.ErrExpired), or when the
-// global kill-switch is engaged (cause ErrKillswitch). Call stop when done.
+// global kill-switch is engaged (cause killswitch.ErrEngaged). Call stop when done.
 func (b *Broker) Bound(parent context.Context, l *LiveSession) (ctx context.Context, stop func()) {
 	return b.BoundTo(parent, l, nil)
 }
@@ -41,9 +26,9 @@ func (b *Broker) Bound(parent context.Context, l *LiveSession) (ctx context.Cont
 // done.
 func (b *Broker) BoundTo(parent context.Context, l *LiveSession, g *grants.Live) (ctx context.Context, stop func()) {
 	ctx, cancel := context.WithCancelCause(parent)
-	h := b.ks.halt.Load()
-	if h.ctx.Err() != nil || b.ks.engaged.Load() {
-		cancel(ErrKillswitch)
+	period := b.ks.Period()
+	if period.Err() != nil || b.ks.Engaged() {
+		cancel(killswitch.ErrEngaged)
 		return ctx, func() {}
 	}
 	standing := l.ctx
@@ -53,7 +38,7 @@ func (b *Broker) BoundTo(parent context.Context, l *LiveSession, g *grants.Live)
 		}
 	}
 	stopLife := context.AfterFunc(standing, func() { cancel(context.Cause(standing)) })
-	stopHalt := context.AfterFunc(h.ctx, func() { cancel(ErrKillswitch) })
+	stopHalt := context.AfterFunc(period, func() { cancel(killswitch.ErrEngaged) })
 	return ctx, func() {
 		stopLife()
 		stopHalt()
@@ -62,7 +47,7 @@ func (b *Broker) BoundTo(parent context.Context, l *LiveSession, g *grants.Live)
 }
 
 // Interrupted returns why a Bound context was cut by a kill or a lifetime
-// (ErrKillswitch, session.ErrRevoked, session.ErrExpired,
+// (killswitch.ErrEngaged, session.ErrRevoked, session.ErrExpired,
 // grants.ErrGrantRevoked, grants.ErrGrantExpired), or nil when it was not.
 func Interrupted(ctx context.Context) error {
 	if ctx.Err() == nil {
@@ -77,7 +62,7 @@ func Interrupted(ctx context.Context) error {
 // IsCut reports whether err is why a kill or a lifetime cut work in
 // flight (see Interrupted).
 func IsCut(err error) bool {
-	for _, why := range []error{ErrKillswitch, session.ErrRevoked, session.ErrExpired, grants.ErrGrantRevoked, grants.ErrGrantExpired} {
+	for _, why := range []error{killswitch.ErrEngaged, session.ErrRevoked, session.ErrExpired, grants.ErrGrantRevoked, grants.ErrGrantExpired} {
 		if errors.Is(err, why) {
 			return true
 		}

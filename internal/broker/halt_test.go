@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 )
 
 // Engaging and releasing the kill-switch concurrently never leaves the
@@ -53,7 +54,7 @@ func TestKillswitchChangesAreWhole(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, refused := b.Check(v.Token, loopback)
-		engaged := errors.Is(refused, broker.ErrKillswitch)
+		engaged := errors.Is(refused, killswitch.ErrEngaged)
 		if stored.Engaged != engaged {
 			t.Fatalf("round %d: stored engaged=%v but calls refused=%v", round, stored.Engaged, engaged)
 		}

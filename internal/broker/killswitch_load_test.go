@@ -9,6 +9,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
@@ -20,7 +21,7 @@ type killswitchUnreadable struct{ *boltstore.Bolt }
 var errMetaDown = errors.New("meta read failed")
 
 func (s killswitchUnreadable) Meta(ctx context.Context, key string) ([]byte, error) {
-	if key == broker.MetaKillswitch {
+	if key == killswitch.MetaKey {
 		return nil, errMetaDown
 	}
 	return s.Bolt.Meta(ctx, key)
@@ -42,7 +43,7 @@ func TestKillswitchLoadFailsClosed(t *testing.T) {
 		t.Fatalf("New with an unreadable kill-switch = %v, want %v", err, errMetaDown)
 	}
 
-	if err := st.PutMeta(ctx, broker.MetaKillswitch, []byte("{not json")); err != nil {
+	if err := st.PutMeta(ctx, killswitch.MetaKey, []byte("{not json")); err != nil {
 		t.Fatal(err)
 	}
 	b := brokertest.MustOpenBroker(t, brokertest.WithStore(st)).Broker
@@ -50,7 +51,7 @@ func TestKillswitchLoadFailsClosed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Check(v.Token, netip.MustParseAddr("127.0.0.1")); !errors.Is(err, broker.ErrKillswitch) {
-		t.Fatalf("a call with a corrupt stored kill-switch = %v, want %v", err, broker.ErrKillswitch)
+	if _, err := b.Check(v.Token, netip.MustParseAddr("127.0.0.1")); !errors.Is(err, killswitch.ErrEngaged) {
+		t.Fatalf("a call with a corrupt stored kill-switch = %v, want %v", err, killswitch.ErrEngaged)
 	}
 }

@@ -19,7 +19,7 @@ import (
 // (grants.ErrGrantRevoked) or its ExpiresAt (grants.ErrGrantExpired). One
 // timer per session, and one per grant that expires before its session,
 // on the broker's clock, cut them at the instant: no sweep decides. Work
-// in flight (Call.Send, a relay, a wait for a reviewer) attaches to the
+// in flight (a call's send, a relay, a wait for a reviewer) attaches to the
 // standing of the grant it depends on with one context.AfterFunc (Bound).
 
 // lifetimes are a session's armed expiry timers, keyed by "" (the
@@ -130,7 +130,7 @@ func (t *lifetimes) forget(key string) {
 // Only a replica that holds actions of the session reads the store.
 func (b *Broker) lapsed(l *LiveSession, g *grants.Live) {
 	if g != nil {
-		b.mint.rescope(l.Session.ID, g.Grant.Upstream) // a lease minted with the grant is revoked at once
+		b.creds.Rescope(l.Session.ID, g.Grant.Upstream) // a lease minted with the grant is revoked at once
 	}
 	if l.pending.Load() > 0 {
 		reason := "session expired"
@@ -158,7 +158,7 @@ func (b *Broker) grantRevoked(ctx context.Context, gl *grants.Live, actor audit.
 	if deny {
 		b.appr.denyLapsed(ctx, actor, reviewer, gl.Grant.SessionID, gl, "grant revoked")
 	}
-	b.mint.rescope(gl.Grant.SessionID, gl.Grant.Upstream) // a lease minted with this grant is revoked at once
+	b.creds.Rescope(gl.Grant.SessionID, gl.Grant.Upstream) // a lease minted with this grant is revoked at once
 	b.appr.notifier.Notify("")
 }
 

@@ -2,12 +2,10 @@ package broker
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -15,7 +13,6 @@ import (
 // metrics are the broker's own series (the HTTP layer has the per-call ones).
 type metrics struct {
 	sessionLifetime prometheus.Histogram
-	credFailures    *prometheus.CounterVec
 	auditCommit     prometheus.Histogram
 	auditRecords    prometheus.Counter
 	auditAppend     prometheus.Histogram // shared chain only (PostgreSQL)
@@ -28,9 +25,6 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 			Help:    "How long sessions lived, observed when they end (killed or expired). Rising lifetimes mean ephemerality is eroding.",
 			Buckets: []float64{10, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 43200, 86400},
 		}),
-		credFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "airlock_credential_fetch_failures_total", Help: "Credential fetches that failed (the call failed closed).",
-		}, []string{"upstream"}),
 		auditCommit: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "airlock_audit_commit_seconds", Help: "Duration of one audit group commit (write and fsync).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
@@ -47,12 +41,12 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 	if reg == nil {
 		return m
 	}
-	reg.MustRegister(m.sessionLifetime, m.credFailures, m.auditCommit, m.auditRecords,
+	reg.MustRegister(m.sessionLifetime, m.auditCommit, m.auditRecords,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_active_sessions", Help: "Sessions alive in memory."},
 			func() float64 { return float64(len(b.ActiveSessions())) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "airlock_killswitch_engaged", Help: "1 while the global kill-switch is engaged."},
 			func() float64 {
-				if b.ks.engaged.Load() {
+				if b.ks.Engaged() {
 					return 1
 				}
 				return 0
@@ -101,31 +95,13 @@ func (s *approvals) pendingStats() (int, time.Duration) {
 	return n, s.now().Sub(oldest)
 }
 
-// CredentialFailed counts a failed credential fetch.
-func (b *Broker) CredentialFailed(upstream string) {
-	b.metrics.credFailures.WithLabelValues(upstream).Inc()
-}
-
-// credentialFetched audits a fetch from a secret store: the source and
-// version, the lease id HMAC'd, never the value.
-func (b *Broker) credentialFetched(name string, i upstream.FetchInfo) {
-	reason := i.Source
-	if i.Version > 0 {
-		reason += fmt.Sprintf(" version %d", i.Version)
-	}
-	if i.LeaseID != "" {
-		reason += " lease " + b.HMAC(i.LeaseID)
-	}
-	b.audit.AppendAsync(audit.Event{Type: audit.TypeCredentialFetch, Actor: audit.Actor{Kind: "system"}, Upstream: name, Reason: reason})
-}
-
 func (b *Broker) sessionEnded(l *LiveSession, at time.Time) {
 	b.metrics.sessionLifetime.Observe(at.Sub(l.Session.CreatedAt).Seconds())
 	why := "session expired"
 	if l.revoked.Load() {
 		why = "session killed"
 	}
-	b.mint.endSession(l.Session.ID, why)
+	b.creds.EndSession(l.Session.ID, why)
 }
 
 // callMetrics are the series of sandbox calls, counted by the pipeline

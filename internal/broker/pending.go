@@ -6,6 +6,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/fault"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // DefaultMaxPending bounds a session's pending actions unless configured
@@ -50,9 +51,9 @@ func (s *approvals) freeSlot(sessionID string) {
 // leftPending gives back what this replica counted for a pending action
 // once a row-locked transition moved it out of pending unsent (denied,
 // expired, failed), whichever replica won it: the session's slot and the
-// grant's reservation. On a shared count (UsageStore) the store released
+// grant's reservation. On a shared count (usage.Store) the store released
 // the reservation in that transition's transaction, once for the cluster:
-// here only this replica's mirror moves. Alone (no UsageStore), the
+// here only this replica's mirror moves. Alone (no usage.Store), the
 // grant's in-memory count is the reservation.
 func (s *approvals) leftPending(a approval.Action) {
 	if !s.unhold(a.ID) { // never counted here, or given back already
@@ -85,14 +86,14 @@ func (s *approvals) dropReservation(a approval.Action) {
 }
 
 // releaseShared gives back an action's reservation on the shared count
-// (no-op without a UsageStore). Only one replica may call it per action:
+// (no-op without a usage.Store). Only one replica may call it per action:
 // the one that won its executing claim, or the one that reserved an action
 // never stored. When the store cannot take it, the use stays counted.
 func (s *approvals) releaseShared(a approval.Action) {
 	if s.usage == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), usageTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), usage.Timeout)
 	defer cancel()
 	if err := s.usage.Release(ctx, a.GrantID, a.Amounts); err != nil {
 		s.log.Error("release an action's use; it stays counted", "action_id", a.ID, "grant_id", a.GrantID, "err", err)

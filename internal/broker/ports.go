@@ -3,39 +3,18 @@ package broker
 import (
 	"context"
 	"errors"
+
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
-// Not-found errors of the store ports. Each port returns its own for an
-// unknown key (an adapter may wrap it with its own error: errors.Is
-// matches), and the broker tests only these, never an adapter's error.
-// approval.ActionStore's is approval.ErrNotFound; AuditStore and HealthCheck have
-// none. The contract suite internal/store/storetest checks them.
-var (
-	// ErrSessionNotFound: SessionStore.Session and SessionStore.Grant, for
-	// an unknown session or grant id.
-	ErrSessionNotFound = errors.New("session or grant not found")
-	// ErrTokenNotFound: TokenStore.DeleteToken, for an unknown token id.
-	ErrTokenNotFound = errors.New("API token not found")
-	// ErrMetaNotFound: MetaStore.Meta (and so KillswitchStore), for a key
-	// never written.
-	ErrMetaNotFound = errors.New("meta key not found")
-)
-
-// MetaStore holds small broker state values under a key (the installation
-// secret, the kill-switch's state).
-type MetaStore interface {
-	// Meta returns the value last written under key (a copy the caller
-	// may keep), or ErrMetaNotFound for a key never written.
-	Meta(ctx context.Context, key string) ([]byte, error)
-	// PutMeta creates or replaces the value under key; it is durable when
-	// it returns.
-	PutMeta(ctx context.Context, key string, value []byte) error
-	// CreateMeta stores value under key unless a value is stored there
-	// already, and returns the value stored (value when it was absent, a
-	// copy): of callers racing on an empty key, across every process on
-	// the store, all get the one value that won. Durable when it returns.
-	CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error)
-}
+// ErrSessionNotFound is SessionStore.Session's and SessionStore.Grant's
+// error for an unknown session or grant id. Each store port returns its
+// own not-found error for an unknown key (an adapter may wrap it with its
+// own error: errors.Is matches), and the broker tests only these, never an
+// adapter's error: this one, apitokens.ErrNotFound, meta.ErrNotFound and
+// approval.ErrNotFound; auditlog.Store and HealthCheck have none. The
+// contract suite internal/store/storetest checks them.
+var ErrSessionNotFound = errors.New("session or grant not found")
 
 // HealthCheck reports whether the storage behind the ports can serve; its
 // error is shown by Broker.Ready as "store".
@@ -67,7 +46,7 @@ func (o *Options) fillPorts() error {
 		if o.Health == nil {
 			o.Health = o.Store
 		}
-		if u, ok := o.Store.(UsageStore); ok && o.Usage == nil {
+		if u, ok := o.Store.(usage.Store); ok && o.Usage == nil {
 			o.Usage = u
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	"github.com/airlock-broker/airlock/internal/fault"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
@@ -79,15 +80,15 @@ func (b *Broker) proxyCA(l *LiveSession) (*proxyca.CA, error) {
 
 // ProxyLeaf is a TLS server certificate for host, issued by session
 // sessionID's own CA (cached per host), for the proxy door's handshake.
-// It fails with ErrKillswitch when the kill-switch is engaged,
+// It fails with killswitch.ErrEngaged when the kill-switch is engaged,
 // session.ErrRevoked for a killed session, session.ErrExpired for an
 // expired one, session.ErrInvalidToken for an unknown one, ErrNoProxyCA
 // when the session has no CA, proxyca.ErrBadHost for a name no
 // certificate can carry. It decides nothing about egress: the door admits
 // the session and checks the host against its grants first.
 func (b *Broker) ProxyLeaf(sessionID, host string) (*tls.Certificate, error) {
-	if b.ks.engaged.Load() {
-		return nil, ErrKillswitch
+	if b.ks.Engaged() {
+		return nil, killswitch.ErrEngaged
 	}
 	l, ok := b.live(sessionID)
 	if !ok {

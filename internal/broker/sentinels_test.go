@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
@@ -37,12 +39,12 @@ func (s portsOnly) Grant(ctx context.Context, id string) (store.GrantRecord, err
 }
 
 func (s portsOnly) DeleteToken(ctx context.Context, id string) error {
-	return onlyPort(s.Bolt.DeleteToken(ctx, id), broker.ErrTokenNotFound)
+	return onlyPort(s.Bolt.DeleteToken(ctx, id), apitokens.ErrNotFound)
 }
 
 func (s portsOnly) Meta(ctx context.Context, key string) ([]byte, error) {
 	v, err := s.Bolt.Meta(ctx, key)
-	return v, onlyPort(err, broker.ErrMetaNotFound)
+	return v, onlyPort(err, meta.ErrNotFound)
 }
 
 // The broker reads its ports' not-found sentinels, not an adapter's error:
@@ -53,7 +55,7 @@ func TestBrokerReadsOnlyThePortsSentinels(t *testing.T) {
 	ctx := context.Background()
 	st := brokertest.MustOpenStore(t, store.DurabilityBuffered)
 	p := portsOnly{st}
-	if _, err := p.Meta(ctx, "installation_secret"); !errors.Is(err, broker.ErrMetaNotFound) || errors.Is(err, store.ErrNotFound) {
+	if _, err := p.Meta(ctx, "installation_secret"); !errors.Is(err, meta.ErrNotFound) || errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("the fake's not-found = %v: want the port's sentinel only", err)
 	}
 	b := brokertest.MustOpenBroker(t, brokertest.WithStore(st), brokertest.WithOptions(func(o *broker.Options) {

@@ -424,7 +424,7 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 		return GrantView{}, err
 	}
 	b.sess.addGrantOnce(l, gl)
-	b.mint.rescope(g.SessionID, g.Upstream)
+	b.creds.Rescope(g.SessionID, g.Upstream)
 	return b.grantView(gl, false), nil
 }
 

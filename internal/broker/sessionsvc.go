@@ -28,7 +28,7 @@ type sessionService struct {
 	rateBurst int
 	awsKey    []byte                               // derives each session's SigV4 secret
 	ended     func(*LiveSession, time.Time)        // observes a session that expired (metrics)
-	counter   grants.Counter                       // counts limited grants when the store is shared (UsageStore), or nil
+	counter   grants.Counter                       // counts limited grants when the store is shared (usage.Store), or nil
 	killed    func(id string)                      // ends a session in memory killed by another replica (changes.go); nil without a change feed
 	lapsed    func(l *LiveSession, g *grants.Live) // observes a session's expiry (g nil) or a grant's, at its instant (lifetime.go); may be nil
 
@@ -230,4 +230,20 @@ func (s *sessionService) awsSecret(sessionID string) string {
 	m := hmac.New(sha256.New, s.awsKey)
 	m.Write([]byte(sessionID))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// limited reports whether a grant has limits to count (max_uses or a
+// budget): only those reach the usage.Store.
+func limited(g *grants.Grant) bool { return g.MaxUses > 0 || len(g.Budget) > 0 }
+
+// share makes the store count gs' limits, when it is shared (a usage.Store).
+func (s *sessionService) share(gs ...*grants.Live) {
+	if s.counter == nil {
+		return
+	}
+	for _, g := range gs {
+		if limited(&g.Grant) && !g.Shared() {
+			g.SetCounter(s.counter)
+		}
+	}
 }

@@ -68,10 +68,8 @@ func WithFakeClock(t0 time.Time) Option { return WithClock(clock.NewFake(t0)) }
 // its own). A *clock.Fake is returned as Kit.Clock.
 func WithClock(c clock.Clock) Option { return func(s *settings) { s.clock = c } }
 
-// WithNow runs the broker on now with the runtime's timers (broker.Options.Now).
-func WithNow(now func() time.Time) Option {
-	return func(s *settings) { s.edits = append(s.edits, func(o *broker.Options) { o.Now = now }) }
-}
+// WithNow runs the broker on now with the runtime's timers (clock.WithNow).
+func WithNow(now func() time.Time) Option { return WithClock(clock.WithNow(now)) }
 
 // WithUpstream adds u under its name.
 func WithUpstream(u *upstream.Upstream) Option {

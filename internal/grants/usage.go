@@ -19,7 +19,7 @@ import "fmt"
 // session killed).
 
 // Counter counts a grant's uses and budgeted amounts where every broker
-// sharing a store sees them (the broker's UsageStore on PostgreSQL). With
+// sharing a store sees them (a usage.Store on PostgreSQL). With
 // one (SetCounter), it alone decides whether a use is left, and a pending
 // action's reservation stays counted in it until the action is released or
 // sent: Pend, RestorePending and ConsumePending change nothing there. The
@@ -188,8 +188,8 @@ func (l *Live) ReleasePending(amounts map[string]float64) {
 
 // ForgetPending stops counting a pending action's reservation here
 // without giving it back to the Counter: it left pending unsent and the
-// shared count released it where the transition was made (the broker's
-// UsageStore). Only the mirror moves.
+// shared count released it where the transition was made (the
+// usage.Store). Only the mirror moves.
 func (l *Live) ForgetPending(amounts map[string]float64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

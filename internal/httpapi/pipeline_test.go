@@ -151,7 +151,7 @@ func pipeStart(t *testing.T, opts ...func(*broker.Options)) *pipeEnv {
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
 	o := broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": api, "ddb": ddb},
-		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Now: time.Now, Log: log, ProxyCA: true}
+		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: log, ProxyCA: true}
 	for _, opt := range opts {
 		opt(&o)
 	}

@@ -26,7 +26,7 @@ import (
 // The HTTPS_PROXY door (DESIGN §8): stock clients reach upstreams by their
 // real host names through the broker as their egress proxy. It is a third
 // listener on the sandbox plane and only translates its protocol into the
-// call pipeline (see broker.Call) and the answer back:
+// call pipeline (broker.Do, broker.Open) and the outcome back:
 //
 //	CONNECT host:port + Proxy-Authorization   Admit, Egress (the destination
 //	                                          names an upstream the session holds a grant on)

@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval/web"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/fault"
 )
 
 // Server holds what the handlers need.
@@ -203,17 +204,34 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error, request
 
 // as authenticates a control-plane bearer token and checks its role.
 func (s *Server) as(roles []string, fn func(http.ResponseWriter, *http.Request, auth.Principal) error) http.HandlerFunc {
+	// A refused token's detail names the plane and the roles this route
+	// takes (admin always); the codes stay invalid_token and forbidden.
+	takes := []string{auth.RoleAdmin}
+	for _, r := range roles {
+		if r != auth.RoleAdmin {
+			takes = append(takes, r)
+		}
+	}
+	wants := takes[len(takes)-1]
+	if n := len(takes); n > 1 {
+		wants = strings.Join(takes[:n-1], ", ") + " or " + takes[n-1]
+	}
+	wants = "the control plane takes an API token of role " + wants
+	const notSession = " (a session token is for the sandbox plane)"
 	return s.handle(func(w http.ResponseWriter, r *http.Request) error {
 		tok, ok := bearer(r)
 		if !ok {
-			return errMissingToken
+			return &fault.Error{Kind: fault.InvalidToken, Msg: wants + notSession, Err: errMissingToken}
 		}
 		p, err := s.b.Authenticate(tok)
+		if fault.Is(err, fault.InvalidToken) { // its own text is private
+			return fault.New(fault.InvalidToken, wants+notSession+": invalid API token")
+		}
 		if err != nil {
 			return err
 		}
 		if !p.Allowed(roles...) {
-			return errForbiddenRole
+			return &fault.Error{Kind: fault.Forbidden, Msg: wants + " here, not " + p.Role, Err: errForbiddenRole}
 		}
 		ctx := context.WithValue(r.Context(), principalKey, p)
 		return fn(w, r.WithContext(ctx), p)

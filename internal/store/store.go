@@ -9,10 +9,11 @@ import (
 	"errors"
 	"time"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
-	"github.com/airlock-broker/airlock/internal/audit"
-	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
 )
 
@@ -28,7 +29,7 @@ const (
 
 // ErrNotFound is what an adapter's not-found errors also match. The
 // broker's ports each declare their own sentinel (broker.ErrSessionNotFound,
-// broker.ErrTokenNotFound, broker.ErrMetaNotFound, approval.ErrNotFound),
+// apitokens.ErrNotFound, meta.ErrNotFound, approval.ErrNotFound),
 // which an adapter returns or wraps, and the broker tests only those; the
 // contract suite internal/store/storetest checks them.
 var ErrNotFound = errors.New("not found")
@@ -51,7 +52,7 @@ type GrantRecord struct {
 // Store is everything the broker persists. Implementations must be safe for
 // concurrent use.
 type Store interface {
-	audit.Sink
+	auditlog.Store // the audit chain and its index by session
 	approval.ActionStore
 
 	// PutSession creates or replaces a session.
@@ -70,27 +71,12 @@ type Store interface {
 	// SessionGrants lists the grants of a session.
 	SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error)
 
-	// PutToken stores an API token; DeleteToken removes it (broker.ErrTokenNotFound); Tokens lists them.
-	PutToken(ctx context.Context, t auth.Token) error
-	DeleteToken(ctx context.Context, id string) error
-	Tokens(ctx context.Context) ([]auth.Token, error)
-	// Token returns one API token or broker.ErrTokenNotFound.
-	Token(ctx context.Context, id string) (auth.Token, error)
+	// API tokens' digests (apitokens.ErrNotFound).
+	apitokens.Store
 
-	// Meta reads a small broker state value (broker.ErrMetaNotFound); PutMeta writes it durably.
-	Meta(ctx context.Context, key string) ([]byte, error)
-	PutMeta(ctx context.Context, key string, value []byte) error
-	// CreateMeta stores value under key unless one is stored, and returns
-	// the stored value (see broker.MetaStore).
-	CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error)
-
-	// ScanSessionAudit calls fn with each stored audit record of a session
-	// (its session_id) from sequence from on, in order, without reading the
-	// other sessions' records; data is valid only during the call.
-	ScanSessionAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error
-	// LastSessionAudit calls fn with a session's last audit records, newest
-	// first, at most limit of them; data is valid only during the call.
-	LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error
+	// Small broker state values under a key (meta.ErrNotFound): the
+	// installation secret, the kill-switch's state.
+	meta.Store
 
 	// PendingSummary counts the pending actions and gives the oldest one's
 	// creation time (zero when none), without decoding them.

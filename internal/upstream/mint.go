@@ -10,7 +10,7 @@ import (
 
 // Minted credentials (issue 15): an upstream whose Minter is set gets its
 // credential per session instead of from its Source. The broker owns the
-// lifecycle (internal/broker/minted.go); a Minter only talks to its issuer:
+// lifecycle (internal/credentials/minted.go); a Minter only talks to its issuer:
 //
 //   - Mint is called on a session's first call to the upstream, and again
 //     whenever the session's live grants on the upstream change (a grant
@@ -84,7 +84,7 @@ type Minter interface {
 // MintState is a small durable value a Minter keeps across sessions and
 // broker restarts (oauth2.Refresh: the current refresh token). The broker
 // seals it at rest (AES-256-GCM under a key derived from the installation
-// secret, bound to the upstream) and stores it through its MetaStore.
+// secret, bound to the upstream) and stores it through its meta.Store.
 type MintState interface {
 	// Load returns the value last saved, or nil when none was.
 	Load(ctx context.Context) ([]byte, error)

@@ -15,11 +15,13 @@ import (
 
 	bolt "go.etcd.io/bbolt"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/wal"
@@ -176,12 +178,12 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 
 var errClosed = errors.New("store closed")
 
-// The not-found errors of the ports (see broker.SessionStore, TokenStore,
-// MetaStore; approval.ActionStore's is approval.ErrNotFound itself).
+// The not-found errors of the ports (see broker.SessionStore,
+// apitokens.Store, meta.Store; approval.ActionStore's is approval.ErrNotFound itself).
 var (
 	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
-	errTokenNotFound   = store.PortNotFound(broker.ErrTokenNotFound)
-	errMetaNotFound    = store.PortNotFound(broker.ErrMetaNotFound)
+	errTokenNotFound   = store.PortNotFound(apitokens.ErrNotFound)
+	errMetaNotFound    = store.PortNotFound(meta.ErrNotFound)
 )
 
 // notFoundAs turns get's store.ErrNotFound into a port's not-found error.

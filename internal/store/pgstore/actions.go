@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/approval"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 )
 
 const actionColumns = `id, session_id, task_id, grant_id, upstream, request_id, session_created_by, created_at, expires_at,
@@ -97,7 +97,7 @@ func (s *PG) PutAction(ctx context.Context, a *approval.Action) error {
 	}
 	b := &pgx.Batch{} // every replica learns it (changes.go)
 	b.Queue(upsertAction, args...)
-	queueChange(b, broker.ChangeAction, a.ID)
+	queueChange(b, changefeed.Action, a.ID)
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 }
 
@@ -134,7 +134,7 @@ func (s *PG) Actions(ctx context.Context, status approval.Status, limit int) ([]
 // broker or another, run one after the other on the latest stored action:
 // exactly one caller wins a transition. A transition from pending to
 // denied, expired or failed gives back the action's reservation on its
-// grant's count in the same transaction (broker.UsageStore).
+// grant's count in the same transaction (usage.Store).
 func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Action) error) (approval.Action, error) {
 	var out approval.Action
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -158,11 +158,11 @@ func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Acti
 		if was == approval.Pending && leftUnsent(a.Status) {
 			// Its reservation goes back in the transition's transaction:
 			// once, by the one winner, whichever replica counted it
-			// (broker.UsageStore). An unlimited grant has no row: nothing.
+			// (usage.Store). An unlimited grant has no row: nothing.
 			keys, amts := decimals(a.Amounts)
 			b.Queue(`SELECT airlock_release($1, $2::text[], $3::text[]::numeric[])`, a.GrantID, keys, amts)
 		}
-		queueChange(b, broker.ChangeAction, a.ID) // every replica learns it (changes.go)
+		queueChange(b, changefeed.Action, a.ID) // every replica learns it (changes.go)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}

@@ -180,7 +180,7 @@ func (s *PG) ScanAudit(ctx context.Context, from uint64, fn func(seq uint64, dat
 	}, fn)
 }
 
-// ScanSessionAudit implements broker.AuditStore, from the index by session.
+// ScanSessionAudit implements auditlog.Store, from the index by session.
 func (s *PG) ScanSessionAudit(ctx context.Context, sessionID string, from uint64, fn func(seq uint64, data []byte) error) error {
 	if sessionID == "" {
 		return nil
@@ -192,7 +192,7 @@ func (s *PG) ScanSessionAudit(ctx context.Context, sessionID string, from uint64
 	}, fn)
 }
 
-// LastSessionAudit implements broker.AuditStore: newest first.
+// LastSessionAudit implements auditlog.Store: newest first.
 func (s *PG) LastSessionAudit(ctx context.Context, sessionID string, limit int, fn func(seq uint64, data []byte) error) error {
 	if sessionID == "" {
 		return nil

@@ -10,10 +10,11 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/audit"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 )
 
-// The change feed (broker.ChangeFeed) on PostgreSQL. A state change other
+// The change feed (changefeed.Feed) on PostgreSQL. A state change other
 // replicas must learn at once (a session killed, a grant revoked, the
 // kill-switch set, an action created or moved) writes a row of the changes
 // table in its own transaction (queueChange), under an EXCLUSIVE lock of the
@@ -26,7 +27,7 @@ import (
 // connection by its failure: the follower reconnects and catches up from
 // the last id it applied.
 
-var _ broker.ChangeFeed = (*PG)(nil)
+var _ changefeed.Feed = (*PG)(nil)
 
 // changesChannel is the NOTIFY channel of the change feed.
 const changesChannel = "airlock_changes"
@@ -50,7 +51,7 @@ func queueChange(b *pgx.Batch, kind, key string) {
 		SELECT pg_notify('`+changesChannel+`', id::text) FROM c`, kind, key)
 }
 
-// ChangePosition implements broker.ChangeFeed: the last change's id.
+// ChangePosition implements changefeed.Feed: the last change's id.
 func (s *PG) ChangePosition(ctx context.Context) (int64, error) {
 	var id int64
 	if err := s.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM changes").Scan(&id); err != nil {
@@ -59,8 +60,8 @@ func (s *PG) ChangePosition(ctx context.Context) (int64, error) {
 	return id, nil
 }
 
-// FollowChanges implements broker.ChangeFeed.
-func (s *PG) FollowChanges(ctx context.Context, from int64, apply func(broker.Change) error, current func(time.Time)) error {
+// FollowChanges implements changefeed.Feed.
+func (s *PG) FollowChanges(ctx context.Context, from int64, apply func(changefeed.Change) error, current func(time.Time)) error {
 	last := from
 	backoff := 50 * time.Millisecond
 	lastPrune := time.Time{}
@@ -80,7 +81,7 @@ func (s *PG) FollowChanges(ctx context.Context, from int64, apply func(broker.Ch
 }
 
 // follow runs one listener connection until it fails or ctx ends.
-func (s *PG) follow(ctx context.Context, last *int64, apply func(broker.Change) error, current func(time.Time), lastPrune *time.Time) error {
+func (s *PG) follow(ctx context.Context, last *int64, apply func(changefeed.Change) error, current func(time.Time), lastPrune *time.Time) error {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	cfg := s.pool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = ListenerApplicationName
@@ -99,10 +100,10 @@ func (s *PG) follow(ctx context.Context, last *int64, apply func(broker.Change) 
 		asked := time.Now()
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		rows, err := conn.Query(rctx, "SELECT id, kind, key FROM changes WHERE id > $1 ORDER BY id", *last)
-		var batch []broker.Change
+		var batch []changefeed.Change
 		if err == nil {
 			for rows.Next() {
-				var c broker.Change
+				var c changefeed.Change
 				if err = rows.Scan(&c.Pos, &c.Kind, &c.Key); err != nil {
 					break
 				}
@@ -198,7 +199,7 @@ func readKilled(br pgx.BatchResults, guards []audit.Guard) ([]bool, error) {
 	case err != nil:
 		return nil, err
 	default:
-		var st broker.KillswitchState
+		var st killswitch.State
 		if json.Unmarshal(ks, &st) != nil || st.Engaged {
 			engaged = true // unreadable: closed
 		}

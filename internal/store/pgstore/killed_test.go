@@ -7,8 +7,9 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/audit"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
@@ -68,13 +69,13 @@ func TestAuditRefusesKilledSession(t *testing.T) {
 	}
 
 	s3, g3 := mk("ses_3")
-	if err := other.PutMeta(ctx, broker.MetaKillswitch, []byte(`{"engaged":true}`)); err != nil {
+	if err := other.PutMeta(ctx, killswitch.MetaKey, []byte(`{"engaged":true}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := allowed(s3, g3); !errors.Is(err, audit.ErrKilled) {
 		t.Fatalf("allowed record with the kill-switch engaged: %v, want ErrKilled", err)
 	}
-	if err := other.PutMeta(ctx, broker.MetaKillswitch, []byte(`{"engaged":false}`)); err != nil {
+	if err := other.PutMeta(ctx, killswitch.MetaKey, []byte(`{"engaged":false}`)); err != nil {
 		t.Fatal(err)
 	}
 	if err := allowed(s3, g3); err != nil {
@@ -97,7 +98,7 @@ func TestAuditRefusesKilledSession(t *testing.T) {
 	if err := s.Pool().QueryRow(ctx, "SELECT array_agg(kind ORDER BY id) FROM changes").Scan(&kinds); err != nil {
 		t.Fatal(err)
 	}
-	want := []string{broker.ChangeSessionKilled, broker.ChangeGrantRevoked, broker.ChangeKillswitch, broker.ChangeKillswitch}
+	want := []string{changefeed.SessionKilled, changefeed.GrantRevoked, changefeed.Killswitch, changefeed.Killswitch}
 	if len(kinds) != len(want) {
 		t.Fatalf("changes = %v, want %v", kinds, want)
 	}

@@ -30,7 +30,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
@@ -185,8 +187,8 @@ func (s *PG) migrate(ctx context.Context) error {
 
 var (
 	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
-	errTokenNotFound   = store.PortNotFound(broker.ErrTokenNotFound)
-	errMetaNotFound    = store.PortNotFound(broker.ErrMetaNotFound)
+	errTokenNotFound   = store.PortNotFound(apitokens.ErrNotFound)
+	errMetaNotFound    = store.PortNotFound(meta.ErrNotFound)
 )
 
 // noRowsAs turns pgx.ErrNoRows into a port's not-found error.

@@ -8,8 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/airlock-broker/airlock/internal/auth"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
@@ -62,7 +63,7 @@ func (s *PG) PutSession(ctx context.Context, sess *session.Session) error {
 	}
 	b := &pgx.Batch{} // a kill: every replica learns it (changes.go)
 	b.Queue(upsertSession, args...)
-	queueChange(b, broker.ChangeSessionKilled, sess.ID)
+	queueChange(b, changefeed.SessionKilled, sess.ID)
 	return s.sendTx(ctx, b)
 }
 
@@ -209,7 +210,7 @@ func (s *PG) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) erro
 		return err
 	}
 	if !g.RevokedAt.IsZero() {
-		queueChange(b, broker.ChangeGrantRevoked, g.ID) // every replica learns it (changes.go)
+		queueChange(b, changefeed.GrantRevoked, g.ID) // every replica learns it (changes.go)
 	}
 	return s.sendTx(ctx, b)
 }
@@ -240,7 +241,7 @@ func (s *PG) SessionGrants(ctx context.Context, sessionID string) ([]store.Grant
 	return out, rows.Err()
 }
 
-// PutToken implements broker.TokenStore.
+// PutToken implements apitokens.Store.
 func (s *PG) PutToken(ctx context.Context, t auth.Token) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO tokens (id, name, role, digest, created_at, expires_at, created_by)
 		VALUES ($1, $2, $3, $4, $5, $6, $7)
@@ -250,7 +251,7 @@ func (s *PG) PutToken(ctx context.Context, t auth.Token) error {
 	return err
 }
 
-// DeleteToken implements broker.TokenStore.
+// DeleteToken implements apitokens.Store.
 func (s *PG) DeleteToken(ctx context.Context, id string) error {
 	tag, err := s.pool.Exec(ctx, `DELETE FROM tokens WHERE id = $1`, id)
 	if err != nil {
@@ -276,7 +277,7 @@ func scanToken(row pgx.Row) (auth.Token, error) {
 	return t, nil
 }
 
-// Tokens implements broker.TokenStore.
+// Tokens implements apitokens.Store.
 func (s *PG) Tokens(ctx context.Context) ([]auth.Token, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+tokenColumns+` FROM tokens ORDER BY id`)
 	if err != nil {
@@ -294,13 +295,13 @@ func (s *PG) Tokens(ctx context.Context) ([]auth.Token, error) {
 	return out, rows.Err()
 }
 
-// Token implements broker.TokenStore.
+// Token implements apitokens.Store.
 func (s *PG) Token(ctx context.Context, id string) (auth.Token, error) {
 	t, err := scanToken(s.pool.QueryRow(ctx, `SELECT `+tokenColumns+` FROM tokens WHERE id = $1`, id))
 	return t, noRowsAs(err, errTokenNotFound)
 }
 
-// Meta implements broker.MetaStore.
+// Meta implements meta.Store.
 func (s *PG) Meta(ctx context.Context, key string) ([]byte, error) {
 	var v []byte
 	err := s.pool.QueryRow(ctx, `SELECT value FROM meta WHERE key = $1`, key).Scan(&v)
@@ -313,24 +314,24 @@ func (s *PG) Meta(ctx context.Context, key string) ([]byte, error) {
 	return v, nil
 }
 
-// PutMeta implements broker.MetaStore.
+// PutMeta implements meta.Store.
 func (s *PG) PutMeta(ctx context.Context, key string, value []byte) error {
 	if value == nil {
 		value = []byte{}
 	}
 	const upsert = `INSERT INTO meta (key, value) VALUES ($1, $2)
 		ON CONFLICT (key) DO UPDATE SET value = excluded.value`
-	if key == broker.MetaKillswitch {
+	if key == killswitch.MetaKey {
 		b := &pgx.Batch{} // every replica learns it (changes.go)
 		b.Queue(upsert, key, value)
-		queueChange(b, broker.ChangeKillswitch, "")
+		queueChange(b, changefeed.Killswitch, "")
 		return s.sendTx(ctx, b)
 	}
 	_, err := s.pool.Exec(ctx, upsert, key, value)
 	return err
 }
 
-// CreateMeta implements broker.MetaStore: INSERT ... ON CONFLICT DO NOTHING,
+// CreateMeta implements meta.Store: INSERT ... ON CONFLICT DO NOTHING,
 // then a read in a statement of its own (under READ COMMITTED it sees the
 // row of whichever transaction won, committed before the insert returned).
 func (s *PG) CreateMeta(ctx context.Context, key string, value []byte) ([]byte, error) {

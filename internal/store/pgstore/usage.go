@@ -9,11 +9,11 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
-var _ broker.UsageStore = (*PG)(nil)
+var _ usage.Store = (*PG)(nil)
 
 // The SQLSTATEs airlock_reserve raises (migrations/0002_exact_limits.sql).
 const (
@@ -21,7 +21,7 @@ const (
 	codeBudget    = "AL002"
 )
 
-// Reserve implements broker.UsageStore: one statement (airlock_reserve),
+// Reserve implements usage.Store: one statement (airlock_reserve),
 // one round trip, whose guarded updates the database serializes on the
 // grant's grant_count row. Amounts travel as exact decimal text.
 func (s *PG) Reserve(ctx context.Context, id string, maxUses int64, amounts, budget map[string]float64) error {
@@ -44,7 +44,7 @@ func (s *PG) Reserve(ctx context.Context, id string, maxUses int64, amounts, bud
 	return err
 }
 
-// Release implements broker.UsageStore.
+// Release implements usage.Store.
 func (s *PG) Release(ctx context.Context, id string, amounts map[string]float64) error {
 	keys, amts := decimals(amounts)
 	_, err := s.pool.Exec(ctx, `SELECT airlock_release($1, $2::text[], $3::text[]::numeric[])`, id, keys, amts)

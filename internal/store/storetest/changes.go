@@ -9,11 +9,12 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 )
 
-// The change feed's contract (broker.ChangeFeed), for a store that offers
+// The change feed's contract (changefeed.Feed), for a store that offers
 // one (Ports.Feed; PostgreSQL, where several brokers share the store). A
 // store without one (bbolt: one broker) skips it.
 //
@@ -21,7 +22,7 @@ import (
 //   - each change another replica must learn is recorded by the write
 //     that makes it, in that write's commit: a session killed (PutSession of
 //     a revoked session), a grant revoked (PutGrant of a revoked grant), the
-//     kill-switch (PutMeta(broker.MetaKillswitch)), an action created or
+//     kill-switch (PutMeta(killswitch.MetaKey)), an action created or
 //     moved (PutAction, UpdateAction); ChangePosition then is the last one's
 //     position, and positions increase;
 //   - FollowChanges delivers every change after from, in position order,
@@ -40,9 +41,9 @@ const feedWait = 20 * time.Second
 // follower runs FollowChanges on a feed and keeps what it delivered.
 type follower struct {
 	mu      sync.Mutex
-	applied []broker.Change
+	applied []changefeed.Change
 	current time.Time // the latest t current(t) was called with
-	fail    func(broker.Change) bool
+	fail    func(changefeed.Change) bool
 
 	cancel context.CancelFunc
 	done   chan error
@@ -50,7 +51,7 @@ type follower struct {
 
 // follow starts a follower from position from; fail (or nil) says which
 // deliveries apply refuses. It is stopped at the test's end.
-func follow(t *testing.T, feed broker.ChangeFeed, from int64, fail func(broker.Change) bool) *follower {
+func follow(t *testing.T, feed changefeed.Feed, from int64, fail func(changefeed.Change) bool) *follower {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &follower{fail: fail, cancel: cancel, done: make(chan error, 1)}
@@ -61,7 +62,7 @@ func follow(t *testing.T, feed broker.ChangeFeed, from int64, fail func(broker.C
 	return f
 }
 
-func (f *follower) apply(c broker.Change) error {
+func (f *follower) apply(c changefeed.Change) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.fail != nil && f.fail(c) {
@@ -80,10 +81,10 @@ func (f *follower) confirm(t time.Time) {
 }
 
 // changes is what the follower applied so far.
-func (f *follower) changes() []broker.Change {
+func (f *follower) changes() []changefeed.Change {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return append([]broker.Change(nil), f.applied...)
+	return append([]changefeed.Change(nil), f.applied...)
 }
 
 // stop ends the follower and waits for FollowChanges to return.
@@ -114,14 +115,14 @@ func awaitFeed(t *testing.T, what string, cond func() bool) {
 }
 
 // awaitChanges waits until f applied n changes and returns them.
-func awaitChanges(t *testing.T, f *follower, n int) []broker.Change {
+func awaitChanges(t *testing.T, f *follower, n int) []changefeed.Change {
 	t.Helper()
 	awaitFeed(t, "delivered the changes", func() bool { return len(f.changes()) >= n })
 	return f.changes()
 }
 
 // kindKeys are changes without their positions.
-func kindKeys(cs []broker.Change) [][2]string {
+func kindKeys(cs []changefeed.Change) [][2]string {
 	out := make([][2]string, len(cs))
 	for i, c := range cs {
 		out[i] = [2]string{c.Kind, c.Key}
@@ -131,7 +132,7 @@ func kindKeys(cs []broker.Change) [][2]string {
 
 // increasing fails the test unless the changes' positions increase, all
 // after from.
-func increasing(t *testing.T, cs []broker.Change, from int64) {
+func increasing(t *testing.T, cs []changefeed.Change, from int64) {
 	t.Helper()
 	for _, c := range cs {
 		if c.Pos <= from {
@@ -149,28 +150,28 @@ var feedWrites = []struct {
 	want  [2]string
 	write func(ctx context.Context, p Ports) error
 }{
-	{[2]string{broker.ChangeSessionKilled, "ses_1"}, func(ctx context.Context, p Ports) error {
+	{[2]string{changefeed.SessionKilled, "ses_1"}, func(ctx context.Context, p Ports) error {
 		s := sampleSession("ses_1")
 		s.RevokedAt = t0.Add(time.Minute)
 		return p.Sessions.PutSession(ctx, &s)
 	}},
-	{[2]string{broker.ChangeGrantRevoked, "grt_1"}, func(ctx context.Context, p Ports) error {
+	{[2]string{changefeed.GrantRevoked, "grt_1"}, func(ctx context.Context, p Ports) error {
 		g := sampleGrant("grt_1", "ses_1")
 		g.RevokedAt = t0.Add(time.Minute)
 		return p.Sessions.PutGrant(ctx, &g, grants.Usage{})
 	}},
-	{[2]string{broker.ChangeKillswitch, ""}, func(ctx context.Context, p Ports) error {
-		v, err := json.Marshal(broker.KillswitchState{Engaged: true})
+	{[2]string{changefeed.Killswitch, ""}, func(ctx context.Context, p Ports) error {
+		v, err := json.Marshal(killswitch.State{Engaged: true})
 		if err != nil {
 			return err
 		}
-		return p.Meta.PutMeta(ctx, broker.MetaKillswitch, v)
+		return p.Meta.PutMeta(ctx, killswitch.MetaKey, v)
 	}},
-	{[2]string{broker.ChangeAction, "act_1"}, func(ctx context.Context, p Ports) error {
+	{[2]string{changefeed.Action, "act_1"}, func(ctx context.Context, p Ports) error {
 		a := sampleAction("act_1", approval.Pending, t0)
 		return p.Actions.PutAction(ctx, &a)
 	}},
-	{[2]string{broker.ChangeAction, "act_1"}, func(ctx context.Context, p Ports) error {
+	{[2]string{changefeed.Action, "act_1"}, func(ctx context.Context, p Ports) error {
 		_, err := p.Actions.UpdateAction(ctx, "act_1", func(a *approval.Action) error { a.Status = approval.Executing; return nil })
 		return err
 	}},
@@ -190,7 +191,7 @@ func feedStore(t *testing.T, open func(t *testing.T) Ports) Ports {
 }
 
 // position is the feed's position.
-func position(t *testing.T, feed broker.ChangeFeed) int64 {
+func position(t *testing.T, feed changefeed.Feed) int64 {
 	t.Helper()
 	pos, err := feed.ChangePosition(context.Background())
 	must(t, err)
@@ -288,10 +289,10 @@ func testChanges(t *testing.T, open func(t *testing.T) Ports) {
 		from := position(t, p.Feed)
 		var mu sync.Mutex
 		refusals := 0
-		f := follow(t, p.Feed, from, func(c broker.Change) bool {
+		f := follow(t, p.Feed, from, func(c changefeed.Change) bool {
 			mu.Lock()
 			defer mu.Unlock()
-			if c.Kind == broker.ChangeGrantRevoked && refusals < 2 {
+			if c.Kind == changefeed.GrantRevoked && refusals < 2 {
 				refusals++
 				return true
 			}
@@ -321,10 +322,10 @@ func testChanges(t *testing.T, open func(t *testing.T) Ports) {
 }
 
 // feedWrites2 are the changes feedWrites records from the i-th on.
-func recordedFrom(i int) []broker.Change {
-	var out []broker.Change
+func recordedFrom(i int) []changefeed.Change {
+	var out []changefeed.Change
 	for _, w := range feedWrites[i:] {
-		out = append(out, broker.Change{Kind: w.want[0], Key: w.want[1]})
+		out = append(out, changefeed.Change{Kind: w.want[0], Key: w.want[1]})
 	}
 	return out
 }

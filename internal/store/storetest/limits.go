@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // testLimits: max_uses and budgets are exact under concurrency, through
 // the reservation the call pipeline makes (grants.Evaluate): in memory for
-// a store without a UsageStore (bbolt), in the store for one with it
+// a store without a usage.Store (bbolt), in the store for one with it
 // (PostgreSQL), where the stored usage is then the count itself.
 func testLimits(t *testing.T, open func(t *testing.T) Ports) {
 	ctx := context.Background()
@@ -28,7 +28,7 @@ func testLimits(t *testing.T, open func(t *testing.T) Ports) {
 		l, err := grants.Compile(g, grants.Usage{})
 		must(t, err)
 		if p.Usage != nil {
-			l.SetCounter(broker.NewUsageCounter(p.Usage, slog.New(slog.DiscardHandler)))
+			l.SetCounter(usage.NewCounter(p.Usage, slog.New(slog.DiscardHandler)))
 		}
 		return l
 	}

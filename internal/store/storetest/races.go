@@ -14,8 +14,8 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // testRaces: transitions several brokers may make at once on one store.
@@ -116,7 +116,7 @@ func testRaces(t *testing.T, open func(t *testing.T) Ports) {
 		l, err := grants.Compile(g, grants.Usage{})
 		must(t, err)
 		if p.Usage != nil {
-			l.SetCounter(broker.NewUsageCounter(p.Usage, slog.New(slog.DiscardHandler)))
+			l.SetCounter(usage.NewCounter(p.Usage, slog.New(slog.DiscardHandler)))
 		}
 		w, err := audit.NewWriter(ctx, p.Audit, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 		must(t, err)

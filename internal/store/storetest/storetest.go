@@ -1,8 +1,9 @@
 // Package storetest is the contract suite of the broker's store ports
-// (broker.SessionStore, TokenStore, MetaStore, ActionStore, AuditStore,
-// HealthCheck, and ChangeFeed where the store offers one): what every
-// adapter must do, including each port's not-found sentinel. It is what
-// defines the ports' behaviour beyond their doc comments; bbolt runs it
+// (broker.SessionStore, apitokens.Store, meta.Store, approval.ActionStore,
+// auditlog.Store, broker.HealthCheck, usage.Store and changefeed.Feed where
+// the store offers them): what every adapter must do, including each
+// port's not-found sentinel. It is what defines the ports' behaviour beyond
+// their doc comments; bbolt runs it
 // (internal/store/boltstore), PostgreSQL too (internal/store/pgstore, the
 // change feed's part only there), and so does any new adapter:
 //
@@ -33,38 +34,43 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auditlog"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // Ports are an adapter's implementations of the broker's store ports, all
 // over one store.
 type Ports struct {
 	Sessions broker.SessionStore
-	Tokens   broker.TokenStore
-	Meta     broker.MetaStore // also the KillswitchStore
+	Tokens   apitokens.Store
+	Meta     meta.Store // also the kill-switch's (killswitch.Store)
 	Actions  approval.ActionStore
-	Audit    broker.AuditStore
+	Audit    auditlog.Store
 	Health   broker.HealthCheck
 	// Usage counts grants' limits for a store several brokers share
 	// (PostgreSQL), or nil: the grants count in memory (bbolt). The
 	// limits' contract runs either way, through the grants' reservation.
-	Usage broker.UsageStore
+	Usage usage.Store
 	// Feed is the change feed of a store several brokers share
 	// (PostgreSQL), or nil: one broker per store (bbolt), whose memory is
 	// the truth. The feed's contract (changes.go) runs only when it is set.
-	Feed broker.ChangeFeed
+	Feed changefeed.Feed
 }
 
 // All is every port of a whole store.
 func All(s store.Store) Ports {
-	u, _ := s.(broker.UsageStore)
-	f, _ := s.(broker.ChangeFeed)
+	u, _ := s.(usage.Store)
+	f, _ := s.(changefeed.Feed)
 	return Ports{Sessions: s, Tokens: s, Meta: s, Actions: s, Audit: s, Health: s, Usage: u, Feed: f}
 }
 
@@ -285,17 +291,17 @@ func testTokens(t *testing.T, open func(t *testing.T) Ports) {
 	diff(t, "Token(b)", b, got)
 
 	must(t, p.Tokens.DeleteToken(ctx, a.ID))
-	if _, err := p.Tokens.Token(ctx, a.ID); !errors.Is(err, broker.ErrTokenNotFound) {
-		t.Errorf("Token(deleted) = %v, want broker.ErrTokenNotFound", err)
+	if _, err := p.Tokens.Token(ctx, a.ID); !errors.Is(err, apitokens.ErrNotFound) {
+		t.Errorf("Token(deleted) = %v, want apitokens.ErrNotFound", err)
 	}
 	ts, err = p.Tokens.Tokens(ctx)
 	must(t, err)
 	diff(t, "tokens after a delete", map[string]auth.Token{b.ID: b}, byID(ts))
-	if err := p.Tokens.DeleteToken(ctx, a.ID); !errors.Is(err, broker.ErrTokenNotFound) {
-		t.Errorf("DeleteToken(deleted) = %v, want broker.ErrTokenNotFound", err)
+	if err := p.Tokens.DeleteToken(ctx, a.ID); !errors.Is(err, apitokens.ErrNotFound) {
+		t.Errorf("DeleteToken(deleted) = %v, want apitokens.ErrNotFound", err)
 	}
-	if err := p.Tokens.DeleteToken(ctx, "tok_unknown"); !errors.Is(err, broker.ErrTokenNotFound) {
-		t.Errorf("DeleteToken(unknown) = %v, want broker.ErrTokenNotFound", err)
+	if err := p.Tokens.DeleteToken(ctx, "tok_unknown"); !errors.Is(err, apitokens.ErrNotFound) {
+		t.Errorf("DeleteToken(unknown) = %v, want apitokens.ErrNotFound", err)
 	}
 }
 
@@ -310,8 +316,8 @@ func byID(ts []auth.Token) map[string]auth.Token {
 func testMeta(t *testing.T, open func(t *testing.T) Ports) {
 	ctx := context.Background()
 	p := open(t)
-	if _, err := p.Meta.Meta(ctx, "installation_secret"); !errors.Is(err, broker.ErrMetaNotFound) {
-		t.Errorf("Meta(never written) = %v, want broker.ErrMetaNotFound", err)
+	if _, err := p.Meta.Meta(ctx, "installation_secret"); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("Meta(never written) = %v, want meta.ErrNotFound", err)
 	}
 	v := []byte{0, 1, 2, 3, 0xff}
 	must(t, p.Meta.PutMeta(ctx, "installation_secret", v))
@@ -329,8 +335,8 @@ func testMeta(t *testing.T, open func(t *testing.T) Ports) {
 	got, err = p.Meta.Meta(ctx, "killswitch")
 	must(t, err)
 	diff(t, "replaced value", `{"engaged":false}`, string(got))
-	if _, err := p.Meta.Meta(ctx, "killswitch2"); !errors.Is(err, broker.ErrMetaNotFound) {
-		t.Errorf("Meta(another key) = %v, want broker.ErrMetaNotFound", err)
+	if _, err := p.Meta.Meta(ctx, "killswitch2"); !errors.Is(err, meta.ErrNotFound) {
+		t.Errorf("Meta(another key) = %v, want meta.ErrNotFound", err)
 	}
 
 	// CreateMeta: created once; a stored value is kept and returned.

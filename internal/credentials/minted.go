@@ -1,4 +1,4 @@
-package broker
+package credentials
 
 import (
 	"context"
@@ -7,34 +7,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/airlock-broker/airlock/internal/audit"
-	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// mintService is the lifecycle of credentials minted per session
-// (upstream.Minter, see internal/upstream/mint.go for the contract): one
-// lease per (session, upstream), minted on first use, renewed once 2/3 of
-// its life has passed, minted anew when the session's live grants on the
-// upstream change, and revoked when the session is killed or expires or the
-// kill-switch is engaged. Leases are not revoked at shutdown: they outlive
-// a restart only until their own expiry (never past the session's).
-type mintService struct {
-	b      *Broker
-	clk    clock.Clock
-	timers *expiryTimers // a session's leases are revoked at its expiry (keyed by session id)
-	count  *prometheus.CounterVec
-	wg     sync.WaitGroup // running revocations
-
-	mu      sync.Mutex
-	entries map[string]map[string]*mintEntry // session id → upstream → entry; nil once closed
-}
+// The minting of credentials per session (upstream.Minter, see
+// internal/upstream/mint.go for the contract): one lease per (session,
+// upstream), minted on first use, renewed once 2/3 of its life has passed,
+// minted anew when the session's live grants on the upstream change, and
+// revoked when the session is killed or expires or the kill-switch is
+// engaged. Leases are not revoked at shutdown: they outlive a restart only
+// until their own expiry (never past the session's).
 
 // mintEntry is one session's lease on one upstream.
 type mintEntry struct {
-	owner   string     // its values' owner in the broker's Secrets
+	owner   string     // its values' owner in the held Secrets
 	mu      sync.Mutex // one mint, renewal or revocation at a time: calls wait on one (single flight)
 	have    bool
 	gone    bool // revoked and removed: never minted again
@@ -55,23 +42,13 @@ type retiredLease struct {
 // revokeTimeout bounds one revocation (network time, not an expiry).
 const revokeTimeout = 30 * time.Second
 
-func newMintService(b *Broker, clk clock.Clock) *mintService {
-	m := &mintService{b: b, clk: clk, entries: map[string]map[string]*mintEntry{},
-		count: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "airlock_credential_mints_total",
-			Help: "Operations on credentials minted per session, by upstream, op (mint, renew, revoke) and result (ok, error).",
-		}, []string{"upstream", "op", "result"})}
-	m.timers = newExpiryTimers(clk, b.now, func(id string) { m.endSession(id, "session expired") })
-	return m
-}
-
-// credential is the session's credential on minted upstream u: the lease
+// minted is the session's credential on minted upstream u: the lease
 // minted, renewed or re-minted as needed, with a scrubber of its values and
 // of the leases it replaced within their grace. It fails closed, wrapping
 // upstream.ErrCredentialUnavailable.
-func (m *mintService) credential(ctx context.Context, l *LiveSession, u *upstream.Upstream) (upstream.Credential, error) {
-	now := m.b.now()
-	e := m.entry(l, u.Name)
+func (s *Service) minted(ctx context.Context, l Holder, u *upstream.Upstream) (upstream.Credential, error) {
+	now := s.clk.Now()
+	e := s.entry(l, u.Name)
 	if e == nil {
 		return upstream.Credential{}, fmt.Errorf("%w: %s: the session has ended", upstream.ErrCredentialUnavailable, u.Minter.Describe())
 	}
@@ -83,40 +60,40 @@ func (m *mintService) credential(ctx context.Context, l *LiveSession, u *upstrea
 	}
 	switch {
 	case !e.have || e.scope != fp:
-		if err := m.mint(ctx, l, u, e, fp, now); err != nil {
+		if err := s.mint(ctx, l, u, e, fp, now); err != nil {
 			return upstream.Credential{}, err
 		}
 	case renewalDue(e, now):
-		if err := m.renew(ctx, l, u, e, fp, now); err != nil {
+		if err := s.renew(ctx, l, u, e, fp, now); err != nil {
 			return upstream.Credential{}, err
 		}
 	}
 	if len(e.retired) > 0 && !now.Before(e.retired[0].until) {
 		e.retired = slices.DeleteFunc(e.retired, func(r retiredLease) bool { return !now.Before(r.until) })
-		m.rebuildScrub(e)
+		s.rebuildScrub(e)
 	}
-	if m.b.ks.engaged.Load() || l.revoked.Load() {
+	if s.halted() || l.Revoked() {
 		// A kill came while the lease was minted: it is revoked now (the
-		// call itself is refused by Send's check that follows).
-		m.endSession(l.Session.ID, "session ended during a mint")
+		// call itself is refused by the caller's check that follows).
+		s.EndSession(l.SessionID(), "session ended during a mint")
 	}
 	return e.cred, nil
 }
 
 // entry is the session's entry on upstream name, created on first use; nil
 // once the session ended or the service closed.
-func (m *mintService) entry(l *LiveSession, name string) *mintEntry {
-	id := l.Session.ID
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.entries == nil || l.revoked.Load() {
+func (s *Service) entry(l Holder, name string) *mintEntry {
+	id := l.SessionID()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.entries == nil || l.Revoked() {
 		return nil
 	}
-	byUp := m.entries[id]
+	byUp := s.entries[id]
 	if byUp == nil {
 		byUp = map[string]*mintEntry{}
-		m.entries[id] = byUp
-		m.timers.schedule(id, l.Session.ExpiresAt)
+		s.entries[id] = byUp
+		s.timers.schedule(id, l.Expires())
 	}
 	e := byUp[name]
 	if e == nil {
@@ -128,7 +105,7 @@ func (m *mintService) entry(l *LiveSession, name string) *mintEntry {
 
 // scopeFingerprint identifies the session's live grants on the upstream
 // (FNV-1a over their ids): a change means a new scope.
-func scopeFingerprint(l *LiveSession, name string, now time.Time) uint64 {
+func scopeFingerprint(l Holder, name string, now time.Time) uint64 {
 	h := uint64(14695981039346656037)
 	for _, g := range l.Grants() {
 		if g.Grant.Upstream != name || g.Revoked() || !now.Before(g.Grant.ExpiresAt) {
@@ -145,8 +122,8 @@ func scopeFingerprint(l *LiveSession, name string, now time.Time) uint64 {
 }
 
 // scope is what the session may do on the upstream now.
-func (m *mintService) scope(l *LiveSession, name string, now time.Time) upstream.Scope {
-	sc := upstream.Scope{SessionID: l.Session.ID, Upstream: name, Expires: l.Session.ExpiresAt, Now: now}
+func scope(l Holder, name string, now time.Time) upstream.Scope {
+	sc := upstream.Scope{SessionID: l.SessionID(), Upstream: name, Expires: l.Expires(), Now: now}
 	for _, g := range l.Grants() {
 		if g.Grant.Upstream == name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
 			sc.Rules = append(sc.Rules, g.Grant.Rules...)
@@ -168,35 +145,35 @@ func renewalDue(e *mintEntry, now time.Time) bool {
 	return !now.Before(e.minted.Add(life - life/3))
 }
 
-func (m *mintService) mint(ctx context.Context, l *LiveSession, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
-	lease, err := u.Minter.Mint(ctx, m.scope(l, u.Name, now))
+func (s *Service) mint(ctx context.Context, l Holder, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+	lease, err := u.Minter.Mint(ctx, scope(l, u.Name, now))
 	if err == nil && lease.Secret.IsZero() {
-		m.revokeLease(l.Session.ID, u, lease, "empty credential")
+		s.revokeLease(l.SessionID(), u, lease, "empty credential")
 		err = fmt.Errorf("minted an empty credential")
 	}
 	if err != nil {
-		m.failed(l.Session.ID, u, "mint", err)
+		s.failed(l.SessionID(), u, "mint", err)
 		return fmt.Errorf("%w: %s: mint failed", upstream.ErrCredentialUnavailable, u.Minter.Describe())
 	}
 	if e.have {
 		// The scope changed: the lease of the old scope is replaced and revoked.
 		old := e.lease
-		m.wg.Add(1)
-		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "scope changed") }()
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.revokeLease(l.SessionID(), u, old, "scope changed") }()
 	}
-	m.install(u, e, lease, fp, now)
-	m.count.WithLabelValues(u.Name, "mint", "ok").Inc()
-	m.audit(audit.TypeCredentialMinted, l.Session.ID, u, lease, "")
+	s.install(u, e, lease, fp, now)
+	s.mints.WithLabelValues(u.Name, "mint", "ok").Inc()
+	s.audit(audit.TypeCredentialMinted, l.SessionID(), u, lease, "")
 	return nil
 }
 
-func (m *mintService) renew(ctx context.Context, l *LiveSession, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
-	lease, err := u.Minter.Renew(ctx, m.scope(l, u.Name, now), e.lease)
+func (s *Service) renew(ctx context.Context, l Holder, u *upstream.Upstream, e *mintEntry, fp uint64, now time.Time) error {
+	lease, err := u.Minter.Renew(ctx, scope(l, u.Name, now), e.lease)
 	if err == nil && lease.Secret.IsZero() {
 		err = fmt.Errorf("renewed to an empty credential")
 	}
 	if err != nil {
-		m.failed(l.Session.ID, u, "renew", err)
+		s.failed(l.SessionID(), u, "renew", err)
 		if now.Before(e.lease.Expires) {
 			// Still valid: used until its expiry; the renewal is retried after a
 			// pause (an issuer outage costs one failure record per pause per
@@ -208,25 +185,25 @@ func (m *mintService) renew(ctx context.Context, l *LiveSession, u *upstream.Ups
 	}
 	if lease.ID != e.lease.ID {
 		old := e.lease // minted anew: the one replaced is revoked
-		m.wg.Add(1)
-		go func() { defer m.wg.Done(); m.revokeLease(l.Session.ID, u, old, "replaced at renewal") }()
+		s.wg.Add(1)
+		go func() { defer s.wg.Done(); s.revokeLease(l.SessionID(), u, old, "replaced at renewal") }()
 	}
-	m.install(u, e, lease, fp, now)
-	m.count.WithLabelValues(u.Name, "renew", "ok").Inc()
-	m.audit(audit.TypeCredentialRenewed, l.Session.ID, u, lease, "")
+	s.install(u, e, lease, fp, now)
+	s.mints.WithLabelValues(u.Name, "renew", "ok").Inc()
+	s.audit(audit.TypeCredentialRenewed, l.SessionID(), u, lease, "")
 	return nil
 }
 
 // install makes lease the entry's, retiring the values of the one it
 // replaces (see retire).
-func (m *mintService) install(u *upstream.Upstream, e *mintEntry, lease upstream.Lease, fp uint64, now time.Time) {
+func (s *Service) install(u *upstream.Upstream, e *mintEntry, lease upstream.Lease, fp uint64, now time.Time) {
 	values := u.LeaseValues(lease)
 	if e.have && !slices.Equal(values, e.values) {
 		retire(u, e, now)
 	}
 	e.have, e.lease, e.minted, e.scope, e.values = true, lease, now, fp, values
 	e.cred = u.LeaseCredential(lease)
-	m.rebuildScrub(e)
+	s.rebuildScrub(e)
 }
 
 // retire keeps the values of the entry's current lease scrubbed after it is
@@ -249,38 +226,38 @@ func retire(u *upstream.Upstream, e *mintEntry, now time.Time) {
 	e.retired = append(e.retired, retiredLease{values: e.values, until: until})
 }
 
-// leaseOwner names a session's lease on an upstream in the broker's Secrets.
+// leaseOwner names a session's lease on an upstream in the held Secrets.
 func leaseOwner(sessionID, upstreamName string) string {
 	return "lease/" + sessionID + "/" + upstreamName
 }
 
-// rescope revokes at once, at the issuer, the session's lease on the
+// Rescope revokes at once, at the issuer, the session's lease on the
 // upstream when the session's live grants there changed (a grant revoked
-// or added; a grant expired, at its instant: lifetime.go): the lease was minted for a scope the session no
+// or added; a grant expired, at its instant): the lease was minted for a scope the session no
 // longer has, and a broader credential must not outlive the grant that
 // justified it. The next call mints one for the scope the session has.
-func (m *mintService) rescope(sessionID, name string) {
-	m.mu.Lock()
-	e := m.entries[sessionID][name]
-	m.mu.Unlock()
-	l, ok := m.b.live(sessionID)
+func (s *Service) Rescope(sessionID, name string) {
+	s.mu.Lock()
+	e := s.entries[sessionID][name]
+	s.mu.Unlock()
+	l, ok := s.live(sessionID)
 	if e == nil || !ok {
 		return
 	}
-	u := m.b.upstreams[name]
-	m.wg.Add(1)
+	u := s.ups[name]
+	s.wg.Add(1)
 	go func() {
-		defer m.wg.Done()
+		defer s.wg.Done()
 		e.mu.Lock()
 		defer e.mu.Unlock()
-		now := m.b.now()
+		now := s.clk.Now()
 		if !e.have || e.gone || e.scope == scopeFingerprint(l, name, now) {
 			return
 		}
 		retire(u, e, now)
 		e.have = false
-		m.rebuildScrub(e)
-		m.revokeLease(sessionID, u, e.lease, "the session's grants changed")
+		s.rebuildScrub(e)
+		s.revokeLease(sessionID, u, e.lease, "the session's grants changed")
 	}()
 }
 
@@ -291,8 +268,8 @@ const renewRetry = 30 * time.Second
 const maxRetiredLeases = 16
 
 // rebuildScrub puts the entry's values (current, if it has a lease, and
-// retired) in the broker's Secrets: every answer is scrubbed of them.
-func (m *mintService) rebuildScrub(e *mintEntry) {
+// retired) in the held Secrets: every answer is scrubbed of them.
+func (s *Service) rebuildScrub(e *mintEntry) {
 	var all []string
 	if e.have {
 		all = slices.Clone(e.values)
@@ -301,16 +278,16 @@ func (m *mintService) rebuildScrub(e *mintEntry) {
 		all = append(all, r.values...)
 	}
 	if len(all) == 0 {
-		m.b.secrets.Remove(e.owner)
+		s.secrets.Remove(e.owner)
 	} else {
-		m.b.secrets.Set(e.owner, all...)
+		s.secrets.Set(e.owner, all...)
 	}
-	e.cred.Scrub = m.b.secrets.Scrubber()
+	e.cred.Scrub = s.secrets.Scrubber()
 }
 
 // forget removes an ended entry's values from the broker's Secrets once
 // the last of them could no longer work (see retire).
-func (m *mintService) forget(e *mintEntry, now time.Time) {
+func (s *Service) forget(e *mintEntry, now time.Time) {
 	var last time.Time
 	for _, r := range e.retired {
 		if r.until.After(last) {
@@ -318,75 +295,75 @@ func (m *mintService) forget(e *mintEntry, now time.Time) {
 		}
 	}
 	if !now.Before(last) {
-		m.b.secrets.Remove(e.owner)
+		s.secrets.Remove(e.owner)
 		return
 	}
 	owner := e.owner
-	m.clk.AfterFunc(last.Sub(now), func() { m.b.secrets.Remove(owner) })
+	s.clk.AfterFunc(last.Sub(now), func() { s.secrets.Remove(owner) })
 }
 
-// endSession revokes every lease of a session (killed, expired, or the
+// EndSession revokes every lease of a session (killed, expired, or the
 // kill-switch): asynchronously, each once; no lease is minted for it again
 // unless the session still stands (the kill-switch released).
-func (m *mintService) endSession(id, why string) {
-	m.timers.stop(id)
-	m.mu.Lock()
-	byUp := m.entries[id]
-	delete(m.entries, id)
-	m.mu.Unlock()
+func (s *Service) EndSession(id, why string) {
+	s.timers.stop(id)
+	s.mu.Lock()
+	byUp := s.entries[id]
+	delete(s.entries, id)
+	s.mu.Unlock()
 	for name, e := range byUp {
-		u := m.b.upstreams[name]
-		m.wg.Add(1)
+		u := s.ups[name]
+		s.wg.Add(1)
 		go func() {
-			defer m.wg.Done()
+			defer s.wg.Done()
 			e.mu.Lock() // after any mint in flight
 			defer e.mu.Unlock()
 			e.gone = true
 			if e.have {
-				retire(u, e, m.b.now())
-				m.revokeLease(id, u, e.lease, why)
+				retire(u, e, s.clk.Now())
+				s.revokeLease(id, u, e.lease, why)
 				e.have = false
 			}
-			m.forget(e, m.b.now())
+			s.forget(e, s.clk.Now())
 		}()
 	}
 }
 
-// endAll revokes every session's leases (the kill-switch).
-func (m *mintService) endAll(why string) {
-	m.mu.Lock()
-	ids := make([]string, 0, len(m.entries))
-	for id := range m.entries {
+// EndAll revokes every session's leases (the kill-switch).
+func (s *Service) EndAll(why string) {
+	s.mu.Lock()
+	ids := make([]string, 0, len(s.entries))
+	for id := range s.entries {
 		ids = append(ids, id)
 	}
-	m.mu.Unlock()
+	s.mu.Unlock()
 	for _, id := range ids {
-		m.endSession(id, why)
+		s.EndSession(id, why)
 	}
 }
 
-func (m *mintService) revokeLease(sessionID string, u *upstream.Upstream, l upstream.Lease, why string) {
+func (s *Service) revokeLease(sessionID string, u *upstream.Upstream, l upstream.Lease, why string) {
 	ctx, cancel := context.WithTimeout(context.Background(), revokeTimeout)
 	defer cancel()
 	if err := u.Minter.Revoke(ctx, l); err != nil {
-		m.failed(sessionID, u, "revoke", err)
+		s.failed(sessionID, u, "revoke", err)
 		return
 	}
-	m.count.WithLabelValues(u.Name, "revoke", "ok").Inc()
-	m.audit(audit.TypeCredentialRevoked, sessionID, u, l, why)
+	s.mints.WithLabelValues(u.Name, "revoke", "ok").Inc()
+	s.audit(audit.TypeCredentialRevoked, sessionID, u, l, why)
 }
 
-func (m *mintService) failed(sessionID string, u *upstream.Upstream, op string, err error) {
-	m.count.WithLabelValues(u.Name, op, "error").Inc()
-	m.b.audit.AppendAsync(audit.Event{Type: audit.TypeCredentialFailed, Actor: audit.Actor{Kind: "system"},
+func (s *Service) failed(sessionID string, u *upstream.Upstream, op string, err error) {
+	s.mints.WithLabelValues(u.Name, op, "error").Inc()
+	s.records.AppendAsync(audit.Event{Type: audit.TypeCredentialFailed, Actor: audit.Actor{Kind: "system"},
 		SessionID: sessionID, Upstream: u.Name, Reason: clip(op+": "+u.Minter.Describe()+": "+err.Error(), 500)})
 }
 
 // audit records a lease: its source, id (HMAC'd) and expiry, never a value.
-func (m *mintService) audit(typ, sessionID string, u *upstream.Upstream, l upstream.Lease, why string) {
+func (s *Service) audit(typ, sessionID string, u *upstream.Upstream, l upstream.Lease, why string) {
 	reason := u.Minter.Describe()
 	if l.ID != "" {
-		reason += " lease " + m.b.HMAC(l.ID)
+		reason += " lease " + s.hmac(l.ID)
 	}
 	if !l.Expires.IsZero() {
 		reason += " until " + l.Expires.UTC().Format(time.RFC3339)
@@ -394,15 +371,5 @@ func (m *mintService) audit(typ, sessionID string, u *upstream.Upstream, l upstr
 	if why != "" {
 		reason += ": " + why
 	}
-	m.b.audit.AppendAsync(audit.Event{Type: typ, Actor: audit.Actor{Kind: "system"}, SessionID: sessionID, Upstream: u.Name, Reason: reason})
-}
-
-// close stops the expiry timers and waits for running revocations; the
-// leases held are left to their own expiry.
-func (m *mintService) close() {
-	m.timers.close()
-	m.mu.Lock()
-	m.entries = nil
-	m.mu.Unlock()
-	m.wg.Wait()
+	s.records.AppendAsync(audit.Event{Type: typ, Actor: audit.Actor{Kind: "system"}, SessionID: sessionID, Upstream: u.Name, Reason: reason})
 }

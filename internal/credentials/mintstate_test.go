@@ -1,4 +1,4 @@
-package broker
+package credentials
 
 import (
 	"bytes"
@@ -9,37 +9,27 @@ import (
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
-// mapMeta is a MetaStore in memory.
+// mapMeta is a StateStore in memory.
 type mapMeta struct {
 	mu sync.Mutex
 	m  map[string][]byte
 }
 
-func (s *mapMeta) Meta(_ context.Context, k string) ([]byte, error) {
+func (s *mapMeta) LoadState(_ context.Context, k string) ([]byte, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	v, ok := s.m[k]
 	if !ok {
-		return nil, ErrMetaNotFound
+		return nil, nil
 	}
 	return bytes.Clone(v), nil
 }
 
-func (s *mapMeta) PutMeta(_ context.Context, k string, v []byte) error {
+func (s *mapMeta) SaveState(_ context.Context, k string, v []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.m[k] = bytes.Clone(v)
 	return nil
-}
-
-func (s *mapMeta) CreateMeta(ctx context.Context, k string, v []byte) ([]byte, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if old, ok := s.m[k]; ok {
-		return bytes.Clone(old), nil
-	}
-	s.m[k] = bytes.Clone(v)
-	return bytes.Clone(v), nil
 }
 
 // stateMinter is a StatefulMinter that only keeps what it was bound.

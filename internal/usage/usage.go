@@ -1,4 +1,7 @@
-package broker
+// Package usage counts grants' uses and budgets in a store every broker
+// sharing it sees (PostgreSQL), so max_uses and budgets are exact across
+// replicas and restarts: the Store port, and the grants.Counter over it.
+package usage
 
 import (
 	"context"
@@ -11,7 +14,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 )
 
-// UsageStore counts grants' uses and budgets where every broker sharing the
+// Store counts grants' uses and budgets where every broker sharing the
 // store sees them, so max_uses and budgets are exact across replicas and
 // restarts (DESIGN §9). Without one (bbolt: one broker per file) a grant
 // counts in memory (grants.Live), persisted as snapshots with the audit
@@ -21,7 +24,7 @@ import (
 // sent: Reserve at the decision, nothing when the action is held, approved
 // or executed. It goes back exactly once, cluster-wide:
 //   - leaving pending unsent (denied, expired, failed): the store that is
-//     both the approval.ActionStore and the UsageStore releases it in UpdateAction's
+//     both the approval.ActionStore and the usage Store releases it in UpdateAction's
 //     own transaction, the one that moves the action out of pending; the
 //     transition has one winner, so the release happens once, whichever
 //     replica counted the action (its creator, one that restarted and
@@ -33,7 +36,7 @@ import (
 //
 // A crash between an execution's failure and its Release keeps the use
 // counted: a limit may lose a use, it never gains one.
-type UsageStore interface {
+type Store interface {
 	// Reserve takes one use and amounts of grant id if its counted uses
 	// stay below maxUses (0: unlimited) and each amount's spent total
 	// stays within budget[key] (a key without a budget has none left):
@@ -44,59 +47,43 @@ type UsageStore interface {
 	Release(ctx context.Context, id string, amounts map[string]float64) error
 }
 
-// ErrUsageUnavailable: a grant's limits could not be counted (the usage
-// store did not answer); the call is refused, nothing was taken.
-var ErrUsageUnavailable = fault.Hidden(fault.UsageUnavailable, "grant usage unavailable")
+// ErrUnavailable: a grant's limits could not be counted (the usage store
+// did not answer); the call is refused, nothing was taken.
+var ErrUnavailable = fault.Hidden(fault.UsageUnavailable, "grant usage unavailable")
 
-// usageTimeout bounds one reservation or release. A sandbox call's
+// Timeout bounds one reservation or release. A sandbox call's
 // reservation is not cut by its request's end: it completes or fails
 // within this bound, so it is never left half-known.
-const usageTimeout = 10 * time.Second
+const Timeout = 10 * time.Second
 
-// NewUsageCounter adapts a UsageStore to the grants' Counter: what a
-// grants.Live counts its limits with when the store is shared.
-func NewUsageCounter(u UsageStore, log *slog.Logger) grants.Counter {
-	return usageCounter{store: u, log: log}
+// NewCounter adapts a Store to the grants' Counter: what a grants.Live
+// counts its limits with when the store is shared.
+func NewCounter(s Store, log *slog.Logger) grants.Counter {
+	return counter{store: s, log: log}
 }
 
-type usageCounter struct {
-	store UsageStore
+type counter struct {
+	store Store
 	log   *slog.Logger
 }
 
-func (c usageCounter) Reserve(g *grants.Grant, amounts map[string]float64) error {
-	ctx, cancel := context.WithTimeout(context.Background(), usageTimeout)
+func (c counter) Reserve(g *grants.Grant, amounts map[string]float64) error {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	err := c.store.Reserve(ctx, g.ID, g.MaxUses, amounts, g.Budget)
 	if err == nil || errors.Is(err, grants.ErrGrantExhausted) || errors.Is(err, grants.ErrBudgetExceeded) {
 		return err
 	}
 	c.log.Error("reserve a grant's use", "grant_id", g.ID, "err", err)
-	return fmt.Errorf("%w: %w", ErrUsageUnavailable, err)
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
 }
 
 // Release gives the use back; when the store cannot take it, the use stays
 // counted (logged): the limit loses a use, it never gains one.
-func (c usageCounter) Release(g *grants.Grant, amounts map[string]float64) {
-	ctx, cancel := context.WithTimeout(context.Background(), usageTimeout)
+func (c counter) Release(g *grants.Grant, amounts map[string]float64) {
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
 	if err := c.store.Release(ctx, g.ID, amounts); err != nil {
 		c.log.Error("release a grant's use; it stays counted", "grant_id", g.ID, "err", err)
-	}
-}
-
-// limited reports whether a grant has limits to count (max_uses or a
-// budget): only those reach the UsageStore.
-func limited(g *grants.Grant) bool { return g.MaxUses > 0 || len(g.Budget) > 0 }
-
-// share makes the store count gs' limits, when it is shared (a UsageStore).
-func (s *sessionService) share(gs ...*grants.Live) {
-	if s.counter == nil {
-		return
-	}
-	for _, g := range gs {
-		if limited(&g.Grant) && !g.Shared() {
-			g.SetCounter(s.counter)
-		}
 	}
 }
