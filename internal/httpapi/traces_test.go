@@ -471,3 +471,61 @@ func TestUntracedRecordsHaveNoTraceFields(t *testing.T) {
 		t.Fatalf("verify: %d", status)
 	}
 }
+
+// TestTraceOfAHumanWait: a gated call that holds its connection for the
+// reviewers' decision has a child span for the wait, which ends with the
+// action's status; the execution the approval starts is a span of its own.
+func TestTraceOfAHumanWait(t *testing.T) {
+	e, recv := tracedPipe(t)
+	s := e.tracedSession(t, true)
+	answered := make(chan pipeAnswer, 1)
+	go func() {
+		req, _ := http.NewRequest("POST", e.sandbox.URL+"/v1/proxy/api/Ok", nil)
+		req.Header.Set("Authorization", "Bearer "+s.Token)
+		req.Header.Set("Prefer", "wait=20")
+		sandboxTraceHeaders(req.Header)
+		answered <- e.answer(t, req)
+	}()
+	var list struct {
+		Items []struct {
+			ID        string `json:"id"`
+			SessionID string `json:"session_id"`
+		} `json:"items"`
+	}
+	id := ""
+	brokertest.Eventually(t, 10*time.Second, func() bool {
+		if status := e.json(t, "GET", e.control.URL+"/v1/approvals", e.reviewer, "", &list); status != 200 {
+			t.Fatalf("approvals: %d", status)
+		}
+		for _, a := range list.Items {
+			if a.SessionID == s.ID {
+				id = a.ID
+			}
+		}
+		return id != ""
+	})
+	if status := e.json(t, "POST", e.control.URL+"/v1/approvals/"+id+"/approve", e.reviewer, "", nil); status != 200 {
+		t.Fatalf("approve: %d", status)
+	}
+	a := <-answered
+	if a.status != 200 {
+		t.Fatalf("the waiting call: %+v, want the executed answer", a)
+	}
+	held := recv.WaitSpan(t, 10*time.Second, "of the held call", func(x brokertest.Span) bool {
+		return x.Kind == "server" && x.Attrs["airlock.request_id"] == a.requestID && x.Attrs["airlock.action_id"] == ""
+	})
+	checkCallSpan(t, held, "POST /Ok", map[string]string{"airlock.decision": "hold", "http.response.status_code": "200"})
+	wait := recv.WaitSpan(t, 10*time.Second, "of the wait", func(x brokertest.Span) bool {
+		return x.ParentID == held.SpanID && x.Name == "airlock.await_decision"
+	})
+	if wait.Attrs["airlock.action_id"] != id || wait.Attrs["airlock.action.status"] != "executed" || wait.Status == "error" {
+		t.Errorf("wait span %v (%s)", wait.Attrs, wait.Status)
+	}
+	exec := recv.WaitSpan(t, 10*time.Second, "of the execution", func(x brokertest.Span) bool {
+		return x.Kind == "server" && x.Attrs["airlock.action_id"] == id
+	})
+	checkCallSpan(t, exec, "execute POST api", map[string]string{"airlock.decision": "allow", "http.response.status_code": "200"})
+	if exec.TraceID == held.TraceID {
+		t.Error("the execution shares the held call's trace")
+	}
+}
