@@ -327,12 +327,13 @@ func newAuditCmd(e *cliEnv) *cobra.Command {
 		Example: `  broker audit export > audit.jsonl
   broker audit export --format csv --since 2026-12-01T00:00:00Z > audit.csv
   broker audit export --format ocsf --session-id ses_… > audit.ocsf.jsonl
+  broker audit export --trace-id 4bf92f3577b34da6a3ce929d0e0e4736
   broker audit export --bundle ./audit-bundle`,
 		Args: positional(cobra.NoArgs),
 	}
-	filters := []string{"since", "until", "session_id", "task_id", "grant_id", "type", "format"}
+	filters := []string{"since", "until", "session_id", "task_id", "grant_id", "trace_id", "type", "format"}
 	help := map[string]string{"since": "records at or after this RFC 3339 time", "until": "records before this RFC 3339 time",
-		"format": "jsonl (default), csv or ocsf"}
+		"format": "jsonl (default), csv or ocsf", "trace_id": "only the records of the calls of this trace (32 hex digits, as in a span)"}
 	for _, name := range filters {
 		usage := help[name]
 		if usage == "" {

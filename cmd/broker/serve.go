@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
+	"go.opentelemetry.io/otel"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/time/rate"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/config"
 	"github.com/airlock-broker/airlock/internal/httpapi"
+	"github.com/airlock-broker/airlock/internal/telemetry"
 )
 
 func newServeCmd(e *cliEnv) *cobra.Command {
@@ -69,6 +71,16 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		hook = &approval.Webhook{URL: cfg.Approval.Webhook.URL, Secret: []byte(cfg.Approval.Webhook.Secret),
 			Client: &http.Client{Timeout: 10 * time.Second}, Log: log.With("component", "webhook"), Now: time.Now}
 	}
+	tracing, err := telemetry.New(ctx, getenv) // OTEL_EXPORTER_OTLP_ENDPOINT etc.; off (no-op) without
+	if err != nil {
+		return err
+	}
+	defer tracing.Shutdown(context.WithoutCancel(ctx)) // after the broker's Close: flushes the last spans
+	// The exporter's failures (a collector down) as log lines, not the SDK's own stderr output.
+	if tracing.On() {
+		tlog := log.With("component", "telemetry")
+		otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) { tlog.Warn("trace export failed", "err", err) }))
+	}
 	reg := prometheus.NewRegistry()
 	feed, _ := st.(changefeed.Feed) // replicas on one database follow each other's changes
 	registerStoreMetrics(reg, st)
@@ -79,7 +91,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
 		Webhook: hook, Metrics: reg, Clock: clock.Real(), Log: log,
 		CheckpointEvery: cfg.Audit.CheckpointEvery, CheckpointEach: cfg.Audit.CheckpointInterval,
-		ProxyCA: cfg.ProxyListen != "",
+		ProxyCA: cfg.ProxyListen != "", Tracer: tracing.Tracer(),
 	})
 	if err != nil {
 		return err
@@ -94,7 +106,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 	if err != nil {
 		return err
 	}
-	log.Info("broker listening", "sandbox", l.addrs.Sandbox, "control", l.addrs.Control, "proxy", l.addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups))
+	log.Info("broker listening", "sandbox", l.addrs.Sandbox, "control", l.addrs.Control, "proxy", l.addrs.Proxy, "store", cfg.Store.Driver, "audit_durability", cfg.Audit.Durability, "upstreams", len(ups), "tracing", tracing.On())
 	fmt.Fprintf(stdout, "airlock: sandbox plane %s, control plane %s\n", l.addrs.Sandbox, l.addrs.Control)
 	if l.door != nil {
 		fmt.Fprintf(stdout, "airlock: proxy door %s (HTTPS_PROXY=http://airlock:<session token>@%s)\n", l.proxy.Addr(), l.addrs.Proxy)

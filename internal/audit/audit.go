@@ -64,18 +64,23 @@ type Event struct {
 	TaskID    string    `json:"task_id,omitempty"`
 	GrantID   string    `json:"grant_id,omitempty"`
 	ActionID  string    `json:"action_id,omitempty"`
-	Upstream  string    `json:"upstream,omitempty"`
-	Method    string    `json:"method,omitempty"`
-	Path      string    `json:"path,omitempty"`
-	Decision  string    `json:"decision,omitempty"` // allow | deny
-	Code      string    `json:"code,omitempty"`
-	Reason    string    `json:"reason,omitempty"`
-	Status    int       `json:"status,omitempty"`
-	LatencyUS int64     `json:"latency_us,omitempty"`
-	BytesIn   int64     `json:"bytes_in,omitempty"`
-	BytesOut  int64     `json:"bytes_out,omitempty"`
-	PrevHash  string    `json:"prev_hash"`
-	Hash      string    `json:"hash,omitempty"`
+	// TraceID and SpanID are the call's span (W3C trace context hex) when
+	// it was traced; omitted otherwise, so older records encode, hash and
+	// verify as they always did.
+	TraceID   string `json:"trace_id,omitempty"`
+	SpanID    string `json:"span_id,omitempty"`
+	Upstream  string `json:"upstream,omitempty"`
+	Method    string `json:"method,omitempty"`
+	Path      string `json:"path,omitempty"`
+	Decision  string `json:"decision,omitempty"` // allow | deny
+	Code      string `json:"code,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+	Status    int    `json:"status,omitempty"`
+	LatencyUS int64  `json:"latency_us,omitempty"`
+	BytesIn   int64  `json:"bytes_in,omitempty"`
+	BytesOut  int64  `json:"bytes_out,omitempty"`
+	PrevHash  string `json:"prev_hash"`
+	Hash      string `json:"hash,omitempty"`
 }
 
 // Entry is one sealed record handed to a Sink.

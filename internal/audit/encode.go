@@ -32,7 +32,7 @@ func seal(e *Event) ([]byte, error) {
 // encoding is built in one allocation.
 func sealedSize(e *Event) int {
 	n := 300 + len(e.Type) + len(e.Actor.Kind) + len(e.Actor.ID) + len(e.RequestID) + len(e.SessionID) +
-		len(e.TaskID) + len(e.GrantID) + len(e.ActionID) + len(e.Upstream) + len(e.Method) + len(e.Path) +
+		len(e.TaskID) + len(e.GrantID) + len(e.ActionID) + len(e.TraceID) + len(e.SpanID) + len(e.Upstream) + len(e.Method) + len(e.Path) +
 		len(e.Decision) + len(e.Code) + len(e.Reason) + len(e.PrevHash)
 	return n + n/8 // room for escapes
 }
@@ -58,6 +58,8 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = appendOptString(b, `,"task_id":`, e.TaskID)
 	b = appendOptString(b, `,"grant_id":`, e.GrantID)
 	b = appendOptString(b, `,"action_id":`, e.ActionID)
+	b = appendOptString(b, `,"trace_id":`, e.TraceID)
+	b = appendOptString(b, `,"span_id":`, e.SpanID)
 	b = appendOptString(b, `,"upstream":`, e.Upstream)
 	b = appendOptString(b, `,"method":`, e.Method)
 	b = appendOptString(b, `,"path":`, e.Path)

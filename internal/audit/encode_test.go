@@ -16,7 +16,7 @@ import (
 // Invalid UTF-8 is made valid first (see appendString).
 func sealWithJSON(e Event) ([]byte, string, error) {
 	for _, s := range []*string{&e.Type, &e.Actor.Kind, &e.Actor.ID, &e.RequestID, &e.SessionID, &e.TaskID, &e.GrantID,
-		&e.ActionID, &e.Upstream, &e.Method, &e.Path, &e.Decision, &e.Code, &e.Reason, &e.PrevHash} {
+		&e.ActionID, &e.TraceID, &e.SpanID, &e.Upstream, &e.Method, &e.Path, &e.Decision, &e.Code, &e.Reason, &e.PrevHash} {
 		*s = validUTF8(*s)
 	}
 	e.Hash = ""
@@ -55,7 +55,7 @@ func FuzzEventEncoding(f *testing.F) {
 		e := Event{
 			Seq: seq, Time: at, Type: typ,
 			Actor: Actor{Kind: kind, ID: id}, RequestID: req, SessionID: id, TaskID: reason, GrantID: code,
-			ActionID: decision, Upstream: kind, Method: typ, Path: path, Decision: decision, Code: code,
+			ActionID: decision, TraceID: path, SpanID: req, Upstream: kind, Method: typ, Path: path, Decision: decision, Code: code,
 			Reason: reason, Status: status, LatencyUS: n, BytesIn: -n, BytesOut: n / 3, PrevHash: prev,
 		}
 		want, wantHash, werr := sealWithJSON(e)

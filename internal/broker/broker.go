@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/time/rate"
 
 	"github.com/airlock-broker/airlock/internal/apitokens"
@@ -94,6 +95,9 @@ type Options struct {
 	// ActionLease: how long an executing action's claim holds unless its
 	// owner renews it (default DefaultActionLease).
 	ActionLease time.Duration
+	// Tracer traces every sandbox call (trace.go); nil or a no-op tracer:
+	// none, at no cost.
+	Tracer trace.Tracer
 }
 
 // Broker is the broker's domain service.
@@ -111,6 +115,7 @@ type Broker struct {
 	proxyOn   bool            // new sessions get a CA (Options.ProxyCA)
 	maxStream int64           // streams per session (Options.MaxStreams; 0: unlimited)
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
+	tracer    trace.Tracer    // the calls' spans, nil when tracing is off (Options.Tracer)
 
 	sess     sessionService      // live sessions and grants, their store and call rates
 	toks     *apitokens.Service  // API tokens
@@ -193,7 +198,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		upstreams: o.Upstreams, now: o.Clock.Now, log: o.Log,
 		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
 		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
-		proxyOn: o.ProxyCA, maxStream: int64(max(o.MaxStreams, 0)),
+		proxyOn: o.ProxyCA, maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
 	}
 	if err := b.build(ctx, o, key); err != nil {
 		w.Close()

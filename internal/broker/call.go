@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/fault"
@@ -109,7 +111,8 @@ type call struct {
 	outcome Outcome  // what Do gave the door
 	adm     Admitted // what the door's parse sees, kept here: no allocation of its own
 
-	step callStep // how far the call got: the steps run only in order
+	step callStep  // how far the call got: the steps run only in order
+	tr   callTrace // the call's span, nil when tracing is off (trace.go)
 }
 
 // callStep is how far a call got; each step requires the one before.
@@ -392,6 +395,7 @@ type response struct {
 	sent   time.Time
 	cancel context.CancelFunc
 	stop   func()
+	span   trace.Span // the upstream attempt's, ended with the answer (nil: not traced)
 }
 
 // CopyHeader copies the answer's headers for the sandbox (see
@@ -418,6 +422,7 @@ func (r *response) Close() {
 	r.Response.Body.Close()
 	r.cancel()
 	r.stop()
+	endUpstream(r.span, r.StatusCode, nil)
 }
 
 // Send performs the authorized call: it fetches the credential, writes the
@@ -444,7 +449,9 @@ func (c *call) send(parent context.Context) (*response, error) {
 		stop()
 		return nil, &stepError{step: step, cause: cause}
 	}
-	cred, err := c.b.creds.Credential(ctx, c.l, c.u) // the upstream's, or this session's minted (internal/credentials)
+	credCtx, span := c.startCredential(ctx)
+	cred, err := c.b.creds.Credential(credCtx, c.l, c.u) // the upstream's, or this session's minted (internal/credentials)
+	endSpan(span, err)
 	if err != nil {
 		c.unreserve()
 		return fail(ErrNoCredential, err)
@@ -475,14 +482,16 @@ func (c *call) send(parent context.Context) (*response, error) {
 	}
 	sent := time.Now()
 	c.sent = sent
-	resp, err := c.u.Do(ctx, c.out, cred)
+	upCtx, span := c.startUpstream(ctx)
+	resp, err := c.u.Do(upCtx, c.out, cred)
 	if err != nil {
 		if cut := Interrupted(bound); cut != nil {
 			err = cut
 		}
+		endUpstream(span, 0, err)
 		return fail(ErrNoAnswer, err)
 	}
-	c.resp = response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop}
+	c.resp = response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop, span: span}
 	return &c.resp, nil
 }
 
@@ -544,6 +553,9 @@ type CallRecord struct {
 	Method    string
 	Path      string
 	BytesIn   int64
+	// TraceID and SpanID are the call's span (W3C hex), when it is traced
+	// and sampled: in each of the call's records.
+	TraceID, SpanID string
 }
 
 // recordAllowed writes the durable "allowed" record of a call before it is
@@ -562,10 +574,17 @@ func (c *call) recordAllowed(ctx context.Context) error {
 	if limited(&c.grant.Grant) && !c.grant.Shared() {
 		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}
 	}
-	if _, err := c.b.audit.AppendGuarded(ctx, ev, side); err != nil {
+	ctx, span := c.childSpan(ctx, "airlock.audit.append", trace.SpanKindInternal)
+	rec, err := c.b.audit.AppendGuarded(ctx, ev, side)
+	if err != nil {
+		endSpan(span, err)
 		c.unreserve()
 		return err
 	}
+	if c.tr.seq = rec.Seq; span != nil {
+		span.SetAttributes(attrAuditSeq.Int64(int64(rec.Seq)))
+	}
+	endSpan(span, nil)
 	return nil
 }
 
@@ -583,6 +602,7 @@ func (c *call) refuse(ctx context.Context, cause error, code string) error {
 		ev.Type = audit.TypeEgressDenied
 	}
 	ev.Reason = denialReason(cause)
+	c.tr.denied = true
 	_, err := c.b.audit.Append(ctx, ev, nil)
 	return err
 }
@@ -605,13 +625,14 @@ func (c *call) completeWhy(status int, bytesOut int64, code, reason string) {
 	if c.grant != nil {
 		ev.GrantID = c.grant.Grant.ID
 	}
+	c.tr.status, c.tr.code = status, code
 	c.b.audit.AppendAsync(ev)
 }
 
 func callEvent(l *LiveSession, c CallRecord) audit.Event {
 	ev := audit.Event{
 		Actor: audit.Actor{Kind: "sandbox"}, RequestID: c.RequestID, Upstream: c.Upstream,
-		Method: c.Method, Path: c.Path, BytesIn: c.BytesIn,
+		Method: c.Method, Path: c.Path, BytesIn: c.BytesIn, TraceID: c.TraceID, SpanID: c.SpanID,
 	}
 	if l != nil {
 		ev.Actor.ID = l.Session.ID

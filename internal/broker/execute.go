@@ -30,7 +30,9 @@ const maxResultBody = 1 << 20
 func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (res *approval.Result, claimed bool, err error) {
 	c := &call{b: b, name: a.Upstream, start: time.Now(), actionID: a.ID, amounts: a.Amounts, action: &a,
 		rec: CallRecord{RequestID: a.RequestID, Upstream: a.Upstream, Method: a.Request.Method, Path: a.Request.Path, BytesIn: int64(len(a.Request.Body))}}
-	p := &pipe{b: b, ctx: context.Background(), c: c, write: func(o *Outcome) Written { err = o.Err; return Written{} }}
+	p := &pipe{b: b, c: c, write: func(o *Outcome) Written { err = o.Err; return Written{} }}
+	p.ctx = c.startTrace(context.Background()) // its own root, linked to the session's operator trace
+	defer c.endTrace()
 	l, g, rerr := b.readmit(a)
 	c.l = l
 	if rerr == nil {

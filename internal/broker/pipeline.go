@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
@@ -190,7 +193,9 @@ const smallBody = 256 << 10
 // write returns, the outcome is recorded: a refusal's before, an answer's
 // completion after, with what write says it wrote.
 func (b *Broker) Do(ctx context.Context, in Inbound, write func(*Outcome) Written) {
-	p := &pipe{b: b, ctx: ctx, write: write, c: b.newCall(in.Upstream, in.Method)}
+	p := &pipe{b: b, write: write, c: b.newCall(in.Upstream, in.Method)}
+	p.ctx = p.c.startTrace(ctx) // a new root: never the sandbox's trace (trace.go)
+	defer p.c.endTrace()
 	if in.Egress != nil {
 		p.c.rec.Path = clip(net.JoinHostPort(in.Egress.Host, strconv.Itoa(in.Egress.Port)), 300)
 	}
@@ -250,7 +255,9 @@ type pipe struct {
 // logged like a refused call's, then given to refused (for the door to
 // answer, if it still can).
 func (b *Broker) Open(ctx context.Context, in Inbound, open func(*Admitted) error, refused func(*Outcome)) {
-	p := &pipe{b: b, ctx: ctx, c: b.newCall(in.Upstream, in.Method), write: func(o *Outcome) Written { refused(o); return Written{} }}
+	p := &pipe{b: b, c: b.newCall(in.Upstream, in.Method), write: func(o *Outcome) Written { refused(o); return Written{} }}
+	p.ctx = p.c.startTrace(ctx)
+	defer p.c.endTrace()
 	if in.Egress != nil {
 		p.c.rec.Path = clip(net.JoinHostPort(in.Egress.Host, strconv.Itoa(in.Egress.Port)), 300)
 	}
@@ -381,7 +388,13 @@ func (p *pipe) hold(wait time.Duration) {
 	}
 	b.calls.observe(c.rec.Upstream, "hold", "", c.elapsed())
 	if wait > 0 {
-		if a, err = b.awaitDecision(p.ctx, c.l, c.grant, a.ID, wait); err != nil {
+		ctx, span := c.childSpan(p.ctx, "airlock.await_decision", trace.SpanKindInternal, attrActionID.String(a.ID))
+		a, err = b.awaitDecision(ctx, c.l, c.grant, a.ID, wait)
+		if span != nil {
+			span.SetAttributes(attribute.String("airlock.action.status", string(a.Status)))
+		}
+		endSpan(span, err)
+		if err != nil {
 			if IsCut(err) {
 				// A held call that ended with its session or grant: its outcome says why.
 				p.failSent(err, "", true, fault.Of(err).Status())

@@ -40,6 +40,9 @@ type SessionRequest struct {
 	BindCIDR       string
 	Labels         map[string]string
 	Grants         []grants.Spec
+	// Traceparent is the operator's trace context (the request's
+	// traceparent header); invalid, it is ignored.
+	Traceparent string
 }
 
 // SessionView is a session with its grants and derived standing.
@@ -188,7 +191,7 @@ func (b *Broker) newSession(req *SessionRequest, p auth.Principal, now time.Time
 	return session.Session{
 		ID: newID("ses_", now), TaskID: req.TaskID, TokenID: newID("jti_", now),
 		CreatedAt: now, ExpiresAt: now.Add(ttl), UntrustedInput: untrusted, Isolation: iso,
-		BindCIDR: req.BindCIDR, Labels: req.Labels, CreatedBy: p.ID,
+		BindCIDR: req.BindCIDR, Labels: req.Labels, CreatedBy: p.ID, Traceparent: operatorTrace(req.Traceparent),
 	}, nil
 }
 

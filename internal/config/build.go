@@ -93,11 +93,12 @@ func (u *Upstream) build(f string, b builder) (*upstream.Upstream, error) {
 	up := &upstream.Upstream{
 		Name: u.Name, Kind: u.Type, BaseURL: bu, Sensitive: u.Sensitive == nil || *u.Sensitive,
 		Timeout: u.Timeout, MaxBody: u.MaxBody, ForwardHeaders: fwd, Source: got.source, Minter: got.minter,
-		Inject:        upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser, HMAC: hmacSigning(u.Inject.HMAC)},
-		AWS:           awsCfg,
-		RotationGrace: u.Scrub.RotationGrace,
-		Placeholder:   u.placeholder,
-		Hosts:         u.proxyHosts,
+		Inject:         upstream.Injection{Header: u.Inject.Header, Format: u.Inject.Format, Query: u.Inject.Query, BasicUser: u.Inject.BasicUser, HMAC: hmacSigning(u.Inject.HMAC)},
+		AWS:            awsCfg,
+		RotationGrace:  u.Scrub.RotationGrace,
+		Placeholder:    u.placeholder,
+		Hosts:          u.proxyHosts,
+		PropagateTrace: u.PropagateTrace,
 
 		AllowPathSemicolons: u.AllowPathSemicolons,
 	}

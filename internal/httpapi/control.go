@@ -19,6 +19,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p auth.Pr
 	br := broker.SessionRequest{
 		TaskID: req.TaskID, TTL: time.Duration(req.TTL), UntrustedInput: req.UntrustedInput,
 		Isolation: req.Isolation, BindCIDR: req.BindCIDR, Labels: req.Labels,
+		Traceparent: r.Header.Get("Traceparent"), // the operator's trace: the session's calls link to it
 	}
 	for i, g := range req.Grants {
 		spec, err := g.spec(fmt.Sprintf("grants[%d].", i))

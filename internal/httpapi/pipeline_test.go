@@ -89,13 +89,14 @@ type pipeEnv struct {
 	started  chan struct{} // a slow call reached the upstream
 	proxy    string        // the proxy door's address
 	reviewer string
+	header   atomic.Pointer[http.Header] // the headers of the upstream's last request
 }
 
 // pipeStart runs a broker with a REST upstream "api" and a JSON-protocol
 // AWS upstream "ddb", both reaching one loopback upstream that answers by
 // operation: ...Ok answers (echoing the credential it got), ...Slow hangs
 // until the call is cut, ...Broken drops the connection.
-func pipeStart(t *testing.T) *pipeEnv {
+func pipeStart(t *testing.T, opts ...func(*broker.Options)) *pipeEnv {
 	t.Helper()
 	dir := t.TempDir()
 	bolt, err := boltstore.OpenBolt(filepath.Join(dir, "airlock.db"), store.DurabilityBuffered, slog.New(slog.NewTextHandler(io.Discard, nil)))
@@ -108,6 +109,8 @@ func pipeStart(t *testing.T) *pipeEnv {
 	}
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.hits.Add(1)
+		h := r.Header.Clone()
+		e.header.Store(&h)
 		_, _ = io.Copy(io.Discard, r.Body) // then a closed connection ends r's context
 		op := r.URL.Path
 		if target := r.Header.Get("X-Amz-Target"); target != "" {
@@ -147,8 +150,12 @@ func pipeStart(t *testing.T) *pipeEnv {
 	ddb.SetTransport(upstream.NewTransport())
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	b, err := broker.New(context.Background(), broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": api, "ddb": ddb},
-		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: log, ProxyCA: true})
+	o := broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": api, "ddb": ddb},
+		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: log, ProxyCA: true}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	b, err := broker.New(context.Background(), o)
 	if err != nil {
 		t.Fatal(err)
 	}

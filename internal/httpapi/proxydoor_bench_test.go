@@ -11,14 +11,18 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/httpapi"
+	"github.com/airlock-broker/airlock/internal/telemetry"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -40,7 +44,7 @@ type doorBench struct {
 	oneShot *http.Client // a tunnel per request, as curl opens one per run
 }
 
-func newDoorBench(b testing.TB) *doorBench {
+func newDoorBench(b testing.TB, opts ...func(*broker.Options)) *doorBench {
 	b.Helper()
 	body := []byte(`{"items":[{"id":1,"name":"widget","price":12.5},{"id":2,"name":"gadget","price":7.25}],"next":null}`)
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -62,7 +66,12 @@ func newDoorBench(b testing.TB) *doorBench {
 		Source: src, Inject: upstream.Injection{Header: "Authorization", Format: "Bearer {secret}"}, Hosts: []upstream.Host{host}}
 	u.SetTransport(upstream.NewTransport())
 	k := brokertest.MustOpenBroker(b, brokertest.WithUpstream(u), brokertest.WithNow(time.Now),
-		brokertest.WithOptions(func(o *broker.Options) { o.ProxyCA = true }))
+		brokertest.WithOptions(func(o *broker.Options) {
+			o.ProxyCA = true
+			for _, opt := range opts {
+				opt(o)
+			}
+		}))
 	api, err := httpapi.New(k.Broker, brokertest.Discard(), httpapi.UIOptions{})
 	if err != nil {
 		b.Fatal(err)
@@ -151,6 +160,43 @@ func BenchmarkRESTDoorRequest(b *testing.B) {
 		d.get(b, d.rest, req)
 	}
 }
+
+// BenchmarkRESTDoorRequestTraced is BenchmarkRESTDoorRequest with tracing
+// on: every call sampled, its spans (the call, the credential, the audit
+// append, the upstream attempt) through the SDK's batch span processor to
+// an exporter that keeps nothing (an OTLP exporter's network cost is the
+// collector's, off the call's path). Against BenchmarkRESTDoorRequest it is
+// the cost of tracing on; tracing off (no endpoint) is the no-op tracer,
+// for which the pipeline starts no span at all.
+func BenchmarkRESTDoorRequestTraced(b *testing.B) {
+	exp := &discardSpans{}
+	tr := telemetry.NewSDK(sdktrace.WithBatcher(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	b.Cleanup(func() { _ = tr.Shutdown(context.Background()) })
+	d := newDoorBench(b, func(o *broker.Options) { o.Tracer = tr.Tracer() })
+	req, _ := http.NewRequest("GET", d.sandbox+"/v1/proxy/api/items", nil)
+	req.Header.Set("Authorization", "Bearer "+d.token)
+	d.get(b, d.rest, req)
+	b.ReportAllocs()
+	for b.Loop() {
+		d.get(b, d.rest, req)
+	}
+	b.StopTimer()
+	if err := tr.Shutdown(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(exp.spans.Load())/float64(b.N+1), "spans/op")
+}
+
+// discardSpans is a span exporter that counts what it is given and keeps
+// nothing.
+type discardSpans struct{ spans atomic.Int64 }
+
+func (d *discardSpans) ExportSpans(_ context.Context, s []sdktrace.ReadOnlySpan) error {
+	d.spans.Add(int64(len(s)))
+	return nil
+}
+
+func (d *discardSpans) Shutdown(context.Context) error { return nil }
 
 // BenchmarkProxyDoorTunnel is one GET in a tunnel of its own, as a client
 // that opens one per run does (curl, git): CONNECT, admission and egress,

@@ -69,6 +69,10 @@ type Session struct {
 	// worth nothing, that sandbox clients which insist on a token are given
 	// (environment variable name → value); minted at creation.
 	Placeholders map[string]string
+	// Traceparent is the operator's W3C trace context at the session's
+	// creation (the traceparent header of POST /v1/sessions, normalized),
+	// or "": every call of the session's span links to it.
+	Traceparent string
 }
 
 // ProxyCA is a session's CA at rest: its certificate (public) and its

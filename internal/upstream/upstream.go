@@ -85,6 +85,10 @@ type Upstream struct {
 	// (DESIGN §8); none: not reachable through the proxy door.
 	Hosts []Host
 
+	// PropagateTrace sends the broker's own trace context (traceparent of
+	// the upstream call's span) to this upstream; off by default.
+	PropagateTrace bool
+
 	transport http.RoundTripper
 	scrub     atomic.Pointer[scrubCache]
 	scrubMu   sync.Mutex // serializes rebuilding the scrubber

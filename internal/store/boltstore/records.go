@@ -51,6 +51,9 @@ type sessionRecord struct {
 	// neither, as sessions created without the proxy door.
 	ProxyCA      *proxyCARecord    `json:"ProxyCA"`
 	Placeholders map[string]string `json:"Placeholders"`
+	// Added with issue 24 (the operator's trace context); records without
+	// it load with none, and an older broker reading a newer record ignores it.
+	Traceparent string `json:"Traceparent"`
 }
 
 // proxyCARecord is a session's CA at rest: the certificate and the sealed
@@ -65,7 +68,7 @@ func encodeSession(s *session.Session) ([]byte, error) {
 		Schema: schemaVersion, ID: s.ID, TaskID: s.TaskID, TokenID: s.TokenID,
 		CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt, RevokedAt: s.RevokedAt,
 		UntrustedInput: s.UntrustedInput, Isolation: int(s.Isolation), BindCIDR: s.BindCIDR,
-		Labels: s.Labels, CreatedBy: s.CreatedBy, Placeholders: s.Placeholders,
+		Labels: s.Labels, CreatedBy: s.CreatedBy, Placeholders: s.Placeholders, Traceparent: s.Traceparent,
 	}
 	if s.ProxyCA != nil {
 		r.ProxyCA = &proxyCARecord{CertDER: s.ProxyCA.CertDER, SealedKey: s.ProxyCA.SealedKey}
@@ -85,7 +88,7 @@ func decodeSession(data []byte) (session.Session, error) {
 		ID: r.ID, TaskID: r.TaskID, TokenID: r.TokenID,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, RevokedAt: r.RevokedAt,
 		UntrustedInput: r.UntrustedInput, Isolation: session.Isolation(r.Isolation), BindCIDR: r.BindCIDR,
-		Labels: r.Labels, CreatedBy: r.CreatedBy, Placeholders: r.Placeholders,
+		Labels: r.Labels, CreatedBy: r.CreatedBy, Placeholders: r.Placeholders, Traceparent: r.Traceparent,
 	}
 	if r.ProxyCA != nil {
 		s.ProxyCA = &session.ProxyCA{CertDER: r.ProxyCA.CertDER, SealedKey: r.ProxyCA.SealedKey}

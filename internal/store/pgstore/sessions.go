@@ -15,14 +15,14 @@ import (
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
-const sessionColumns = `id, task_id, token_id, created_at, expires_at, revoked_at, untrusted_input, isolation, bind_cidr, labels, created_by`
+const sessionColumns = `id, task_id, token_id, created_at, expires_at, revoked_at, untrusted_input, isolation, bind_cidr, labels, created_by, traceparent`
 
 const upsertSession = `INSERT INTO sessions (` + sessionColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
 	ON CONFLICT (id) DO UPDATE SET task_id = excluded.task_id, token_id = excluded.token_id,
 		created_at = excluded.created_at, expires_at = excluded.expires_at, revoked_at = excluded.revoked_at,
 		untrusted_input = excluded.untrusted_input, isolation = excluded.isolation, bind_cidr = excluded.bind_cidr,
-		labels = excluded.labels, created_by = excluded.created_by`
+		labels = excluded.labels, created_by = excluded.created_by, traceparent = excluded.traceparent`
 
 func sessionArgs(s *session.Session) ([]any, error) {
 	labels, err := jsonValue(s.Labels, s.Labels == nil)
@@ -30,7 +30,7 @@ func sessionArgs(s *session.Session) ([]any, error) {
 		return nil, err
 	}
 	return []any{s.ID, s.TaskID, s.TokenID, timeOrNull(s.CreatedAt), timeOrNull(s.ExpiresAt), timeOrNull(s.RevokedAt),
-		s.UntrustedInput, int32(s.Isolation), s.BindCIDR, labels, s.CreatedBy}, nil
+		s.UntrustedInput, int32(s.Isolation), s.BindCIDR, labels, s.CreatedBy, s.Traceparent}, nil
 }
 
 func scanSession(row pgx.Row) (session.Session, error) {
@@ -41,7 +41,7 @@ func scanSession(row pgx.Row) (session.Session, error) {
 		labels                    []byte
 	)
 	if err := row.Scan(&s.ID, &s.TaskID, &s.TokenID, &created, &expires, &revoked, &s.UntrustedInput, &isolation,
-		&s.BindCIDR, &labels, &s.CreatedBy); err != nil {
+		&s.BindCIDR, &labels, &s.CreatedBy, &s.Traceparent); err != nil {
 		return session.Session{}, err
 	}
 	s.CreatedAt, s.ExpiresAt, s.RevokedAt = timeOf(created), timeOf(expires), timeOf(revoked)

@@ -116,6 +116,7 @@ func sampleSession(id string) session.Session {
 		ID: id, TaskID: "task-42", TokenID: "jti_" + id, CreatedAt: t0, ExpiresAt: t0.Add(time.Hour),
 		UntrustedInput: true, Isolation: session.IsolationGVisor, BindCIDR: "10.1.2.0/24",
 		Labels: map[string]string{"team": "payments", "run": "7"}, CreatedBy: "tok_operator",
+		Traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 	}
 }
 
