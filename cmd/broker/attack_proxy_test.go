@@ -544,6 +544,15 @@ func TestProxyAttackProxyAuthForms(t *testing.T) {
 		if tc.status == 407 && resp.Header.Get("Proxy-Authenticate") == "" {
 			t.Fatalf("%s: no Proxy-Authenticate", tc.name)
 		}
+		// The same header on a plain http:// request: a refused proxy token
+		// is 407 there too (a client offers proxy credentials only then).
+		resp, body = e.apxRaw("GET http://" + ghHost + "/repos/acme/widgets HTTP/1.1\r\nHost: " + ghHost + "\r\n" + tc.headers + "\r\n")
+		if resp == nil || (resp.StatusCode == 407) != (tc.status == 407) {
+			t.Fatalf("%s, plain http://: %v %s", tc.name, resp, body)
+		}
+		if tc.status == 407 && resp.Header.Get("Proxy-Authenticate") == "" {
+			t.Fatalf("%s, plain http://: no Proxy-Authenticate", tc.name)
+		}
 	}
 	e.apxAllowedMatchesUpstream(s.Token)
 }
@@ -821,5 +830,39 @@ func TestProxyAttackTunnelCap(t *testing.T) {
 	s = small.session(brokertest.TrustedSession(ghGrant()))
 	if open, resp, _ := small.apxOpenTunnels(s.Token, s.caFile, 3); len(open) != 2 || resp == nil || resp.StatusCode != 429 {
 		t.Fatalf("proxy_max_tunnels 2: %d open", len(open))
+	}
+}
+
+// A plain request on the proxy listener for https:// is refused for its
+// scheme (use CONNECT), whatever host it names: the scheme is checked once
+// the token is, before the destination.
+func TestProxyAttackPlainHTTPS(t *testing.T) {
+	e := apxStart(t, "")
+	s := e.session(brokertest.TrustedSession(ghGrant()))
+	for _, host := range []string{ghHost, "evil.test"} {
+		resp, body := e.apxRaw("GET https://" + host + "/x HTTP/1.1\r\nHost: " + host + "\r\nProxy-Authorization: " + apxBasic(s.Token) + "\r\n\r\n")
+		if resp == nil || resp.StatusCode != 400 || resp.Header.Get("X-Airlock-Code") != "bad_request" || !strings.Contains(string(body), "only http://") {
+			t.Fatalf("https://%s: %v %s", host, resp, body)
+		}
+	}
+}
+
+// A gated call through the proxy door waits the door's proxy_wait, and
+// Preference-Applied (when the client asked for a wait) says that wait,
+// not the one asked for.
+func TestProxyDoorPreferenceApplied(t *testing.T) {
+	e := apxStart(t, "approval: {proxy_wait: 2s}\n")
+	s := e.session(map[string]any{"task_id": "t-gate", "isolation": "microvm", "grants": []any{ghGrant()}}) // untrusted input: gated
+	tc, err := e.apxTunnel(ghHost+":443", s.Token, s.caFile, &tls.Config{ServerName: ghHost})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	body := `{"title":"t"}`
+	raw := "POST /repos/acme/widgets/issues HTTP/1.1\r\nHost: " + ghHost + "\r\nContent-Type: application/json\r\nPrefer: wait=1\r\nContent-Length: " +
+		fmt.Sprint(len(body)) + "\r\n\r\n" + body
+	rs := roundTrip(t, tc, raw, 1)
+	if len(rs) != 1 || rs[0].StatusCode != http.StatusAccepted || rs[0].Header.Get("Preference-Applied") != "wait=2" {
+		t.Fatalf("held call: %v", rs)
 	}
 }

@@ -45,6 +45,10 @@ type Inbound struct {
 	// holds a live grant on, which the call then goes to (see
 	// Broker.egress).
 	Egress *Egress
+	// Check, when set, runs once the caller is admitted, before Egress and
+	// Parse: a door's own refusal of what the caller asked (the proxy
+	// door's scheme of a plain request).
+	Check func() error
 	// Parse reads the request once the caller is admitted (a SigV4 body is
 	// read with the session's signing secret): the canonical request, or
 	// why it is refused.
@@ -107,8 +111,9 @@ type Outcome struct {
 	// the status and code).
 	Err error
 	// Held: the call was held for a human (Err, Action or Result then
-	// follow the hold).
+	// follow the hold); Wait is how long it could wait for the decision.
 	Held bool
+	Wait time.Duration
 	// Action: the call waits for a reviewer's decision.
 	Action *approval.Action
 	// Result: the call was approved and executed while it waited.
@@ -242,10 +247,11 @@ func (b *Broker) Do(ctx context.Context, in Inbound, write func(*Outcome) Writte
 
 // pipe is one run of Do.
 type pipe struct {
-	b     *Broker
-	ctx   context.Context
-	c     *call
-	write func(*Outcome) Written
+	b      *Broker
+	ctx    context.Context
+	c      *call
+	write  func(*Outcome) Written
+	waited time.Duration // how long a held call could wait for the decision
 }
 
 // Open admits a proxy-door tunnel (CONNECT): the caller, its destination
@@ -291,6 +297,11 @@ func (c *call) admitIn(in Inbound) error {
 	}
 	if err := c.admit(in.Caller); err != nil {
 		return err
+	}
+	if in.Check != nil {
+		if err := in.Check(); err != nil {
+			return err
+		}
 	}
 	if in.Egress != nil {
 		if _, err := c.egress(in.Egress.Host, in.Egress.Port, in.Egress.Tunnel); err != nil {
@@ -351,7 +362,7 @@ func (p *pipe) fail(err error, decision string, held bool) {
 		p.b.log.Error("call failed", "request_id", c.rec.RequestID, "session_id", c.sessionID(), "upstream", c.rec.Upstream,
 			"method", c.rec.Method, "path", c.rec.Path, "code", f.Code(), "cause", fault.Reason(err))
 	}
-	p.give(Outcome{RequestID: c.rec.RequestID, Err: err, Held: held})
+	p.give(Outcome{RequestID: c.rec.RequestID, Err: err, Held: held, Wait: p.waited})
 }
 
 // failure reports whether a call answered with kind k failed (a 5xx that
@@ -387,6 +398,7 @@ func (p *pipe) hold(wait time.Duration) {
 		return
 	}
 	b.calls.observe(c.rec.Upstream, "hold", "", c.elapsed())
+	p.waited = wait
 	if wait > 0 {
 		ctx, span := c.childSpan(p.ctx, "airlock.await_decision", trace.SpanKindInternal, attrActionID.String(a.ID))
 		a, err = b.awaitDecision(ctx, c.l, c.grant, a.ID, wait)
@@ -404,7 +416,7 @@ func (p *pipe) hold(wait time.Duration) {
 			return
 		}
 	}
-	out := Outcome{RequestID: c.rec.RequestID, Held: true}
+	out := Outcome{RequestID: c.rec.RequestID, Held: true, Wait: wait}
 	switch a.Status {
 	case approval.Denied, approval.Expired, approval.Failed:
 		out.Err = ActionError(a)

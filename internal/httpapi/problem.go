@@ -49,6 +49,16 @@ var titles = map[string]string{
 	"usage_unavailable": "Grant usage unavailable", "upstream_timeout": "Upstream timeout", "upstream_error": "Upstream error",
 }
 
+// kindTitles are the titles of the kinds that share a code with others
+// but say more (a signature, a method, a body too large): the title, and
+// a private error's detail, of those kinds.
+var kindTitles = map[fault.Kind]string{
+	fault.ProxyAuthRequired: "Proxy authentication required", fault.InvalidSignature: "Invalid signature",
+	fault.ActionFailed: "Approved action failed", fault.Misdirected: "Misdirected request",
+	fault.BodyTooLarge: "Request body too large", fault.RequestTimeout: "Request timeout",
+	fault.MethodNotAllowed: "Method not allowed",
+}
+
 // problemFor maps err to its problem document: the status and code of its
 // kind (see fault.Find), its text as the detail unless it is private; a
 // private error's detail is its safe cause (fault.CauseOf: "connection
@@ -63,7 +73,11 @@ func problemFor(err error) Problem {
 		return Problem{Status: 500, Code: "internal", Title: titles["internal"], Detail: "internal error"}
 	}
 	code := f.Kind.Code()
-	p := Problem{Status: f.Kind.Status(), Code: code, Title: titles[code], Detail: titles[code], kind: f.Kind}
+	title := titles[code]
+	if t, ok := kindTitles[f.Kind]; ok {
+		title = t
+	}
+	p := Problem{Status: f.Kind.Status(), Code: code, Title: title, Detail: title, kind: f.Kind}
 	switch {
 	case !f.Private:
 		p.Detail = err.Error()

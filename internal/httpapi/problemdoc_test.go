@@ -68,3 +68,24 @@ func TestProblemCodesOneSet(t *testing.T) {
 		}
 	}
 }
+
+// Kinds that share a code keep their own title, which is a private error's
+// detail: a signature is not just "Invalid token".
+func TestProblemTitlesOfKinds(t *testing.T) {
+	for _, tt := range []struct {
+		err                 error
+		status              int
+		code, title, detail string
+	}{
+		{errAWSSignature, 403, "invalid_token", "Invalid signature", "Invalid signature"},
+		{errMethod, 405, "bad_request", "Method not allowed", "Method not allowed"},
+		{errBodyTooLarge, 413, "bad_request", "Request body too large", errBodyTooLarge.Error()},
+		{errProxyAuth, 401, "invalid_token", "Proxy authentication required", errProxyAuth.Error()},
+		{errMissingToken, 401, "invalid_token", "Invalid token", errMissingToken.Error()},
+	} {
+		p := problemFor(tt.err)
+		if p.Status != tt.status || p.Code != tt.code || p.Title != tt.title || p.Detail != tt.detail {
+			t.Errorf("%v: %d %s %q %q, want %d %s %q %q", tt.err, p.Status, p.Code, p.Title, p.Detail, tt.status, tt.code, tt.title, tt.detail)
+		}
+	}
+}

@@ -394,6 +394,7 @@ func (p *ProxyDoor) serveTunneled(w http.ResponseWriter, r *http.Request) {
 	}
 	in := broker.Inbound{Upstream: t.dest.Upstream, Method: r.Method, Caller: broker.BearerCaller(t.token, t.remote), Wait: p.wait}
 	c := p.newCall(w, r)
+	c.tunnel = true
 	in.Parse = func(a *broker.Admitted) (*broker.Request, error) {
 		c.admitted = true
 		if !hostMatches(r.Host, t) {
@@ -411,13 +412,14 @@ func (p *ProxyDoor) plain(w http.ResponseWriter, r *http.Request) {
 	in, _ := proxyInbound(r, false)
 	in.Wait = p.wait
 	c := p.newCall(w, r)
-	c.admitted = true // the connection is not a tunnel's: it stays open
-	in.Parse = func(a *broker.Admitted) (*broker.Request, error) {
+	in.Check = func() error {
+		c.admitted = true
 		if r.URL.Scheme != "http" {
-			return nil, errProxyScheme
+			return errProxyScheme
 		}
-		return c.parse(a, r.URL.EscapedPath())
+		return nil
 	}
+	in.Parse = func(a *broker.Admitted) (*broker.Request, error) { return c.parse(a, r.URL.EscapedPath()) }
 	p.s.b.Do(r.Context(), in, c.write)
 	c.out.end()
 }
@@ -428,7 +430,8 @@ type proxyCall struct {
 	w        http.ResponseWriter
 	r        *http.Request
 	out      outcomeWriter
-	admitted bool               // the caller was admitted: the tunnel's token still holds
+	tunnel   bool               // a request inside a tunnel (else a plain http:// one)
+	admitted bool               // the caller was admitted: the token still holds
 	aws      *upstream.Upstream // the call is an AWS upstream's: errors in its protocol
 }
 
@@ -440,10 +443,16 @@ func (p *ProxyDoor) newCall(w http.ResponseWriter, r *http.Request) *proxyCall {
 
 // problem writes a refusal: in the AWS protocol for an AWS upstream's
 // call, else as the proxy door does. A refusal of the tunnel's token (or
-// of a request for another host) ends the tunnel's connection.
+// of a request for another host) ends the tunnel's connection; a plain
+// request whose proxy token is refused is answered 407, as HTTP proxies
+// answer it.
 func (c *proxyCall) problem(w http.ResponseWriter, err error, requestID string) {
-	if !c.admitted || errors.Is(err, errHostMismatch) {
+	switch {
+	case c.tunnel && (!c.admitted || errors.Is(err, errHostMismatch)):
 		w.Header().Set("Connection", "close")
+	case !c.tunnel && !c.admitted:
+		writeProxyProblem(w, problemFor(err), requestID)
+		return
 	}
 	if c.aws != nil {
 		writeAWSError(w, c.aws, problemFor(err), requestID)

@@ -67,26 +67,24 @@ func writeProblemOf(w http.ResponseWriter, err error, requestID string) {
 type outcomeWriter struct {
 	s       *Server
 	w       http.ResponseWriter
+	r       *http.Request
 	problem func(w http.ResponseWriter, err error, requestID string) // the door's error writer
-	applied time.Duration                                            // the Prefer: wait applied to a held call, or 0
 	cut     bool                                                     // a streamed answer broke off after its headers
 }
 
 // outcomes is the outcome writer for r: problem writes errors in the
 // door's protocol.
 func (s *Server) outcomes(w http.ResponseWriter, r *http.Request, problem func(http.ResponseWriter, error, string)) outcomeWriter {
-	o := outcomeWriter{s: s, w: w, problem: problem}
-	if wait, ok := preferWait(r); ok {
-		o.applied = wait
-	}
-	return o
+	return outcomeWriter{s: s, w: w, r: r, problem: problem}
 }
 
 func (o *outcomeWriter) write(out *broker.Outcome) broker.Written {
 	h := o.w.Header()
 	h.Set("X-Airlock-Request-Id", out.RequestID)
-	if out.Held && o.applied > 0 {
-		h.Set("Preference-Applied", "wait="+strconv.Itoa(int(o.applied/time.Second)))
+	if out.Held && out.Wait > 0 {
+		if _, asked := preferWait(o.r); asked { // the wait the call had, when the client asked for one
+			h.Set("Preference-Applied", "wait="+strconv.Itoa(int(out.Wait/time.Second)))
+		}
 	}
 	switch {
 	case out.Err != nil:
