@@ -69,6 +69,7 @@ type approvals struct {
 	sweepMu    sync.Mutex
 	sweepTimer clock.Timer // nil when not sweeping; stopped by close
 	closed     bool
+	executing  sync.WaitGroup // executions in flight (Broker.Close waits for them)
 }
 
 // gateDeps is what the approvals service is given of the rest of the broker.
@@ -125,6 +126,10 @@ func newApprovals(c approvalsConfig) *approvals {
 }
 
 // close disarms every expiry timer and the sweep; none is armed after it.
+// drain waits for the executions in flight to end (Close cuts them first:
+// an execution is bound to its session's standing).
+func (s *approvals) drain() { s.executing.Wait() }
+
 func (s *approvals) close() {
 	s.expiry.Close()
 	s.sweepMu.Lock()
@@ -335,7 +340,11 @@ func (s *approvals) decide(ctx context.Context, p auth.Principal, id, verdict, c
 	s.announce(a, typ, p.ID)
 	if execute {
 		s.expiry.Stop(id)
-		go s.execute(a, held)
+		s.executing.Add(1)
+		go func() {
+			defer s.executing.Done()
+			s.execute(a, held)
+		}()
 	}
 	return a, nil
 }

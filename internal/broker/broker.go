@@ -343,6 +343,7 @@ func (b *Broker) Close() {
 	b.sess.stop()
 	b.appr.close() // no expiry timer is armed after Close
 	b.sess.cancelAll()
+	b.appr.drain() // executions cut by their sessions' end finish before the audit log closes
 	b.creds.Close() // leases are left to their own expiry (never past their session's)
 	b.audit.Close()
 	if _, err := b.Checkpoint(context.Background()); err != nil {
