@@ -61,6 +61,10 @@ func TestCoreBuildsWithoutSDKs(t *testing.T) {
 		{name: "apitokens", pkg: "internal/apitokens", forbidden: slices.Concat(sdks, adapters)},
 		{name: "changefeed", pkg: "internal/changefeed", forbidden: slices.Concat(sdks, adapters)},
 		{name: "usage", pkg: "internal/usage", forbidden: slices.Concat(sdks, adapters)},
+		{name: "gate", pkg: "internal/gate", forbidden: slices.Concat(sdks, adapters),
+			// The Rule-of-Two standing is session.RuleOfTwo (internal/session,
+			// whose tokens are golang-jwt's).
+			allowedVia: map[string]string{"github.com/golang-jwt/jwt": module + "internal/session"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

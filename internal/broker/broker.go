@@ -33,6 +33,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/credentials"
 	"github.com/airlock-broker/airlock/internal/fault"
+	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/meta"
@@ -70,7 +71,7 @@ type Options struct {
 	DefaultTTL       time.Duration
 	EnforceIsolation bool
 	ApprovalTTL      time.Duration // how long a pending action waits (default 15m)
-	MaxPending       int           // pending actions per session (default DefaultMaxPending)
+	MaxPending       int           // pending actions per session (default gate.DefaultMaxPending)
 	MaxStreams       int           // WebSocket relays and streamed answers one session holds open at once (0: unlimited; see Call.Stream)
 	RateLimit        rate.Limit    // sandbox calls per second per session (0: unlimited)
 	RateBurst        int           // burst of the per-session limit
@@ -93,7 +94,7 @@ type Options struct {
 	// (default: random per start).
 	ReplicaID string
 	// ActionLease: how long an executing action's claim holds unless its
-	// owner renews it (default DefaultActionLease).
+	// owner renews it (default gate.DefaultActionLease).
 	ActionLease time.Duration
 	// Tracer traces every sandbox call (trace.go); nil or a no-op tracer:
 	// none, at no cost.
@@ -120,7 +121,7 @@ type Broker struct {
 	sess     sessionService      // live sessions and grants, their store and call rates
 	toks     *apitokens.Service  // API tokens
 	ks       *killswitch.Service // the global kill-switch
-	appr     *approvals          // the human gate: pending actions, decisions, execution
+	appr     *gate.Service       // the human gate: pending actions, decisions, execution
 	auditLog *auditlog.Service   // the audit chain: checkpoints, verify, prune, scans
 
 	metrics *metrics
@@ -143,7 +144,7 @@ type LiveSession struct {
 	revoked atomic.Bool
 	killed  atomic.Int64            // unix nanoseconds of the kill, 0 if alive
 	limiter *rate.Limiter           // per-session call rate, nil when unlimited
-	pending atomic.Int64            // pending actions (see pending.go)
+	pending atomic.Int64            // pending actions (the gate counts them: gate.Sandbox, gate.go)
 	streams atomic.Int64            // relays and streamed answers open (see Call.Stream)
 	ctx     context.Context         // the session's standing (see lifetime.go)
 	cancel  context.CancelCauseFunc // ends it, with why: session.ErrRevoked, session.ErrExpired
@@ -282,7 +283,7 @@ func (b *Broker) build(ctx context.Context, o Options, key installKey) error {
 	if err := b.sess.load(ctx); err != nil {
 		return err
 	}
-	return b.appr.load(ctx)
+	return b.appr.Load(ctx)
 }
 
 // services makes the kill-switch, the sessions, the approvals, the API
@@ -301,18 +302,16 @@ func (b *Broker) services(ctx context.Context, o Options, key installKey) error 
 		b.sess.killed = b.killedElsewhere
 	}
 	b.sess.lapsed = b.lapsed
-	b.appr = newApprovals(approvalsConfig{
-		store: o.Actions, audit: w, names: b.names, clock: o.Clock, now: o.Clock.Now, log: o.Log,
-		webhook: o.Webhook, ttl: o.ApprovalTTL, maxPending: o.MaxPending,
-		replica: o.ReplicaID, lease: o.ActionLease, shared: b.feed != nil, usage: o.Usage,
-		gate: gateDeps{
-			live: b.sess.liveOrLoad, grant: b.sess.grantOrLoadNow, engaged: b.ks.Engaged,
-			standing: func(l *LiveSession) session.RuleOfTwo { return b.ruleOfTwo(&l.Session, l.Grants()) },
-			run:      b.runAction,
-		},
-	})
+	if b.appr, err = gate.New(gate.Config{
+		Store: o.Actions, Audit: w, Actor: b.names.Actor, Clock: o.Clock, Log: o.Log,
+		Live: b.liveSandbox, Grant: b.sess.grantOrLoadNow, Engaged: b.ks.Engaged, Standing: b.ruleOfTwoOf, Run: b.runAction,
+		Replica: o.ReplicaID, Webhook: o.Webhook, TTL: o.ApprovalTTL, MaxPending: o.MaxPending,
+		Lease: o.ActionLease, Shared: b.feed != nil, Usage: o.Usage, Metrics: o.Metrics,
+	}); err != nil {
+		return err
+	}
 	if b.toks, err = apitokens.New(ctx, apitokens.Config{Store: o.Tokens, AdminToken: o.AdminToken,
-		Audit: w, Names: b.names, Now: o.Clock.Now, Log: o.Log, OnRevoke: func() { b.appr.notifier.Notify("") }}); err != nil {
+		Audit: w, Names: b.names, Now: o.Clock.Now, Log: o.Log, OnRevoke: b.appr.Notify}); err != nil {
 		return err
 	}
 	b.auditLog = auditlog.New(ctx, auditlog.Config{Store: o.Audit, Writer: w, Now: o.Clock.Now, Log: o.Log,
@@ -329,7 +328,7 @@ func (b *Broker) start() {
 	b.auditLog.Start()
 	if b.feed != nil {
 		b.feed.Start(b.applyChange) // current as of its start: the state was read after its position
-		b.appr.startSweep()
+		b.appr.StartSweep()
 	}
 	b.creds.Hold()
 }
@@ -341,9 +340,9 @@ func (b *Broker) Close() {
 		b.feed.Stop()
 	}
 	b.sess.stop()
-	b.appr.close() // no expiry timer is armed after Close
+	b.appr.Close() // no expiry timer is armed after Close
 	b.sess.cancelAll()
-	b.appr.drain() // executions cut by their sessions' end finish before the audit log closes
+	b.appr.Drain()  // executions cut by their sessions' end finish before the audit log closes
 	b.creds.Close() // leases are left to their own expiry (never past their session's)
 	b.audit.Close()
 	if _, err := b.Checkpoint(context.Background()); err != nil {

@@ -368,7 +368,7 @@ func (c *call) gated() bool {
 	if c.step != stepAuthorized {
 		return true // nothing to clear: Send refuses it anyway
 	}
-	gated := c.b.appr.gated(c.l, c.d, c.permits...)
+	gated := c.b.appr.Gated(c.l, c.d, c.permits...)
 	if !gated {
 		c.step = stepCleared
 	}
@@ -382,7 +382,7 @@ func (c *call) hold(ctx context.Context) (approval.Action, error) {
 		return approval.Action{}, ErrOutOfOrder
 	}
 	c.step = stepSent // the action is sent, once, by its execution
-	return c.b.appr.hold(ctx, c.l, c.d, c.out, c.rec, c.permits...)
+	return c.b.appr.Hold(ctx, c.l, c.d, c.out, callEvent(c.l, c.rec), c.permits...)
 }
 
 // Response is an upstream's answer to a sent call, its body decoded (see

@@ -64,7 +64,7 @@ func (b *Broker) Check(token string, remote netip.Addr) (*LiveSession, error) {
 // decide evaluates a canonical call of a verified session against its
 // grants. On success one use (and any budget) of the grant is reserved;
 // Release it if the call does not happen. Whether the call must wait for a
-// human is the gate's answer (approvals.gated).
+// human is the gate's answer (gate.Service.Gated).
 func (b *Broker) decide(l *LiveSession, upstreamName string, call *grants.Call) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream

@@ -2,10 +2,8 @@ package broker
 
 import (
 	"context"
-	"errors"
 	"time"
 
-	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/fault"
@@ -42,12 +40,12 @@ func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 		if gl, ok := b.sess.grant(c.Key); ok {
 			b.grantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
 		} else {
-			b.appr.notifier.Notify("")
+			b.appr.Notify()
 		}
 	case changefeed.Killswitch:
 		return b.ks.Apply(ctx)
 	case changefeed.Action:
-		return b.appr.applyChange(ctx, c.Key)
+		return b.appr.ApplyChange(ctx, c.Key)
 	}
 	return nil
 }
@@ -69,30 +67,5 @@ func (b *Broker) killedElsewhere(id string) {
 		g.Revoke()
 	}
 	b.sessionEnded(l, now)
-	b.appr.notifier.Notify("")
-}
-
-// applyChange wakes this replica's waiters and live pages on an action's
-// change made by any replica, arms its expiry here while it is pending (any
-// replica may expire it: the row-locked transition has one winner, which
-// records it), and gives back what this replica held for it once it left
-// pending elsewhere.
-func (s *approvals) applyChange(ctx context.Context, id string) error {
-	s.notifier.Notify(id)
-	a, err := s.store.Action(ctx, id)
-	if errors.Is(err, approval.ErrNotFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	if a.Status == approval.Pending {
-		if !s.expiry.Armed(id) {
-			s.expiry.Set(id, a.ExpiresAt)
-		}
-		return nil
-	}
-	s.expiry.Stop(id)
-	s.leftPending(a) // only if this replica still counts it
-	return nil
+	b.appr.Notify()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	airclock "github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
@@ -150,8 +151,8 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	if s := expStatus(t, b, a.ID); s != approval.Expired {
 		t.Fatalf("at expiry: %s, want expired", s)
 	}
-	if w := <-waited; w.Status != approval.Expired || !errors.Is(broker.ActionError(w), broker.ErrActionExpired) {
-		t.Fatalf("the waiting sandbox got %s (%v)", w.Status, broker.ActionError(w))
+	if w := <-waited; w.Status != approval.Expired || !errors.Is(gate.ActionError(w), gate.ErrActionExpired) {
+		t.Fatalf("the waiting sandbox got %s (%v)", w.Status, gate.ActionError(w))
 	}
 	if clk.Timers() != 1 { // the session's own expiry (lifetime.go)
 		t.Fatalf("%d timers still armed after the expiry, want only the session's", clk.Timers())

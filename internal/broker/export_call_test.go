@@ -29,8 +29,8 @@ func (b *Broker) Decide(l *LiveSession, upstreamName string, c *grants.Call) (*g
 	return b.decide(l, upstreamName, c)
 }
 
-func (b *Broker) Gated(l *LiveSession, d *grants.Decision) bool { return b.appr.gated(l, d) }
+func (b *Broker) Gated(l *LiveSession, d *grants.Decision) bool { return b.appr.Gated(l, d) }
 
 func (b *Broker) Hold(ctx context.Context, l *LiveSession, d *grants.Decision, out *upstream.Outbound, rec CallRecord) (approval.Action, error) {
-	return b.appr.hold(ctx, l, d, out, rec)
+	return b.appr.Hold(ctx, l, d, out, callEvent(l, rec))
 }

@@ -139,9 +139,9 @@ func (b *Broker) lapsed(l *LiveSession, g *grants.Live) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), readTimeout)
 		defer cancel()
-		b.appr.denyLapsed(ctx, audit.Actor{Kind: "system"}, "", l.Session.ID, g, reason)
+		b.appr.DenyLapsed(ctx, audit.Actor{Kind: "system"}, "", l.Session.ID, g, reason)
 	}
-	b.appr.notifier.Notify("")
+	b.appr.Notify()
 }
 
 // grantRevoked ends what depends on a revoked grant in memory (by this
@@ -156,10 +156,10 @@ func (b *Broker) grantRevoked(ctx context.Context, gl *grants.Live, actor audit.
 		deny = deny || l.pending.Load() > 0
 	}
 	if deny {
-		b.appr.denyLapsed(ctx, actor, reviewer, gl.Grant.SessionID, gl, "grant revoked")
+		b.appr.DenyLapsed(ctx, actor, reviewer, gl.Grant.SessionID, gl, "grant revoked")
 	}
 	b.creds.Rescope(gl.Grant.SessionID, gl.Grant.Upstream) // a lease minted with this grant is revoked at once
-	b.appr.notifier.Notify("")
+	b.appr.Notify()
 }
 
 // ErrTooManyStreams refuses a WebSocket relay or a streamed answer beyond

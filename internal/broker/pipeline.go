@@ -17,6 +17,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/fault"
+	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -389,7 +390,7 @@ func (p *pipe) failSent(err error, decision string, held bool, status int) {
 func (p *pipe) hold(wait time.Duration) {
 	c, b := p.c, p.b
 	a, err := c.hold(p.ctx)
-	if errors.Is(err, ErrTooManyPending) { // a refusal like any other: audited with its code
+	if errors.Is(err, gate.ErrTooManyPending) { // a refusal like any other: audited with its code
 		p.refuse(err)
 		return
 	}
@@ -419,7 +420,7 @@ func (p *pipe) hold(wait time.Duration) {
 	out := Outcome{RequestID: c.rec.RequestID, Held: true, Wait: wait}
 	switch a.Status {
 	case approval.Denied, approval.Expired, approval.Failed:
-		out.Err = ActionError(a)
+		out.Err = gate.ActionError(a)
 	case approval.Executed:
 		out.Result = a.Result
 	default:

@@ -81,8 +81,8 @@ func (b *Broker) upstreamKind(name string) (string, bool) {
 }
 
 // ruleOfTwo derives A, B, C from a session and its usable grants.
-func (b *Broker) ruleOfTwo(s *session.Session, gs []*grants.Live) session.RuleOfTwo {
-	r := session.RuleOfTwo{UntrustedInput: s.UntrustedInput}
+func (b *Broker) ruleOfTwo(untrusted bool, gs []*grants.Live) session.RuleOfTwo {
+	r := session.RuleOfTwo{UntrustedInput: untrusted}
 	now := b.now()
 	for _, g := range gs {
 		if g.Revoked() || !now.Before(g.Grant.ExpiresAt) {
@@ -120,7 +120,7 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 		recs = append(recs, g)
 		live = append(live, l)
 	}
-	r2 := b.ruleOfTwo(&s, live)
+	r2 := b.ruleOfTwo(s.UntrustedInput, live)
 	if b.enforce && s.Isolation < r2.RequiredIsolation() {
 		return SessionView{}, fmt.Errorf("%w: %s required, %q declared", session.ErrIsolationWeak, r2.RequiredIsolation(), s.Isolation)
 	}
@@ -238,7 +238,7 @@ func (b *Broker) newGrant(field string, s *session.Session, spec grants.Spec, p 
 
 func (b *Broker) view(l *LiveSession) SessionView {
 	gs := l.Grants()
-	r2 := b.ruleOfTwo(&l.Session, gs)
+	r2 := b.ruleOfTwo(l.Session.UntrustedInput, gs)
 	now := b.now()
 	v := SessionView{
 		Session: l.Session, RuleOfTwo: r2, Required: r2.RequiredIsolation(),
@@ -377,8 +377,8 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionRevoked, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil && firstErr == nil {
 		firstErr = err
 	}
-	b.appr.denySession(ctx, p, s.ID)
-	b.appr.notifier.Notify("")
+	b.appr.DenySession(ctx, p, s.ID)
+	b.appr.Notify()
 	v := b.view(l)
 	if firstErr != nil {
 		// The session is dead in memory whatever happened; the store failure is reported.
@@ -413,7 +413,7 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 		return GrantView{}, err
 	}
 	next := append(append([]*grants.Live{}, l.Grants()...), gl)
-	r2 := b.ruleOfTwo(&l.Session, next)
+	r2 := b.ruleOfTwo(l.Session.UntrustedInput, next)
 	if b.enforce && l.Session.Isolation < r2.RequiredIsolation() {
 		return GrantView{}, fmt.Errorf("%w: this grant raises the required isolation to %s", session.ErrIsolationWeak, r2.RequiredIsolation())
 	}
@@ -498,5 +498,5 @@ func (b *Broker) RecordLogin(ctx context.Context, p auth.Principal, ok bool, rem
 	if _, err := b.audit.Append(ctx, ev, nil); err != nil {
 		b.log.Error("audit of a log-in failed", "err", err)
 	}
-	b.appr.notifier.Notify("")
+	b.appr.Notify()
 }

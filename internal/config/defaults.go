@@ -4,7 +4,7 @@ import (
 	"net"
 	"time"
 
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -70,7 +70,7 @@ func (c *Config) applyDefaults() {
 	setDefault(&c.EnforceIsolation, ptr(true))
 	setDefault(&c.Audit.Durability, store.DurabilityFsync)
 	setDefault(&c.Approval.Timeout, DefaultApprovalTimeout)
-	setDefault(&c.Approval.MaxPendingPerSession, broker.DefaultMaxPending)
+	setDefault(&c.Approval.MaxPendingPerSession, gate.DefaultMaxPending)
 	setDefault(&c.Approval.ProxyWait, DefaultProxyWait)
 	// approval.execution_lease stays 0: the broker's default (15s).
 	if c.RateLimit.PerSession > 0 {

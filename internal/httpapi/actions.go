@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/gate"
 )
 
 // maxWait bounds Prefer: wait=N.
@@ -167,7 +168,7 @@ func (s *Server) getActionResult(w http.ResponseWriter, r *http.Request) error {
 		writeResult(w, a.Result)
 		return nil
 	}
-	if err := broker.ActionError(a); err != nil {
+	if err := gate.ActionError(a); err != nil {
 		return err
 	}
 	return approval.ErrNotExecuted

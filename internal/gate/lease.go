@@ -1,4 +1,4 @@
-package broker
+package gate
 
 import (
 	"context"
@@ -11,21 +11,15 @@ import (
 	"github.com/airlock-broker/airlock/internal/fault"
 )
 
-// DefaultActionLease is how long an executing action's claim holds unless
-// its owner renews it (every third of it). After it, any replica fails the
-// action: it is never sent again. Replicas' clocks must agree to well
-// within it (NTP).
-const DefaultActionLease = 15 * time.Second
-
 // leaseOver reports whether an executing action's claim has ended (a claim
 // without a lease, from a store that keeps none, never ends by time).
-func (s *approvals) leaseOver(a approval.Action) bool {
+func (s *Service) leaseOver(a approval.Action) bool {
 	return !a.LeaseUntil.IsZero() && !s.now().Before(a.LeaseUntil)
 }
 
 // renewLease renews action id's claim every third of the lease until the
 // returned stop is called (before the outcome is stored).
-func (s *approvals) renewLease(id string) (stop func()) {
+func (s *Service) renewLease(id string) (stop func()) {
 	var (
 		mu      sync.Mutex
 		t       interface{ Stop() bool }
@@ -69,7 +63,7 @@ func (s *approvals) renewLease(id string) (stop func()) {
 // failExecuting fails an action left executing: its outcome is unknown and
 // it is never sent again. Unless always, only when its lease has ended
 // (row-locked: one replica wins, and records it once).
-func (s *approvals) failExecuting(id string, always bool, reason string) {
+func (s *Service) failExecuting(id string, always bool, reason string) {
 	a, err := s.store.UpdateAction(context.Background(), id, func(a *approval.Action) error {
 		if a.Status != approval.Executing || !always && !s.leaseOver(*a) {
 			return errUnchanged
@@ -90,11 +84,11 @@ func (s *approvals) failExecuting(id string, always bool, reason string) {
 
 // sweepEvery is how often a replica sharing the store looks for executing
 // actions whose lease ended (their owner died).
-func (s *approvals) sweepEvery() time.Duration { return max(s.lease/3, time.Second) }
+func (s *Service) sweepEvery() time.Duration { return max(s.lease/3, time.Second) }
 
-// startSweep starts failing, on this replica's clock, the executing
+// StartSweep starts failing, on this replica's clock, the executing
 // actions whose lease ended, whichever replica claimed them.
-func (s *approvals) startSweep() {
+func (s *Service) StartSweep() {
 	s.sweepMu.Lock()
 	defer s.sweepMu.Unlock()
 	if s.closed {
@@ -102,12 +96,12 @@ func (s *approvals) startSweep() {
 	}
 	s.sweepTimer = s.clock.AfterFunc(s.sweepEvery(), func() {
 		s.sweep()
-		s.startSweep()
+		s.StartSweep()
 	})
 }
 
 // sweep fails the executing actions whose lease ended.
-func (s *approvals) sweep() {
+func (s *Service) sweep() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	executing, err := s.store.Actions(ctx, approval.Executing, 0)

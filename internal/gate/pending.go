@@ -1,50 +1,27 @@
-package broker
+package gate
 
 import (
 	"context"
 	"errors"
 
 	"github.com/airlock-broker/airlock/internal/approval"
-	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/usage"
 )
 
-// DefaultMaxPending bounds a session's pending actions unless configured
-// (approval.max_pending_per_session).
-const DefaultMaxPending = 16
-
-// ErrTooManyPending refuses a gated call when its session already has its
-// limit of pending actions.
-var ErrTooManyPending = fault.New(fault.TooManyPending, "the session has too many pending actions")
-
 // A pending action holds two things until it leaves pending: a slot of its
-// session's pending limit (LiveSession.pending) and its grant's reservation of one
+// session's pending limit (Sandbox.TakePending) and its grant's reservation of one
 // use and its budgeted amounts (grants.Live pending counters). Hold takes
 // both; the one transition out of pending that wins in the store gives them
 // back: leftPending for denied, expired and failed actions, or, for an
 // approved one, freeSlot at the decision and the grant's reservation turned
-// into usage (or released) by execute. approvals.load rebuilds both after a
-// restart from the stored pending actions. The approvals service is the
-// only one that counts them.
-
-// takePendingSlot counts one more pending action of the session unless it
-// has limit already.
-func (l *LiveSession) takePendingSlot(limit int64) bool {
-	for {
-		n := l.pending.Load()
-		if n >= limit {
-			return false
-		}
-		if l.pending.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
+// into usage (or released) by execute. Load rebuilds both after a
+// restart from the stored pending actions. The gate is the only one
+// that counts them.
 
 // freeSlot gives back the session's slot of an action that left pending.
-func (s *approvals) freeSlot(sessionID string) {
-	if l, ok := s.gate.live(sessionID); ok {
-		l.pending.Add(-1)
+func (s *Service) freeSlot(sessionID string) {
+	if l, ok := s.live(sessionID); ok {
+		l.FreePending()
 	}
 }
 
@@ -55,7 +32,7 @@ func (s *approvals) freeSlot(sessionID string) {
 // the reservation in that transition's transaction, once for the cluster:
 // here only this replica's mirror moves. Alone (no usage.Store), the
 // grant's in-memory count is the reservation.
-func (s *approvals) leftPending(a approval.Action) {
+func (s *Service) leftPending(a approval.Action) {
 	if !s.unhold(a.ID) { // never counted here, or given back already
 		return
 	}
@@ -65,8 +42,8 @@ func (s *approvals) leftPending(a approval.Action) {
 
 // unhold reports whether this replica counted action id's reservation and
 // stops counting it: true once per action, whichever path gives it back
-// (a replica only gives back what it counted; see changes.go).
-func (s *approvals) unhold(id string) bool {
+// (a replica only gives back what it counted; see ApplyChange).
+func (s *Service) unhold(id string) bool {
 	_, ok := s.held.LoadAndDelete(id)
 	return ok
 }
@@ -74,8 +51,8 @@ func (s *approvals) unhold(id string) bool {
 // dropReservation gives back this replica's count of an action's
 // reservation on its grant: the mirror of a shared count, or alone the
 // count itself.
-func (s *approvals) dropReservation(a approval.Action) {
-	g, ok := s.gate.grant(a.GrantID)
+func (s *Service) dropReservation(a approval.Action) {
+	g, ok := s.grant(a.GrantID)
 	switch {
 	case !ok:
 	case s.usage != nil:
@@ -89,7 +66,7 @@ func (s *approvals) dropReservation(a approval.Action) {
 // (no-op without a usage.Store). Only one replica may call it per action:
 // the one that won its executing claim, or the one that reserved an action
 // never stored. When the store cannot take it, the use stays counted.
-func (s *approvals) releaseShared(a approval.Action) {
+func (s *Service) releaseShared(a approval.Action) {
 	if s.usage == nil {
 		return
 	}
@@ -103,7 +80,7 @@ func (s *approvals) releaseShared(a approval.Action) {
 // unsent gives back the reservation of an approved action this replica
 // claimed (executing) and did not send: on the shared count, and in this
 // replica's count when it counted it (mirrored).
-func (s *approvals) unsent(a approval.Action, mirrored bool) {
+func (s *Service) unsent(a approval.Action, mirrored bool) {
 	s.releaseShared(a)
 	if mirrored {
 		s.dropReservation(a)
@@ -114,7 +91,7 @@ func (s *approvals) unsent(a approval.Action, mirrored bool) {
 // failed. On a shared store the write may have committed with its answer
 // lost: the action is then failed row-locked (that transition releases
 // it); only an action the store does not hold is released here.
-func (s *approvals) neverStored(a approval.Action) {
+func (s *Service) neverStored(a approval.Action) {
 	if s.usage != nil {
 		_, err := s.store.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
 			if x.Status != approval.Pending {
@@ -135,14 +112,14 @@ func (s *approvals) neverStored(a approval.Action) {
 }
 
 // restorePending counts a stored pending action again after a restart.
-func (s *approvals) restorePending(a approval.Action) {
+func (s *Service) restorePending(a approval.Action) {
 	if _, loaded := s.held.LoadOrStore(a.ID, struct{}{}); loaded {
 		return
 	}
-	if l, ok := s.gate.live(a.SessionID); ok {
-		l.pending.Add(1)
+	if l, ok := s.live(a.SessionID); ok {
+		l.RestorePending()
 	}
-	if g, ok := s.gate.grant(a.GrantID); ok {
+	if g, ok := s.grant(a.GrantID); ok {
 		g.RestorePending(a.Amounts)
 	}
 }
