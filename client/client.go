@@ -23,10 +23,16 @@ type Client struct {
 
 // New makes a client; addr may omit the scheme.
 func New(addr, token string) *Client {
+	return &Client{Addr: baseURL(addr), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}
+}
+
+// baseURL is addr with a scheme (http:// when it has none) and no
+// trailing slash.
+func baseURL(addr string) string {
 	if !strings.Contains(addr, "://") {
 		addr = "http://" + addr
 	}
-	return &Client{Addr: strings.TrimSuffix(addr, "/"), Token: token, HTTP: &http.Client{Timeout: 30 * time.Second}}
+	return strings.TrimSuffix(addr, "/")
 }
 
 // Problem is an RFC 9457 error answered by the broker.

@@ -24,10 +24,7 @@ type Sandbox struct {
 
 // NewSandbox makes a sandbox client; addr may omit the scheme.
 func NewSandbox(addr, sessionToken string) *Sandbox {
-	if !strings.Contains(addr, "://") {
-		addr = "http://" + addr
-	}
-	return &Sandbox{Addr: strings.TrimSuffix(addr, "/"), Token: sessionToken, HTTP: &http.Client{Timeout: 90 * time.Second}}
+	return &Sandbox{Addr: baseURL(addr), Token: sessionToken, HTTP: &http.Client{Timeout: 90 * time.Second}}
 }
 
 // ActionStatus is a gated call's state (api/openapi.yaml ActionStatus).

@@ -13,7 +13,6 @@ package credentials
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -133,19 +133,14 @@ func New(c Config) (*Service, error) {
 
 // check names every required field left unset.
 func (c Config) check() error {
-	var errs []error
-	for _, f := range []struct {
-		name  string
-		unset bool
-	}{
-		{"Clock", c.Clock == nil}, {"State", c.State == nil}, {"Audit", c.Audit == nil},
-		{"HMAC", c.HMAC == nil}, {"Live", c.Live == nil}, {"Halted", c.Halted == nil},
-	} {
-		if f.unset {
-			errs = append(errs, fmt.Errorf("credentials: Config.%s is required", f.name))
-		}
-	}
-	return errors.Join(errs...)
+	return fault.Required("credentials",
+		fault.Field{Name: "Clock", Unset: c.Clock == nil},
+		fault.Field{Name: "State", Unset: c.State == nil},
+		fault.Field{Name: "Audit", Unset: c.Audit == nil},
+		fault.Field{Name: "HMAC", Unset: c.HMAC == nil},
+		fault.Field{Name: "Live", Unset: c.Live == nil},
+		fault.Field{Name: "Halted", Unset: c.Halted == nil},
+	)
 }
 
 // sharedSecrets is the set of secrets of upstreams already serving another

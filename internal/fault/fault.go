@@ -7,7 +7,10 @@
 // wrapped or joined error.
 package fault
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Kind is what went wrong, as the caller is told. The order is precedence:
 // when an error carries several kinds (a refusal joined with its cause),
@@ -202,3 +205,22 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 func (e *FieldError) Unwrap() error { return errFieldBadRequest }
 
 var errFieldBadRequest = New(BadRequest, "bad request")
+
+// Field is a required field of a service's Config, and whether it was left
+// unset (see Required).
+type Field struct {
+	Name  string
+	Unset bool
+}
+
+// Required names every field left unset, joined: "owner: Config.Name is
+// required" each (a constructor refuses to build a half-made service).
+func Required(owner string, fields ...Field) error {
+	var errs []error
+	for _, f := range fields {
+		if f.Unset {
+			errs = append(errs, fmt.Errorf("%s: Config.%s is required", owner, f.Name))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -20,8 +20,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
-	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -32,6 +30,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/clock"
+	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/usage"
@@ -180,21 +179,19 @@ func New(c Config) (*Service, error) {
 
 // check names every required field left unset.
 func (c Config) check() error {
-	var errs []error
-	for _, f := range []struct {
-		name  string
-		unset bool
-	}{
-		{"Store", c.Store == nil}, {"Audit", c.Audit == nil}, {"Actor", c.Actor == nil},
-		{"Clock", c.Clock == nil}, {"Log", c.Log == nil}, {"Live", c.Live == nil},
-		{"Grant", c.Grant == nil}, {"Engaged", c.Engaged == nil}, {"Standing", c.Standing == nil},
-		{"Run", c.Run == nil}, {"Replica", c.Replica == ""},
-	} {
-		if f.unset {
-			errs = append(errs, fmt.Errorf("gate: Config.%s is required", f.name))
-		}
-	}
-	return errors.Join(errs...)
+	return fault.Required("gate",
+		fault.Field{Name: "Store", Unset: c.Store == nil},
+		fault.Field{Name: "Audit", Unset: c.Audit == nil},
+		fault.Field{Name: "Actor", Unset: c.Actor == nil},
+		fault.Field{Name: "Clock", Unset: c.Clock == nil},
+		fault.Field{Name: "Log", Unset: c.Log == nil},
+		fault.Field{Name: "Live", Unset: c.Live == nil},
+		fault.Field{Name: "Grant", Unset: c.Grant == nil},
+		fault.Field{Name: "Engaged", Unset: c.Engaged == nil},
+		fault.Field{Name: "Standing", Unset: c.Standing == nil},
+		fault.Field{Name: "Run", Unset: c.Run == nil},
+		fault.Field{Name: "Replica", Unset: c.Replica == ""},
+	)
 }
 
 // Drain waits for the executions in flight to end (the broker cuts them
