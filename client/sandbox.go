@@ -78,7 +78,10 @@ func (s *Sandbox) Call(ctx context.Context, upstream, method, path string, body 
 	if err != nil {
 		return nil, nil, err
 	}
-	if m := actionLocation.FindStringSubmatch(resp.Header.Get("Location")); resp.StatusCode == http.StatusAccepted && m != nil {
+	// The broker's pending answer carries X-Airlock-Action-Id (an upstream's
+	// own 202 never does: the broker drops it from upstream answers).
+	if m := actionLocation.FindStringSubmatch(resp.Header.Get("Location")); resp.StatusCode == http.StatusAccepted && m != nil &&
+		resp.Header.Get("X-Airlock-Action-Id") == m[1] {
 		data, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		var a ActionStatus

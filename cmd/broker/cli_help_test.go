@@ -306,15 +306,22 @@ func checkInvocation(t *testing.T, file string, alternatives []string) bool {
 }
 
 // The single-dash long flags of the CLI's earlier syntax (Go's flag
-// package) still work: scripts written for it keep running.
+// package) still work: scripts written for it keep running; a flag's
+// value is never rewritten, whatever it looks like.
 func TestCLIGoFlagSyntax(t *testing.T) {
+	root := newRoot(&cliEnv{getenv: func(string) string { return "" }, stdin: strings.NewReader(""), stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}})
 	for _, tt := range []struct{ in, want []string }{
 		{[]string{"serve", "-config", "x.yaml"}, []string{"serve", "--config", "x.yaml"}},
-		{[]string{"dev", "-data-dir=/tmp/d", "-o", "json"}, []string{"dev", "--data-dir=/tmp/d", "-o", "json"}},
+		{[]string{"dev", "-data-dir=/tmp/d"}, []string{"dev", "--data-dir=/tmp/d"}},
+		{[]string{"approvals", "deny", "act_1", "--comment", "-rf"}, []string{"approvals", "deny", "act_1", "--comment", "-rf"}},
+		{[]string{"approvals", "deny", "act_1", "-comment", "-rf"}, []string{"approvals", "deny", "act_1", "--comment", "-rf"}},
+		{[]string{"killswitch", "engage", "--reason", "-incident"}, []string{"killswitch", "engage", "--reason", "-incident"}},
+		{[]string{"session", "list", "-o", "-json"}, []string{"session", "list", "-o", "-json"}},
+		{[]string{"session", "list", "-ojson"}, []string{"session", "list", "-ojson"}},
 		{[]string{"session", "create", "--", "-task-id"}, []string{"session", "create", "--", "-task-id"}},
-		{[]string{"audit", "export", "-", "-1"}, []string{"audit", "export", "-", "-1"}},
+		{[]string{"audit", "export", "-nope"}, []string{"audit", "export", "-nope"}},
 	} {
-		if got := goFlags(tt.in); !slices.Equal(got, tt.want) {
+		if got := goFlags(root, tt.in); !slices.Equal(got, tt.want) {
 			t.Errorf("goFlags(%q) = %q, want %q", tt.in, got, tt.want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/client"
+	"github.com/airlock-broker/airlock/internal/printable"
 )
 
 // What -o table prints: one view per resource, the columns a user scans
@@ -26,7 +27,11 @@ func (t table) write(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(t.header, "\t"))
 	for _, r := range t.rows {
-		fmt.Fprintln(tw, strings.Join(r, "\t"))
+		cells := make([]string, len(r))
+		for i, c := range r {
+			cells[i] = printable.String(c) // what the server holds may not drive the terminal
+		}
+		fmt.Fprintln(tw, strings.Join(cells, "\t"))
 	}
 	return tw.Flush()
 }

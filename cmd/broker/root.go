@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"runtime/debug"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/airlock-broker/airlock/internal/config"
 )
@@ -47,7 +49,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 		stdin = strings.NewReader("")
 	}
 	root := newRoot(&cliEnv{getenv: getenv, stdin: stdin, stdout: stdout, stderr: stderr})
-	root.SetArgs(goFlags(args))
+	root.SetArgs(goFlags(root, args))
 	cmd, err := root.ExecuteContextC(ctx)
 	var u usageError
 	if errors.As(err, &u) && cmd != nil {
@@ -58,21 +60,46 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdin i
 
 // goFlags accepts the flag syntax of the CLI before it moved to cobra, Go's
 // flag package's single dash for a long flag (-config FILE, -data-dir=D),
-// as the double dash it means: scripts written for it keep working. A
-// single letter after one dash (-o) is a shorthand, and everything after
-// "--" is left as it is.
-func goFlags(args []string) []string {
-	out := make([]string, len(args))
-	for i, a := range args {
+// as the double dash it means: scripts written for it keep working. Only a
+// long flag the command has is rewritten, never a flag's value (a comment
+// "-rf" stays "-rf"), nor anything after "--".
+func goFlags(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd == nil {
+		return args
+	}
+	cmd.InitDefaultHelpFlag() // cobra adds --help when it runs: known here already
+	lookup := func(name string) *pflag.Flag {
+		if f := cmd.Flags().Lookup(name); f != nil {
+			return f
+		}
+		return cmd.InheritedFlags().Lookup(name)
+	}
+	takesValue := func(f *pflag.Flag) bool { return f != nil && f.NoOptDefVal == "" }
+	out := slices.Clone(args)
+	for i := 0; i < len(out); i++ {
+		a := out[i]
 		if a == "--" {
-			copy(out[i:], args[i:])
 			break
 		}
-		name, _, _ := strings.Cut(a, "=")
-		if len(name) > 2 && name[0] == '-' && name[1] != '-' && strings.Trim(name[1:], "abcdefghijklmnopqrstuvwxyz-") == "" {
-			a = "-" + a
+		switch {
+		case strings.HasPrefix(a, "--"):
+			if name, _, eq := strings.Cut(a[2:], "="); !eq && takesValue(lookup(name)) {
+				i++ // its value, whatever it looks like
+			}
+		case len(a) == 2 && a[0] == '-':
+			if f := cmd.Flags().ShorthandLookup(a[1:]); takesValue(f) {
+				i++
+			}
+		case len(a) > 2 && a[0] == '-':
+			name, _, eq := strings.Cut(a[1:], "=")
+			if f := lookup(name); f != nil {
+				out[i] = "-" + a
+				if !eq && takesValue(f) {
+					i++
+				}
+			}
 		}
-		out[i] = a
 	}
 	return out
 }

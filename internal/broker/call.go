@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
+	"github.com/airlock-broker/airlock/internal/printable"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -139,13 +140,10 @@ func (b *Broker) newCall(upstreamName, method string) *call {
 		rec: CallRecord{RequestID: NewRequestID(), Upstream: clip(upstreamName, 64), Method: clip(method, 16)}}
 }
 
-// clip bounds what a caller chose before it goes in a record.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
-}
+// clip bounds what a caller chose before it goes in a record or a span:
+// escaped to printable text (no control character, valid UTF-8, so no
+// exporter refuses it and no terminal obeys it), cut on a character.
+func clip(s string, n int) string { return printable.Clip(s, n) }
 
 // Elapsed is the time since the call began (wall clock).
 func (c *call) elapsed() time.Duration { return time.Since(c.start) }

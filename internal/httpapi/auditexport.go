@@ -13,6 +13,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
+	"github.com/airlock-broker/airlock/internal/printable"
 )
 
 // auditFilter selects records for export.
@@ -202,6 +203,7 @@ func appendCSVText(b []byte, s string) []byte {
 	if csvFormulaLike(s) {
 		b = append(b, '\'')
 	}
+	s = printable.String(s) // no control character reaches an auditor's terminal or sheet
 	for {
 		i := strings.IndexByte(s, '"')
 		if i < 0 {

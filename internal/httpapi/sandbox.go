@@ -91,6 +91,7 @@ func (o *outcomeWriter) write(out *broker.Outcome) broker.Written {
 		o.problem(o.w, out.Err, out.RequestID)
 	case out.Action != nil:
 		h.Set("Location", "/v1/actions/"+out.Action.ID)
+		h.Set("X-Airlock-Action-Id", out.Action.ID) // the broker's pending answer: an upstream's 202 never carries it
 		writeJSON(o.w, http.StatusAccepted, toActionJSON(*out.Action, false))
 	case out.Result != nil:
 		writeResult(o.w, out.Result)

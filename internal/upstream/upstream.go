@@ -357,13 +357,14 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 // hopHeaders are never passed back to the sandbox: hop-by-hop headers,
 // cookies (an upstream session the credential opened is the credential's
 // equal), X-Airlock-Code (it marks the broker's own refusals: an upstream
-// may not forge one) and X-Airlock-Request-Id (the broker's own, set on
-// every answer).
+// may not forge one), X-Airlock-Request-Id (the broker's own, set on
+// every answer) and X-Airlock-Action-Id (it marks the broker's pending
+// answer to a gated call).
 var hopHeaders = map[string]bool{
 	"Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true, "Proxy-Authorization": true,
 	"Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true, "Set-Cookie": true,
 	"Set-Cookie2":    true, // RFC 2965, still honoured by Java's CookieManager
-	"Content-Length": true, "Proxy-Connection": true, "X-Airlock-Code": true, "X-Airlock-Request-Id": true,
+	"Content-Length": true, "Proxy-Connection": true, "X-Airlock-Code": true, "X-Airlock-Request-Id": true, "X-Airlock-Action-Id": true,
 }
 
 // ResponseHeader copies an upstream's response headers for the sandbox:

@@ -234,7 +234,8 @@ class Session:
         if "x-airlock-code" in r.headers:
             raise error_for(r.status_code, r.headers, r.content)
         m = _ACTION_LOCATION.match(r.headers.get("location", ""))
-        if r.status_code == 202 and m:
+        # The broker's pending answer carries X-Airlock-Action-Id; an upstream's own 202 never does.
+        if r.status_code == 202 and m and r.headers.get("x-airlock-action-id") == m.group(1):
             try:
                 data = r.json()
             except ValueError:

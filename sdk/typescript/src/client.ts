@@ -233,7 +233,8 @@ export class Session {
   async answer(r: Response): Promise<Response | Action> {
     if (r.headers.has("x-airlock-code")) throw errorFor(r.status, r.headers, await r.text());
     const m = ACTION_LOCATION.exec(r.headers.get("location") ?? "");
-    if (r.status === 202 && m) {
+    // The broker's pending answer carries X-Airlock-Action-Id; an upstream's own 202 never does.
+    if (r.status === 202 && m && r.headers.get("x-airlock-action-id") === m[1]) {
       const text = await r.clone().text();
       try {
         const data = JSON.parse(text);
