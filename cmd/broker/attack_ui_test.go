@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/airlock-broker/airlock/internal/brokertest"
+	"github.com/airlock-broker/airlock/internal/printable"
 )
 
 // Attacks on what people open: the audit export in a spreadsheet (class 8),
@@ -133,11 +134,11 @@ func TestAttackUICSVExportIsSafeToOpen(t *testing.T) {
 			want := ""
 			switch x := v.(type) {
 			case string:
-				want = x
+				want = printable.String(x) // control characters written out: none reaches a terminal
 				if name == "time" {
 					want = cell // re-formatted in UTC, checked by the unit tests
 				} else if attackUIFormulaCell(x) {
-					want = "'" + x
+					want = "'" + want
 				}
 			case float64:
 				if !numeric[name] {
