@@ -7,7 +7,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/fault"
-	"github.com/airlock-broker/airlock/internal/session"
 )
 
 // ErrStale refuses sandbox calls on a replica whose change feed has not
@@ -37,7 +36,7 @@ func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 	case changefeed.SessionKilled:
 		b.killedElsewhere(c.Key)
 	case changefeed.GrantRevoked:
-		if gl, ok := b.sess.grant(c.Key); ok {
+		if gl, ok := b.sess.Grant(c.Key); ok {
 			b.grantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
 		} else {
 			b.appr.Notify()
@@ -56,16 +55,9 @@ func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 // persisted and audited was done by the replica that killed it.
 func (b *Broker) killedElsewhere(id string) {
 	l, ok := b.live(id)
-	if !ok || l.revoked.Swap(true) {
+	if !ok || !b.sess.Revoke(l, b.now().UTC()) {
 		return
 	}
-	now := b.now().UTC()
-	l.killed.Store(now.UnixNano())
-	l.life.stop()
-	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
-	for _, g := range l.Grants() {
-		g.Revoke()
-	}
-	b.sessionEnded(l, now)
+	b.sessionEnded(l, l.KilledAt())
 	b.appr.Notify()
 }

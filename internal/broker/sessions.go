@@ -15,21 +15,8 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
-	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
-
-// SessionStore is what sessions and their grants need persisted. Session
-// and Grant return ErrSessionNotFound for an unknown id; Sessions lists in id
-// (creation) order after after, at most limit.
-type SessionStore interface {
-	PutSession(ctx context.Context, s *session.Session) error
-	CreateSession(ctx context.Context, s *session.Session, gs []grants.Grant) error
-	Session(ctx context.Context, id string) (session.Session, error)
-	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
-	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
-	Grant(ctx context.Context, id string) (store.GrantRecord, error)
-	SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error)
-}
 
 // SessionRequest is what an operator asks for.
 type SessionRequest struct {
@@ -137,9 +124,9 @@ func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req Sessio
 	if err != nil {
 		return SessionView{}, err
 	}
-	l := b.sess.addLive(s, live)
+	l := b.sess.Add(s, live)
 	if ca != nil {
-		l.ca.Store(ca)
+		l.SetCA(ca)
 	}
 	v := b.view(l)
 	v.Token = token
@@ -209,7 +196,7 @@ func (b *Broker) storeSession(ctx context.Context, p auth.Principal, s *session.
 				return err
 			}
 		}
-		if err := b.sess.store.CreateSession(ctx, s, recs); err != nil {
+		if err := b.sess.Store().CreateSession(ctx, s, recs); err != nil {
 			return fmt.Errorf("store session: %w", err)
 		}
 		return nil
@@ -236,20 +223,20 @@ func (b *Broker) newGrant(field string, s *session.Session, spec grants.Spec, p 
 	}, nil
 }
 
-func (b *Broker) view(l *LiveSession) SessionView {
+func (b *Broker) view(l *sessions.LiveSession) SessionView {
 	gs := l.Grants()
 	r2 := b.ruleOfTwo(l.Session.UntrustedInput, gs)
 	now := b.now()
 	v := SessionView{
 		Session: l.Session, RuleOfTwo: r2, Required: r2.RequiredIsolation(),
 		IsolationTooWeak: l.Session.Isolation < r2.RequiredIsolation(), EnforcedIsolation: b.enforce,
-		Status: status(l.revoked.Load() || !l.Session.RevokedAt.IsZero(), l.Session.ExpiresAt, now),
+		Status: status(l.Revoked() || !l.Session.RevokedAt.IsZero(), l.Session.ExpiresAt, now),
 	}
 	if pc := l.Session.ProxyCA; pc != nil {
 		v.ProxyCAPEM = proxyca.CertPEM(pc.CertDER)
 	}
-	if k := l.killed.Load(); k != 0 && v.Session.RevokedAt.IsZero() {
-		v.Session.RevokedAt = time.Unix(0, k).UTC()
+	if k := l.KilledAt(); !k.IsZero() && v.Session.RevokedAt.IsZero() {
+		v.Session.RevokedAt = k
 	}
 	for _, g := range gs {
 		v.Grants = append(v.Grants, b.grantView(g, v.Status != "active"))
@@ -272,15 +259,15 @@ func status(revoked bool, expires, now time.Time) string {
 	return "active"
 }
 
-func (b *Broker) live(id string) (*LiveSession, bool) { return b.sess.live(id) }
+func (b *Broker) live(id string) (*sessions.LiveSession, bool) { return b.sess.Live(id) }
 
 // Session returns a session's view, from memory when active, else from the store.
 func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
 	if l, ok := b.live(id); ok {
 		return b.view(l), nil
 	}
-	s, err := b.sess.store.Session(ctx, id)
-	if errors.Is(err, ErrSessionNotFound) {
+	s, err := b.sess.Store().Session(ctx, id)
+	if errors.Is(err, sessions.ErrNotFound) {
 		return SessionView{}, ErrNotFound
 	}
 	if err != nil {
@@ -290,7 +277,7 @@ func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
 }
 
 func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView, error) {
-	recs, err := b.sess.store.SessionGrants(ctx, s.ID)
+	recs, err := b.sess.Store().SessionGrants(ctx, s.ID)
 	if err != nil {
 		return SessionView{}, err
 	}
@@ -302,15 +289,12 @@ func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView
 		}
 		gs = append(gs, g)
 	}
-	l := &LiveSession{Session: s}
-	l.revoked.Store(!s.RevokedAt.IsZero())
-	l.grants.Store(&gs)
-	return b.view(l), nil
+	return b.view(sessions.Stored(s, gs)), nil
 }
 
 // Sessions lists sessions in creation order after cursor `after`.
 func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]SessionView, string, error) {
-	ss, err := b.sess.store.Sessions(ctx, after, limit+1)
+	ss, err := b.sess.Store().Sessions(ctx, after, limit+1)
 	if err != nil {
 		return nil, "", err
 	}
@@ -337,8 +321,8 @@ func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]Sessi
 // KillSession ends a session at once: its token stops working, its grants
 // are revoked, and its in-flight upstream calls are cancelled.
 func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (SessionView, error) {
-	l, _, err := b.sess.lookup(ctx, id) // created by another broker: read through
-	if err != nil && !errors.Is(err, ErrSessionNotFound) {
+	l, _, err := b.sess.Lookup(ctx, id) // created by another broker: read through
+	if err != nil && !errors.Is(err, sessions.ErrNotFound) {
 		return SessionView{}, err
 	}
 	if l == nil {
@@ -348,21 +332,15 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 		}
 		return v, nil // already over; killing is idempotent
 	}
-	if l.revoked.Swap(true) {
-		return b.view(l), nil
-	}
 	now := b.now().UTC()
-	l.killed.Store(now.UnixNano())
-	l.life.stop()
-	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
-	for _, g := range l.Grants() {
-		g.Revoke()
+	if !b.sess.Revoke(l, now) {
+		return b.view(l), nil
 	}
 	b.sessionEnded(l, now)
 	s := l.Session
 	s.RevokedAt = now
 	var firstErr error
-	if err := b.sess.store.PutSession(ctx, &s); err != nil {
+	if err := b.sess.Store().PutSession(ctx, &s); err != nil {
 		firstErr = err
 	}
 	for _, g := range l.Grants() {
@@ -370,7 +348,7 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 		if rec.RevokedAt.IsZero() {
 			rec.RevokedAt = now
 		}
-		if err := b.sess.store.PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
+		if err := b.sess.Store().PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
 			firstErr = err
 		}
 	}
@@ -389,11 +367,11 @@ func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (
 
 // AddGrant attaches a grant to an active session.
 func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID string, spec grants.Spec) (GrantView, error) {
-	l, _, err := b.sess.lookup(ctx, sessionID) // created by another broker: read through
-	if err != nil && !errors.Is(err, ErrSessionNotFound) {
+	l, _, err := b.sess.Lookup(ctx, sessionID) // created by another broker: read through
+	if err != nil && !errors.Is(err, sessions.ErrNotFound) {
 		return GrantView{}, err
 	}
-	if l == nil || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
+	if l == nil || l.Revoked() || !b.now().Before(l.Session.ExpiresAt) {
 		if _, err := b.Session(ctx, sessionID); err != nil {
 			return GrantView{}, err
 		}
@@ -417,26 +395,26 @@ func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID strin
 	if b.enforce && l.Session.Isolation < r2.RequiredIsolation() {
 		return GrantView{}, fmt.Errorf("%w: this grant raises the required isolation to %s", session.ErrIsolationWeak, r2.RequiredIsolation())
 	}
-	if err := b.sess.store.PutGrant(ctx, &g, grants.Usage{}); err != nil {
+	if err := b.sess.Store().PutGrant(ctx, &g, grants.Usage{}); err != nil {
 		return GrantView{}, fmt.Errorf("store grant: %w", err)
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: b.actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
 		return GrantView{}, err
 	}
-	b.sess.addGrantOnce(l, gl)
+	b.sess.AddGrant(l, gl)
 	b.creds.Rescope(g.SessionID, g.Upstream)
 	return b.grantView(gl, false), nil
 }
 
 // Grant returns one grant.
 func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
-	gl, ok := b.sess.grant(id)
+	gl, ok := b.sess.Grant(id)
 	if ok {
 		l, live := b.live(gl.Grant.SessionID)
-		return b.grantView(gl, !live || l.revoked.Load()), nil
+		return b.grantView(gl, !live || l.Revoked()), nil
 	}
-	r, err := b.sess.store.Grant(ctx, id)
-	if errors.Is(err, ErrSessionNotFound) {
+	r, err := b.sess.Store().Grant(ctx, id)
+	if errors.Is(err, sessions.ErrNotFound) {
 		return GrantView{}, ErrNotFound
 	}
 	if err != nil {
@@ -446,14 +424,14 @@ func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
 	if err != nil {
 		return GrantView{}, err
 	}
-	sess, err := b.sess.store.Session(ctx, r.Grant.SessionID)
+	sess, err := b.sess.Store().Session(ctx, r.Grant.SessionID)
 	return b.grantView(gl, err != nil || !sess.RevokedAt.IsZero()), nil
 }
 
 // RevokeGrant makes a grant unusable at once.
 func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (GrantView, error) {
-	gl, ok, err := b.sess.grantOrLoad(ctx, id) // a grant of another broker's session: read through
-	if err != nil && !errors.Is(err, ErrSessionNotFound) {
+	gl, ok, err := b.sess.GrantOrLoad(ctx, id) // a grant of another broker's session: read through
+	if err != nil && !errors.Is(err, sessions.ErrNotFound) {
 		return GrantView{}, err
 	}
 	if !ok {
@@ -465,7 +443,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 	gl.Revoke() // at once: work in flight on it ends (its held actions are denied once it is recorded)
 	rec := gl.Grant
 	rec.RevokedAt = b.now().UTC()
-	if err := b.sess.store.PutGrant(ctx, &rec, gl.Usage()); err != nil {
+	if err := b.sess.Store().PutGrant(ctx, &rec, gl.Usage()); err != nil {
 		return GrantView{}, fmt.Errorf("grant revoked, but persisting it failed: %w", err)
 	}
 	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: b.actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
@@ -479,7 +457,7 @@ func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (
 
 // ActiveSessions lists the sessions in memory that are alive.
 func (b *Broker) ActiveSessions() []SessionView {
-	ls := b.sess.all()
+	ls := b.sess.All()
 	out := make([]SessionView, 0, len(ls))
 	for _, l := range ls {
 		if v := b.view(l); v.Status == "active" {
