@@ -31,6 +31,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/credentials"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/gate"
+	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/proxyca"
@@ -106,11 +107,7 @@ type Broker struct {
 	upstreams map[string]*upstream.Upstream
 	now       func() time.Time
 	log       *slog.Logger
-	maxTTL    time.Duration
-	defTTL    time.Duration
-	enforce   bool
 	names     auditNames      // how the audit log names identifiers (HMAC'd)
-	proxyOn   bool            // new sessions get a CA (Options.ProxyCA)
 	maxStream int64           // streams per session (Options.MaxStreams; 0: unlimited)
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 	tracer    trace.Tracer    // the calls' spans, nil when tracing is off (Options.Tracer)
@@ -163,9 +160,8 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b := &Broker{
 		health: o.Health, audit: w, tokens: tokens,
 		upstreams: o.Upstreams, now: o.Clock.Now, log: o.Log,
-		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
 		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
-		proxyOn: o.ProxyCA, maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
+		maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
 	}
 	if err := b.build(ctx, o, key); err != nil {
 		w.Close()
@@ -260,23 +256,25 @@ func (b *Broker) services(ctx context.Context, o Options, key installKey) error 
 	if b.ks, err = killswitch.New(ctx, o.Killswitch, w, o.Clock.Now, func() { b.creds.EndAll("kill-switch engaged") }); err != nil {
 		return err
 	}
-	sc := sessions.Config{Store: o.Sessions, Clock: o.Clock, RateLimit: o.RateLimit, RateBurst: o.RateBurst,
-		AWSKey: key.derive("aws-sigv4-session"), Ended: b.sessionEnded, Lapsed: b.lapsed}
-	if o.Usage != nil {
-		sc.Counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
-	}
-	if b.feed != nil {
-		sc.Killed = b.killedElsewhere
-	}
-	if b.sess, err = sessions.New(sc); err != nil {
-		return err
-	}
 	if b.appr, err = gate.New(gate.Config{
 		Store: o.Actions, Audit: w, Actor: b.names.Actor, Clock: o.Clock, Log: o.Log,
-		Live: b.liveSandbox, Grant: b.sess.GrantOrLoadNow, Engaged: b.ks.Engaged, Standing: b.ruleOfTwoOf, Run: b.runAction,
+		Live: b.liveSandbox, Grant: func(id string) (*grants.Live, bool) { return b.sess.GrantOrLoadNow(id) }, Engaged: b.ks.Engaged, Standing: b.ruleOfTwoOf, Run: b.runAction,
 		Replica: o.ReplicaID, Webhook: o.Webhook, TTL: o.ApprovalTTL, MaxPending: o.MaxPending,
 		Lease: o.ActionLease, Shared: b.feed != nil, Usage: o.Usage, Metrics: o.Metrics,
 	}); err != nil {
+		return err
+	}
+	sc := sessions.Config{Store: o.Sessions, Clock: o.Clock, Tokens: b.tokens, RateLimit: o.RateLimit, RateBurst: o.RateBurst,
+		AWSKey: key.derive("aws-sigv4-session"), MaxTTL: o.MaxSessionTTL, DefaultTTL: o.DefaultTTL, EnforceIsolation: o.EnforceIsolation,
+		Audit: w, Actor: b.actorOf, Gate: b.appr, Credentials: b.creds, RuleOfTwo: b.ruleOfTwo, Kind: b.upstreamKind, AWS: b.awsUpstream,
+		Ended: b.sessionEnded, Shared: b.feed != nil}
+	if o.ProxyCA {
+		sc.Placeholders, sc.NewCA = b.mintPlaceholders, b.newProxyCA
+	}
+	if o.Usage != nil {
+		sc.Counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
+	}
+	if b.sess, err = sessions.New(sc); err != nil {
 		return err
 	}
 	if b.toks, err = apitokens.New(ctx, apitokens.Config{Store: o.Tokens, AdminToken: o.AdminToken,

@@ -9,34 +9,12 @@ import (
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
-	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
-// identify finds the live session of a token.
+// identify finds the live session of a token (sessions.Service.Identify).
 func (b *Broker) identify(token string) (*sessions.LiveSession, error) {
-	l, ok := b.sess.ByToken(token)
-	if ok {
-		return l, nil
-	}
-	c, err := b.tokens.Verify(token)
-	if err != nil {
-		return nil, err
-	}
-	l, ok = b.live(c.SessionID)
-	if !ok {
-		// Not in memory: created by another broker on the store (read
-		// through), expired and forgotten, revoked, or never existed.
-		var err error
-		if l, err = b.sess.IdentifyStored(c.SessionID); err != nil {
-			return nil, err
-		}
-	}
-	if c.TokenID != l.Session.TokenID {
-		return nil, session.ErrInvalidToken
-	}
-	b.sess.Remember(token, l)
-	return l, nil
+	return b.sess.Identify(token)
 }
 
 // standing checks an identified session on every call: not killed, not

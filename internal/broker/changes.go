@@ -34,10 +34,10 @@ func (b *Broker) FeedLag() time.Duration {
 func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 	switch c.Kind {
 	case changefeed.SessionKilled:
-		b.killedElsewhere(c.Key)
+		b.sess.KilledElsewhere(c.Key)
 	case changefeed.GrantRevoked:
-		if gl, ok := b.sess.Grant(c.Key); ok {
-			b.grantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
+		if gl, ok := b.sess.LiveGrant(c.Key); ok {
+			b.sess.GrantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
 		} else {
 			b.appr.Notify()
 		}
@@ -47,17 +47,4 @@ func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 		return b.appr.ApplyChange(ctx, c.Key)
 	}
 	return nil
-}
-
-// killedElsewhere ends a session in memory that was killed (by any
-// replica): its token stops working, its grants are revoked and its
-// in-flight calls are cut (Bound's cause session.ErrRevoked). What the kill
-// persisted and audited was done by the replica that killed it.
-func (b *Broker) killedElsewhere(id string) {
-	l, ok := b.live(id)
-	if !ok || !b.sess.Revoke(l, b.now().UTC()) {
-		return
-	}
-	b.sessionEnded(l, l.KilledAt())
-	b.appr.Notify()
 }

@@ -48,7 +48,7 @@ func expBroker(tb testing.TB, st *boltstore.Bolt, opts ...brokertest.Option) *br
 // its first call, and returns the session and the pending action.
 func expHold(t *testing.T, b *broker.Broker) (*sessions.LiveSession, approval.Action) {
 	t.Helper()
-	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+	v, err := b.CreateSession(context.Background(), operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
 		Grants: []grants.Spec{{Upstream: "pay", MaxUses: 1, Approval: grants.ApprovalAlways, Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -91,9 +91,7 @@ func (s *Service) armAt(l *LiveSession, key string, at time.Time, f func()) {
 func (s *Service) armLifetimes(l *LiveSession, gs []*grants.Live) {
 	s.armAt(l, "", l.Session.ExpiresAt, func() {
 		l.cancel(session.ErrExpired)
-		if s.lapsed != nil {
-			s.lapsed(l, nil)
-		}
+		s.lapsed(l, nil)
 	})
 	for _, g := range gs {
 		s.armGrant(l, g)
@@ -108,8 +106,6 @@ func (s *Service) armGrant(l *LiveSession, g *grants.Live) {
 	}
 	s.armAt(l, g.Grant.ID, g.Grant.ExpiresAt, func() {
 		g.Expire()
-		if s.lapsed != nil {
-			s.lapsed(l, g)
-		}
+		s.lapsed(l, g)
 	})
 }

@@ -33,15 +33,6 @@ type LiveSession struct {
 	resync  atomic.Pointer[rate.Limiter] // read-throughs of its grants on refusals (see AllowResync)
 }
 
-// Stored is a session that is over (or not in memory), as stored, with
-// its grants: for views, never live.
-func Stored(s session.Session, gs []*grants.Live) *LiveSession {
-	l := &LiveSession{Session: s}
-	l.revoked.Store(!s.RevokedAt.IsZero())
-	l.grants.Store(&gs)
-	return l
-}
-
 // Context ends when the session is killed (cause session.ErrRevoked) or
 // expires (session.ErrExpired): in-flight calls derive from it.
 func (l *LiveSession) Context() context.Context { return l.ctx }
@@ -146,10 +137,6 @@ func (l *LiveSession) OpenCA(open func() (*proxyca.CA, error)) (*proxyca.CA, err
 	l.ca.Store(ca)
 	return ca, nil
 }
-
-// Disarm stops grant id's expiry timer, if armed (a grant revoked before
-// its expiry).
-func (l *LiveSession) Disarm(grantID string) { l.life.forget(grantID) }
 
 // What the human gate (internal/gate) needs: a LiveSession is a gate.Sandbox
 // (SessionID and Grants are also credentials.Holder's).

@@ -20,11 +20,11 @@ import (
 // own (a sandbox call's admission).
 const ReadTimeout = 5 * time.Second
 
-// Lookup finds session id: in memory, else read from the store. A session
+// lookup finds session id: in memory, else read from the store. A session
 // alive in the store (not revoked, not expired) is loaded with its grants
 // and returned as l; one that is over is returned as stored, with l nil.
 // An unknown id is ErrNotFound.
-func (s *Service) Lookup(ctx context.Context, id string) (l *LiveSession, stored session.Session, err error) {
+func (s *Service) lookup(ctx context.Context, id string) (l *LiveSession, stored session.Session, err error) {
 	if l, ok := s.Live(id); ok {
 		return l, l.Session, nil
 	}
@@ -39,7 +39,7 @@ func (s *Service) Lookup(ctx context.Context, id string) (l *LiveSession, stored
 	if err != nil {
 		return nil, ss, err
 	}
-	l = s.Add(ss, gs)
+	l = s.addLive(ss, gs)
 	if s.killed != nil {
 		// Other replicas share the store: a kill that committed after the
 		// read above may have been applied by the change feed before the
@@ -58,40 +58,40 @@ func (s *Service) Lookup(ctx context.Context, id string) (l *LiveSession, stored
 	return l, ss, nil
 }
 
-// LiveOrLoad is Lookup for callers that need only a live session.
+// LiveOrLoad is lookup for callers that need only a live session.
 func (s *Service) LiveOrLoad(id string) (*LiveSession, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
-	l, _, err := s.Lookup(ctx, id)
+	l, _, err := s.lookup(ctx, id)
 	return l, err == nil && l != nil
 }
 
-// GrantOrLoad finds grant id: in memory, else through its session's
+// grantOrLoad finds grant id: in memory, else through its session's
 // read-through (which loads every grant of a live session, this one too).
-func (s *Service) GrantOrLoad(ctx context.Context, id string) (*grants.Live, bool, error) {
-	if g, ok := s.Grant(id); ok {
+func (s *Service) grantOrLoad(ctx context.Context, id string) (*grants.Live, bool, error) {
+	if g, ok := s.LiveGrant(id); ok {
 		return g, true, nil
 	}
 	r, err := s.store.Grant(ctx, id)
 	if err != nil {
 		return nil, false, err
 	}
-	l, _, err := s.Lookup(ctx, r.Grant.SessionID)
+	l, _, err := s.lookup(ctx, r.Grant.SessionID)
 	if err != nil || l == nil {
 		return nil, false, err
 	}
 	if _, err := s.SyncGrants(ctx, l); err != nil {
 		return nil, false, err
 	}
-	g, ok := s.Grant(id)
+	g, ok := s.LiveGrant(id)
 	return g, ok, nil
 }
 
-// GrantOrLoadNow is GrantOrLoad for callers without a context.
+// GrantOrLoadNow is grantOrLoad for callers without a context.
 func (s *Service) GrantOrLoadNow(id string) (*grants.Live, bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
-	g, ok, err := s.GrantOrLoad(ctx, id)
+	g, ok, err := s.grantOrLoad(ctx, id)
 	return g, ok && err == nil
 }
 
@@ -123,16 +123,16 @@ func (s *Service) SyncGrants(ctx context.Context, l *LiveSession) (bool, error) 
 		if !r.Grant.RevokedAt.IsZero() {
 			g.Revoke()
 		}
-		if s.AddGrant(l, g) {
+		if s.addGrantOnce(l, g) {
 			changed = true
 		}
 	}
 	return changed, nil
 }
 
-// AddGrant adds a grant to a live session unless one with its id is
+// addGrantOnce adds a grant to a live session unless one with its id is
 // there (another read-through got there first), and arms its expiry.
-func (s *Service) AddGrant(l *LiveSession, gl *grants.Live) bool {
+func (s *Service) addGrantOnce(l *LiveSession, gl *grants.Live) bool {
 	s.share(gl)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -150,13 +150,13 @@ func (s *Service) AddGrant(l *LiveSession, gl *grants.Live) bool {
 	return true
 }
 
-// IdentifyStored finds a verified token's session on a miss in memory:
+// identifyStored finds a verified token's session on a miss in memory:
 // read through; one that is over says why (revoked, expired), one the store
 // does not hold is an invalid token.
-func (s *Service) IdentifyStored(id string) (*LiveSession, error) {
+func (s *Service) identifyStored(id string) (*LiveSession, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), ReadTimeout)
 	defer cancel()
-	l, ss, err := s.Lookup(ctx, id)
+	l, ss, err := s.lookup(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return nil, session.ErrInvalidToken

@@ -20,9 +20,12 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/store"
 )
@@ -49,25 +52,70 @@ type Store interface {
 	SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error)
 }
 
-// Config is what the session service is made of. Store, Clock, AWSKey and
-// Ended are required.
+// Audit records the sessions' and grants' changes (an *audit.Writer).
+type Audit interface {
+	Append(ctx context.Context, ev audit.Event, side *grants.UsageUpdate) (audit.Event, error)
+}
+
+// Gate is what the session service needs of the human gate
+// (gate.Service): a session's or grant's end denies its pending actions,
+// and every change wakes the pages.
+type Gate interface {
+	DenySession(ctx context.Context, p auth.Principal, sessionID string)
+	DenyLapsed(ctx context.Context, actor audit.Actor, reviewer, sessionID string, g *grants.Live, reason string)
+	Notify()
+}
+
+// Credentials is what the session service needs of the credential
+// service (credentials.Service): a lease minted with a session's grants
+// is re-minted when they change.
+type Credentials interface {
+	Rescope(sessionID, upstream string)
+}
+
+// Config is what the session service is made of. Store, Clock, Tokens,
+// AWSKey, Audit, Actor, Gate, Credentials, RuleOfTwo, Kind, AWS and Ended
+// are required.
 type Config struct {
 	Store     Store
-	Clock     clock.Clock // decides and arms the sessions' and grants' expiry (lifetime.go)
-	RateLimit rate.Limit  // sandbox calls per second per session (0: unlimited)
-	RateBurst int         // burst of the per-session limit (at least 1)
-	AWSKey    []byte      // derives each session's SigV4 secret (AWSSecret)
-	// Ended observes a session that expired and was forgotten (a kill is
-	// observed by whoever killed it).
+	Clock     clock.Clock     // decides and arms the sessions' and grants' expiry (lifetime.go)
+	Tokens    *session.Tokens // issues and verifies the session tokens
+	RateLimit rate.Limit      // sandbox calls per second per session (0: unlimited)
+	RateBurst int             // burst of the per-session limit (at least 1)
+	AWSKey    []byte          // derives each session's SigV4 secret (AWSSecret)
+	MaxTTL    time.Duration   // the longest session asked for
+	// DefaultTTL is a session's when its request names none.
+	DefaultTTL time.Duration
+	// EnforceIsolation refuses a session (or a grant) whose Rule-of-Two
+	// standing requires a stronger isolation than it declares.
+	EnforceIsolation bool
+	Audit            Audit
+	Actor            func(auth.Principal) audit.Actor // how the audit log names a principal
+	Gate             Gate
+	Credentials      Credentials
+	// RuleOfTwo derives a session's standing from its untrusted input and
+	// usable grants.
+	RuleOfTwo func(untrusted bool, gs []*grants.Live) session.RuleOfTwo
+	// Kind is a configured upstream's kind (false: not configured), for
+	// grants' validation.
+	Kind func(upstream string) (string, bool)
+	// AWS reports whether an upstream is an AWS one: a session with a
+	// grant on it is shown its SigV4 secret at creation.
+	AWS func(upstream string) bool
+	// Placeholders makes a new session's placeholder tokens, and NewCA its
+	// CA (sealed into the session before it is stored): both only when the
+	// proxy door is on, nil otherwise.
+	Placeholders func() (map[string]string, error)
+	NewCA        func(*session.Session) (*proxyca.CA, error)
+	// Ended observes a session's end: killed (here or elsewhere) at its
+	// kill, expired when it is forgotten.
 	Ended func(l *LiveSession, at time.Time)
 	// Counter counts limited grants when the store is shared (usage.Store), or nil.
 	Counter grants.Counter
-	// Killed ends a session in memory killed by another replica, found
-	// killed on a read-through; nil without a change feed (the only replica).
-	Killed func(id string)
-	// Lapsed observes a session's expiry (g nil) or a grant's, at its
-	// instant (lifetime.go); may be nil.
-	Lapsed func(l *LiveSession, g *grants.Live)
+	// Shared: other replicas share the store (a change feed): a session
+	// read through is read again to see a kill the feed applied before it
+	// was in memory.
+	Shared bool
 }
 
 // check names every required field left unset.
@@ -75,23 +123,43 @@ func (c Config) check() error {
 	return fault.Required("sessions",
 		fault.Field{Name: "Store", Unset: c.Store == nil},
 		fault.Field{Name: "Clock", Unset: c.Clock == nil},
+		fault.Field{Name: "Tokens", Unset: c.Tokens == nil},
 		fault.Field{Name: "AWSKey", Unset: len(c.AWSKey) == 0},
+		fault.Field{Name: "Audit", Unset: c.Audit == nil},
+		fault.Field{Name: "Actor", Unset: c.Actor == nil},
+		fault.Field{Name: "Gate", Unset: c.Gate == nil},
+		fault.Field{Name: "Credentials", Unset: c.Credentials == nil},
+		fault.Field{Name: "RuleOfTwo", Unset: c.RuleOfTwo == nil},
+		fault.Field{Name: "Kind", Unset: c.Kind == nil},
+		fault.Field{Name: "AWS", Unset: c.AWS == nil},
 		fault.Field{Name: "Ended", Unset: c.Ended == nil},
 	)
 }
 
 // Service holds the live sessions and their grants (see the package doc).
 type Service struct {
-	store     Store
-	clock     clock.Clock
-	now       func() time.Time
-	rateLimit rate.Limit
-	rateBurst int
-	awsKey    []byte
-	ended     func(*LiveSession, time.Time)
-	counter   grants.Counter
-	killed    func(id string)
-	lapsed    func(l *LiveSession, g *grants.Live)
+	store        Store
+	clock        clock.Clock
+	now          func() time.Time
+	tokens       *session.Tokens
+	rateLimit    rate.Limit
+	rateBurst    int
+	awsKey       []byte
+	maxTTL       time.Duration
+	defTTL       time.Duration
+	enforce      bool
+	audit        Audit
+	actor        func(auth.Principal) audit.Actor
+	gate         Gate
+	creds        Credentials
+	ruleOfTwo    func(untrusted bool, gs []*grants.Live) session.RuleOfTwo
+	kind         func(string) (string, bool)
+	aws          func(string) bool
+	placeholders func() (map[string]string, error)
+	newCA        func(*session.Session) (*proxyca.CA, error)
+	ended        func(*LiveSession, time.Time)
+	counter      grants.Counter
+	killed       func(id string) // ends a session found killed on a read-through; nil without Shared
 
 	mu       sync.RWMutex
 	sessions map[string]*LiveSession
@@ -107,15 +175,21 @@ func New(c Config) (*Service, error) {
 	if err := c.check(); err != nil {
 		return nil, err
 	}
-	return &Service{
-		store: c.Store, clock: c.Clock, now: c.Clock.Now, rateLimit: c.RateLimit, rateBurst: max(c.RateBurst, 1),
-		awsKey: c.AWSKey, ended: c.Ended, counter: c.Counter, killed: c.Killed, lapsed: c.Lapsed,
+	s := &Service{
+		store: c.Store, clock: c.Clock, now: c.Clock.Now, tokens: c.Tokens, rateLimit: c.RateLimit, rateBurst: max(c.RateBurst, 1),
+		awsKey: c.AWSKey, maxTTL: c.MaxTTL, defTTL: c.DefaultTTL, enforce: c.EnforceIsolation,
+		audit: c.Audit, actor: c.Actor, gate: c.Gate, creds: c.Credentials, ruleOfTwo: c.RuleOfTwo,
+		kind: c.Kind, aws: c.AWS, placeholders: c.Placeholders, newCA: c.NewCA, ended: c.Ended, counter: c.Counter,
 		sessions: map[string]*LiveSession{}, byToken: map[string]*LiveSession{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),
-	}, nil
+	}
+	if c.Shared {
+		s.killed = s.KilledElsewhere
+	}
+	return s, nil
 }
 
-// Store is the service's port, for the operations that write through it.
+// Store is the service's port, for the reads of the broker's pipeline.
 func (s *Service) Store() Store { return s.store }
 
 // Load brings the stored sessions that are alive, and their grants, into memory.
@@ -135,7 +209,7 @@ func (s *Service) Load(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			s.Add(ss, live)
+			s.addLive(ss, live)
 		}
 		if len(page) < 1000 {
 			return nil
@@ -164,9 +238,9 @@ func (s *Service) loadGrants(ctx context.Context, sessionID string) ([]*grants.L
 	return live, nil
 }
 
-// Add puts a session in memory, unless it is there already (a read
-// through racing another, see Lookup): the one in memory is returned.
-func (s *Service) Add(ss session.Session, gs []*grants.Live) *LiveSession {
+// addLive puts a session in memory, unless it is there already (a read
+// through racing another, see lookup): the one in memory is returned.
+func (s *Service) addLive(ss session.Session, gs []*grants.Live) *LiveSession {
 	l := &LiveSession{Session: ss}
 	if s.rateLimit > 0 {
 		l.limiter = rate.NewLimiter(s.rateLimit, s.rateBurst)
@@ -199,31 +273,31 @@ func (s *Service) Live(id string) (*LiveSession, bool) {
 	return l, ok
 }
 
-// ByToken finds the session of a token already verified.
-func (s *Service) ByToken(token string) (*LiveSession, bool) {
+// tokenLive finds the session of a token already verified.
+func (s *Service) tokenLive(token string) (*LiveSession, bool) {
 	s.mu.RLock()
 	l, ok := s.byToken[token]
 	s.mu.RUnlock()
 	return l, ok
 }
 
-// Remember records a verified token's session.
-func (s *Service) Remember(token string, l *LiveSession) {
+// remember records a verified token's session.
+func (s *Service) remember(token string, l *LiveSession) {
 	s.mu.Lock()
 	s.byToken[token] = l
 	s.mu.Unlock()
 }
 
-// Grant finds a grant of a session in memory.
-func (s *Service) Grant(id string) (*grants.Live, bool) {
+// LiveGrant finds a grant of a session in memory.
+func (s *Service) LiveGrant(id string) (*grants.Live, bool) {
 	s.mu.RLock()
 	gl, ok := s.grantIdx[id]
 	s.mu.RUnlock()
 	return gl, ok
 }
 
-// All lists the sessions in memory.
-func (s *Service) All() []*LiveSession {
+// all lists the sessions in memory.
+func (s *Service) all() []*LiveSession {
 	s.mu.RLock()
 	ls := make([]*LiveSession, 0, len(s.sessions))
 	for _, l := range s.sessions {
@@ -233,12 +307,12 @@ func (s *Service) All() []*LiveSession {
 	return ls
 }
 
-// Revoke ends a session in memory at now (killed here or by another
+// revoke ends a session in memory at now (killed here or by another
 // replica): its token stops working, its timers stop, its standing ends
 // (cause session.ErrRevoked: work in flight ends as the session's, not its
 // grants') and then its grants are revoked. It reports false, doing
 // nothing, when the session was revoked already.
-func (s *Service) Revoke(l *LiveSession, now time.Time) bool {
+func (s *Service) revoke(l *LiveSession, now time.Time) bool {
 	if l.revoked.Swap(true) {
 		return false
 	}

@@ -73,7 +73,7 @@ func TestReadThroughRacingKill(t *testing.T) {
 	a, b := replica(t, stA, nil), replica(t, stB, paused)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("127.0.0.1")
-	req := broker.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm"}
+	req := sessions.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm"}
 	victim, err := a.CreateSession(ctx, admin, req)
 	if err != nil {
 		t.Fatal(err)
