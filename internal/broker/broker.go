@@ -266,7 +266,7 @@ func (b *Broker) services(ctx context.Context, o Options, key installKey) error 
 	}
 	sc := sessions.Config{Store: o.Sessions, Clock: o.Clock, Tokens: b.tokens, RateLimit: o.RateLimit, RateBurst: o.RateBurst,
 		AWSKey: key.derive("aws-sigv4-session"), MaxTTL: o.MaxSessionTTL, DefaultTTL: o.DefaultTTL, EnforceIsolation: o.EnforceIsolation,
-		Audit: w, Actor: b.actorOf, Gate: b.appr, Credentials: b.creds, RuleOfTwo: b.ruleOfTwo, Kind: b.upstreamKind, AWS: b.awsUpstream,
+		Audit: w, Actor: b.actorOf, Gate: b.appr, Credentials: b.creds, Killswitch: b.ks, RuleOfTwo: b.ruleOfTwo, Kind: b.upstreamKind, AWS: b.awsUpstream,
 		Ended: b.sessionEnded, Shared: b.feed != nil}
 	if o.ProxyCA {
 		sc.Placeholders, sc.NewCA = b.mintPlaceholders, b.newProxyCA

@@ -1,11 +1,13 @@
 package sessions
 
 import (
+	"context"
 	"sync"
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
 )
 
@@ -17,7 +19,7 @@ import (
 // timer per session, and one per grant that expires before its session,
 // on the service's clock, cut them at the instant: no sweep decides. Work
 // in flight (a call's send, a relay, a wait for a reviewer) attaches to the
-// standing of the grant it depends on (the broker's Bound).
+// standing of the grant it depends on with one context.AfterFunc (Bound).
 
 // lifetimes are a session's armed expiry timers, keyed by "" (the
 // session's) and by grant id.
@@ -108,4 +110,36 @@ func (s *Service) armGrant(l *LiveSession, g *grants.Live) {
 		g.Expire()
 		s.lapsed(l, g)
 	})
+}
+
+// Bound returns a context for work done on behalf of session l that
+// depends on grant g (the decision's: an upstream call, a stream, a relay,
+// a wait for the decision on it), or on the session alone (g nil): it ends
+// when parent does, when the session is killed (cause session.ErrRevoked)
+// or expires (session.ErrExpired), when g is revoked
+// (grants.ErrGrantRevoked) or expires (grants.ErrGrantExpired), or when
+// the global kill-switch is engaged (killswitch.ErrEngaged, the cause its
+// Period ends with). It attaches to the grant's standing, which ends with
+// the session's: one AfterFunc for the lifetimes, one for the
+// kill-switch, no timer of its own. Call stop when done.
+func (s *Service) Bound(parent context.Context, l *LiveSession, g *grants.Live) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	period := s.ks.Period()
+	if period.Err() != nil || s.ks.Engaged() {
+		cancel(killswitch.ErrEngaged)
+		return ctx, func() {}
+	}
+	standing := l.Context()
+	if g != nil {
+		if gs := g.Standing(); gs != nil {
+			standing = gs
+		}
+	}
+	stopLife := context.AfterFunc(standing, func() { cancel(context.Cause(standing)) })
+	stopHalt := context.AfterFunc(period, func() { cancel(killswitch.ErrEngaged) })
+	return ctx, func() {
+		stopLife()
+		stopHalt()
+		cancel(context.Canceled)
+	}
 }

@@ -66,6 +66,14 @@ type Gate interface {
 	Notify()
 }
 
+// Killswitch is what work bound to a session needs of the global
+// kill-switch (killswitch.Service): the period it cuts work in, and
+// whether it is engaged.
+type Killswitch interface {
+	Period() context.Context
+	Engaged() bool
+}
+
 // Credentials is what the session service needs of the credential
 // service (credentials.Service): a lease minted with a session's grants
 // is re-minted when they change.
@@ -74,8 +82,8 @@ type Credentials interface {
 }
 
 // Config is what the session service is made of. Store, Clock, Tokens,
-// AWSKey, Audit, Actor, Gate, Credentials, RuleOfTwo, Kind, AWS and Ended
-// are required.
+// AWSKey, Audit, Actor, Gate, Credentials, Killswitch, RuleOfTwo, Kind,
+// AWS and Ended are required.
 type Config struct {
 	Store     Store
 	Clock     clock.Clock     // decides and arms the sessions' and grants' expiry (lifetime.go)
@@ -93,6 +101,7 @@ type Config struct {
 	Actor            func(auth.Principal) audit.Actor // how the audit log names a principal
 	Gate             Gate
 	Credentials      Credentials
+	Killswitch       Killswitch // cuts work bound to a session (Bound)
 	// RuleOfTwo derives a session's standing from its untrusted input and
 	// usable grants.
 	RuleOfTwo func(untrusted bool, gs []*grants.Live) session.RuleOfTwo
@@ -129,6 +138,7 @@ func (c Config) check() error {
 		fault.Field{Name: "Actor", Unset: c.Actor == nil},
 		fault.Field{Name: "Gate", Unset: c.Gate == nil},
 		fault.Field{Name: "Credentials", Unset: c.Credentials == nil},
+		fault.Field{Name: "Killswitch", Unset: c.Killswitch == nil},
 		fault.Field{Name: "RuleOfTwo", Unset: c.RuleOfTwo == nil},
 		fault.Field{Name: "Kind", Unset: c.Kind == nil},
 		fault.Field{Name: "AWS", Unset: c.AWS == nil},
@@ -152,6 +162,7 @@ type Service struct {
 	actor        func(auth.Principal) audit.Actor
 	gate         Gate
 	creds        Credentials
+	ks           Killswitch
 	ruleOfTwo    func(untrusted bool, gs []*grants.Live) session.RuleOfTwo
 	kind         func(string) (string, bool)
 	aws          func(string) bool
@@ -178,7 +189,7 @@ func New(c Config) (*Service, error) {
 	s := &Service{
 		store: c.Store, clock: c.Clock, now: c.Clock.Now, tokens: c.Tokens, rateLimit: c.RateLimit, rateBurst: max(c.RateBurst, 1),
 		awsKey: c.AWSKey, maxTTL: c.MaxTTL, defTTL: c.DefaultTTL, enforce: c.EnforceIsolation,
-		audit: c.Audit, actor: c.Actor, gate: c.Gate, creds: c.Credentials, ruleOfTwo: c.RuleOfTwo,
+		audit: c.Audit, actor: c.Actor, gate: c.Gate, creds: c.Credentials, ks: c.Killswitch, ruleOfTwo: c.RuleOfTwo,
 		kind: c.Kind, aws: c.AWS, placeholders: c.Placeholders, newCA: c.NewCA, ended: c.Ended, counter: c.Counter,
 		sessions: map[string]*LiveSession{}, byToken: map[string]*LiveSession{}, grantIdx: map[string]*grants.Live{},
 		stopJanitor: make(chan struct{}), janitorDone: make(chan struct{}),

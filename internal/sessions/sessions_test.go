@@ -58,6 +58,10 @@ func (o *others) DenyLapsed(_ context.Context, _ audit.Actor, _, _ string, _ *gr
 
 func (o *others) Notify() {}
 
+func (o *others) Period() context.Context { return context.Background() }
+
+func (o *others) Engaged() bool { return false }
+
 func (o *others) Rescope(sessionID, upstream string) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -102,7 +106,7 @@ func (f *fixture) service(t *testing.T) *sessions.Service {
 		Store: f.store, Clock: f.clk, Tokens: tokens, AWSKey: []byte("aws-key"),
 		MaxTTL: 2 * time.Hour, DefaultTTL: time.Hour,
 		Audit: f.o, Actor: func(p auth.Principal) audit.Actor { return audit.Actor{Kind: p.Role, ID: p.ID} },
-		Gate: f.o, Credentials: f.o,
+		Gate: f.o, Credentials: f.o, Killswitch: f.o,
 		RuleOfTwo: func(untrusted bool, _ []*grants.Live) session.RuleOfTwo {
 			return session.RuleOfTwo{UntrustedInput: untrusted}
 		},
@@ -144,7 +148,7 @@ func TestNewNamesEachRequiredField(t *testing.T) {
 	if err == nil {
 		t.Fatal("New of an empty Config succeeded")
 	}
-	for _, f := range []string{"Store", "Clock", "Tokens", "AWSKey", "Audit", "Actor", "Gate", "Credentials", "RuleOfTwo", "Kind", "AWS", "Ended"} {
+	for _, f := range []string{"Store", "Clock", "Tokens", "AWSKey", "Audit", "Actor", "Gate", "Credentials", "Killswitch", "RuleOfTwo", "Kind", "AWS", "Ended"} {
 		if !strings.Contains(err.Error(), "sessions: Config."+f+" is required") {
 			t.Errorf("the error does not name %s: %v", f, err)
 		}
