@@ -1,5 +1,8 @@
 package broker
 
+// Read-through of the grants on a refusal (the session service reads
+// sessions and grants through on a miss: internal/sessions/readthrough.go).
+
 import (
 	"context"
 
@@ -25,15 +28,12 @@ func (b *Broker) decideFresh(l *sessions.LiveSession, upstreamName string, call 
 
 // resync reads the session's grants through (a grant another broker added
 // or revoked) and reports whether any changed. Only when other brokers
-// share the store, and at a bounded rate of reads per session (resyncRate,
-// in bursts of resyncBurst): a sandbox spamming refused calls costs the
+// share the store, and at a bounded rate of reads per session
+// (LiveSession.AllowResync): a sandbox spamming refused calls costs the
 // database little; a grant another broker added is seen by the first
 // refused call after it, unless the session has just spent its burst.
 func (b *Broker) resync(l *sessions.LiveSession) bool {
-	if b.feed == nil {
-		return false
-	}
-	if !l.AllowResync() {
+	if b.feed == nil || !l.AllowResync() {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), sessions.ReadTimeout)

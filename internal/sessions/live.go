@@ -63,16 +63,16 @@ func (l *LiveSession) Standing(now time.Time, remote netip.Addr) error {
 // (always, when unlimited).
 func (l *LiveSession) Allow() bool { return l.limiter == nil || l.limiter.Allow() }
 
-// KilledAt is when the session was killed in memory, or zero.
-func (l *LiveSession) KilledAt() time.Time {
+// killedAt is when the session was killed in memory, or zero.
+func (l *LiveSession) killedAt() time.Time {
 	if k := l.killed.Load(); k != 0 {
 		return time.Unix(0, k).UTC()
 	}
 	return time.Time{}
 }
 
-// Pending is the number of the session's pending actions.
-func (l *LiveSession) Pending() int64 { return l.pending.Load() }
+// pendingActions is the number of the session's pending actions.
+func (l *LiveSession) pendingActions() int64 { return l.pending.Load() }
 
 // TakeStream counts one more stream (a WebSocket relay, a streamed
 // answer) of the session unless it holds limit already.
@@ -116,8 +116,8 @@ func (l *LiveSession) AllowResync() bool {
 	return lim.Allow()
 }
 
-// SetCA keeps the session's CA open in memory (made with the session).
-func (l *LiveSession) SetCA(ca *proxyca.CA) { l.ca.Store(ca) }
+// setCA keeps the session's CA open in memory (made with the session).
+func (l *LiveSession) setCA(ca *proxyca.CA) { l.ca.Store(ca) }
 
 // OpenCA is the session's CA: the one in memory, else open's (called once
 // at a time, its CA then kept).

@@ -94,7 +94,7 @@ func (s *Service) Create(ctx context.Context, p auth.Principal, req SessionReque
 	}
 	l := s.addLive(ses, live)
 	if ca != nil {
-		l.SetCA(ca)
+		l.setCA(ca)
 	}
 	v := s.view(l)
 	v.Token = token
@@ -248,7 +248,7 @@ func (s *Service) KilledElsewhere(id string) {
 	if !ok || !s.revoke(l, s.now().UTC()) {
 		return
 	}
-	s.ended(l, l.KilledAt())
+	s.ended(l, l.killedAt())
 	s.gate.Notify()
 }
 
@@ -330,7 +330,7 @@ func (s *Service) GrantRevoked(ctx context.Context, gl *grants.Live, actor audit
 	l, ok := s.Live(gl.Grant.SessionID)
 	if ok {
 		l.life.forget(gl.Grant.ID)
-		deny = deny || l.Pending() > 0
+		deny = deny || l.pendingActions() > 0
 	}
 	if deny {
 		s.gate.DenyLapsed(ctx, actor, reviewer, gl.Grant.SessionID, gl, "grant revoked")
@@ -348,7 +348,7 @@ func (s *Service) lapsed(l *LiveSession, g *grants.Live) {
 	if g != nil {
 		s.creds.Rescope(l.Session.ID, g.Grant.Upstream) // a lease minted with the grant is revoked at once
 	}
-	if l.Pending() > 0 {
+	if l.pendingActions() > 0 {
 		reason := "session expired"
 		if g != nil {
 			reason = "grant expired"

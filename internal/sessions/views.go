@@ -44,7 +44,7 @@ func (s *Service) view(l *LiveSession) SessionView {
 	if pc := l.Session.ProxyCA; pc != nil {
 		v.ProxyCAPEM = proxyca.CertPEM(pc.CertDER)
 	}
-	if k := l.KilledAt(); !k.IsZero() && v.Session.RevokedAt.IsZero() {
+	if k := l.killedAt(); !k.IsZero() && v.Session.RevokedAt.IsZero() {
 		v.Session.RevokedAt = k
 	}
 	for _, g := range gs {
