@@ -65,6 +65,10 @@ func TestCoreBuildsWithoutSDKs(t *testing.T) {
 			// The Rule-of-Two standing is session.RuleOfTwo (internal/session,
 			// whose tokens are golang-jwt's).
 			allowedVia: map[string]string{"github.com/golang-jwt/jwt": module + "internal/session"}},
+		{name: "sessions", pkg: "internal/sessions", forbidden: slices.Concat(sdks, adapters),
+			// A live session is a session.Session (internal/session, whose
+			// tokens are golang-jwt's).
+			allowedVia: map[string]string{"github.com/golang-jwt/jwt": module + "internal/session"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

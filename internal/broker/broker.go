@@ -14,10 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,6 +36,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 	"github.com/airlock-broker/airlock/internal/usage"
@@ -57,7 +55,7 @@ type Options struct {
 	// Store, when set, is a convenience: it fills every port below left nil.
 	// Without it each port is required.
 	Store            store.Store
-	Sessions         SessionStore         // sessions and grants (default Store)
+	Sessions         sessions.Store       // sessions and grants (default Store)
 	Audit            auditlog.Store       // the audit chain and its index by session (default Store)
 	Actions          approval.ActionStore // actions awaiting or after approval (default Store)
 	Tokens           apitokens.Store      // API tokens' digests (default Store)
@@ -109,16 +107,12 @@ type Broker struct {
 	upstreams map[string]*upstream.Upstream
 	now       func() time.Time
 	log       *slog.Logger
-	maxTTL    time.Duration
-	defTTL    time.Duration
-	enforce   bool
 	names     auditNames      // how the audit log names identifiers (HMAC'd)
-	proxyOn   bool            // new sessions get a CA (Options.ProxyCA)
 	maxStream int64           // streams per session (Options.MaxStreams; 0: unlimited)
 	caSealer  *proxyca.Sealer // seals sessions' CA keys under the installation key
 	tracer    trace.Tracer    // the calls' spans, nil when tracing is off (Options.Tracer)
 
-	sess     sessionService      // live sessions and grants, their store and call rates
+	sess     *sessions.Service   // live sessions and grants, their store and call rates
 	toks     *apitokens.Service  // API tokens
 	ks       *killswitch.Service // the global kill-switch
 	appr     *gate.Service       // the human gate: pending actions, decisions, execution
@@ -135,37 +129,6 @@ type Broker struct {
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
 func (b *Broker) Now() time.Time { return b.now() }
-
-// LiveSession is an active session in memory.
-type LiveSession struct {
-	Session session.Session
-	bind    netip.Prefix
-	bound   bool
-	revoked atomic.Bool
-	killed  atomic.Int64            // unix nanoseconds of the kill, 0 if alive
-	limiter *rate.Limiter           // per-session call rate, nil when unlimited
-	pending atomic.Int64            // pending actions (the gate counts them: gate.Sandbox, gate.go)
-	streams atomic.Int64            // relays and streamed answers open (see Call.Stream)
-	ctx     context.Context         // the session's standing (see lifetime.go)
-	cancel  context.CancelCauseFunc // ends it, with why: session.ErrRevoked, session.ErrExpired
-	grants  atomic.Pointer[[]*grants.Live]
-	life    lifetimes                    // the timers at its expiry and its grants' (lifetime.go)
-	ca      atomic.Pointer[proxyca.CA]   // the session's CA once open (see Broker.proxyCA)
-	caMu    sync.Mutex                   // one opening at a time
-	resync  atomic.Pointer[rate.Limiter] // read-throughs of its grants on refusals (see decideFresh)
-}
-
-// Context ends when the session is killed (cause session.ErrRevoked) or
-// expires (session.ErrExpired): in-flight calls derive from it.
-func (l *LiveSession) Context() context.Context { return l.ctx }
-
-// Grants returns the session's grants (including revoked and expired ones).
-func (l *LiveSession) Grants() []*grants.Live {
-	if p := l.grants.Load(); p != nil {
-		return *p
-	}
-	return nil
-}
 
 // metaSecret is the meta store key of the installation secret.
 const metaSecret = "installation_secret"
@@ -197,9 +160,8 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	b := &Broker{
 		health: o.Health, audit: w, tokens: tokens,
 		upstreams: o.Upstreams, now: o.Clock.Now, log: o.Log,
-		maxTTL: o.MaxSessionTTL, defTTL: o.DefaultTTL, enforce: o.EnforceIsolation,
 		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
-		proxyOn: o.ProxyCA, maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
+		maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
 	}
 	if err := b.build(ctx, o, key); err != nil {
 		w.Close()
@@ -280,7 +242,7 @@ func (b *Broker) build(ctx context.Context, o Options, key installKey) error {
 	if b.feed != nil {
 		b.audit.OnSequenced(func(d time.Duration) { b.metrics.auditAppend.Observe(d.Seconds()) })
 	}
-	if err := b.sess.load(ctx); err != nil {
+	if err := b.sess.Load(ctx); err != nil {
 		return err
 	}
 	return b.appr.Load(ctx)
@@ -294,20 +256,25 @@ func (b *Broker) services(ctx context.Context, o Options, key installKey) error 
 	if b.ks, err = killswitch.New(ctx, o.Killswitch, w, o.Clock.Now, func() { b.creds.EndAll("kill-switch engaged") }); err != nil {
 		return err
 	}
-	b.sess = newSessionService(o.Sessions, o.Clock, o.Clock.Now, o.RateLimit, o.RateBurst, key.derive("aws-sigv4-session"), b.sessionEnded)
-	if o.Usage != nil {
-		b.sess.counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
-	}
-	if b.feed != nil {
-		b.sess.killed = b.killedElsewhere
-	}
-	b.sess.lapsed = b.lapsed
 	if b.appr, err = gate.New(gate.Config{
 		Store: o.Actions, Audit: w, Actor: b.names.Actor, Clock: o.Clock, Log: o.Log,
-		Live: b.liveSandbox, Grant: b.sess.grantOrLoadNow, Engaged: b.ks.Engaged, Standing: b.ruleOfTwoOf, Run: b.runAction,
+		Live: b.liveSandbox, Grant: func(id string) (*grants.Live, bool) { return b.sess.GrantOrLoadNow(id) }, Engaged: b.ks.Engaged, Standing: b.ruleOfTwoOf, Run: b.runAction,
 		Replica: o.ReplicaID, Webhook: o.Webhook, TTL: o.ApprovalTTL, MaxPending: o.MaxPending,
 		Lease: o.ActionLease, Shared: b.feed != nil, Usage: o.Usage, Metrics: o.Metrics,
 	}); err != nil {
+		return err
+	}
+	sc := sessions.Config{Store: o.Sessions, Clock: o.Clock, Tokens: b.tokens, RateLimit: o.RateLimit, RateBurst: o.RateBurst,
+		AWSKey: key.derive("aws-sigv4-session"), MaxTTL: o.MaxSessionTTL, DefaultTTL: o.DefaultTTL, EnforceIsolation: o.EnforceIsolation,
+		Audit: w, Actor: b.actorOf, Gate: b.appr, Credentials: b.creds, Killswitch: b.ks, RuleOfTwo: b.ruleOfTwo, Kind: b.upstreamKind, AWS: b.awsUpstream,
+		Ended: b.sessionEnded, Shared: b.feed != nil}
+	if o.ProxyCA {
+		sc.Placeholders, sc.NewCA = b.mintPlaceholders, b.newProxyCA
+	}
+	if o.Usage != nil {
+		sc.Counter = usage.NewCounter(o.Usage, o.Log.With("component", "usage"))
+	}
+	if b.sess, err = sessions.New(sc); err != nil {
 		return err
 	}
 	if b.toks, err = apitokens.New(ctx, apitokens.Config{Store: o.Tokens, AdminToken: o.AdminToken,
@@ -324,7 +291,7 @@ func (b *Broker) services(ctx context.Context, o Options, key installKey) error 
 // checkpointer, following the change feed (with the approvals' sweep),
 // holding the static credentials.
 func (b *Broker) start() {
-	b.sess.startJanitor()
+	b.sess.Start()
 	b.auditLog.Start()
 	if b.feed != nil {
 		b.feed.Start(b.applyChange) // current as of its start: the state was read after its position
@@ -339,9 +306,9 @@ func (b *Broker) Close() {
 	if b.feed != nil {
 		b.feed.Stop()
 	}
-	b.sess.stop()
+	b.sess.Stop()
 	b.appr.Close() // no expiry timer is armed after Close
-	b.sess.cancelAll()
+	b.sess.CancelAll()
 	b.appr.Drain()  // executions cut by their sessions' end finish before the audit log closes
 	b.creds.Close() // leases are left to their own expiry (never past their session's)
 	b.audit.Close()

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -49,11 +50,11 @@ func TestSessionExpiryAndIsolation(t *testing.T) {
 	b := k.Broker
 	ctx := context.Background()
 	// Untrusted input + a sensitive upstream needs a microVM.
-	_, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "container", Grants: []grants.Spec{paymentGrant()}})
+	_, err := b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", Isolation: "container", Grants: []grants.Spec{paymentGrant()}})
 	if !errors.Is(err, session.ErrIsolationWeak) {
 		t.Fatalf("weak isolation: %v", err)
 	}
-	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", TTL: time.Minute, Isolation: "microvm", UntrustedInput: ptr(false)})
+	v, err := b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", TTL: time.Minute, Isolation: "microvm", UntrustedInput: ptr(false)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestSessionExpiryAndIsolation(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A grant that raises the required tier past the declared one is refused too.
-	weak, _ := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "gvisor"})
+	weak, _ := b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", Isolation: "gvisor"})
 	if _, err := b.AddGrant(ctx, operator, weak.Session.ID, paymentGrant()); !errors.Is(err, session.ErrIsolationWeak) {
 		t.Fatalf("grant raising the tier: %v", err)
 	}
@@ -75,7 +76,7 @@ func TestSessionExpiryAndIsolation(t *testing.T) {
 // session (from memory) → grant rule → every constraint of a payment rule.
 func BenchmarkAuthorize(b *testing.B) {
 	br := payBroker(b, brokertest.WithNow(func() time.Time { return t0 })).Broker
-	v, err := br.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm",
+	v, err := br.CreateSession(context.Background(), operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm",
 		UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}})
 	if err != nil {
 		b.Fatal(err)
@@ -113,7 +114,7 @@ func BenchmarkApproveToUpstream(b *testing.B) {
 	u.SetTransport(upstream.NewTransport())
 	br := brokertest.MustOpenBroker(b, brokertest.WithDurability(store.DurabilityFsync), brokertest.WithUpstream(u),
 		brokertest.WithNow(time.Now), brokertest.WithOptions(func(o *broker.Options) { o.DefaultTTL = time.Hour })).Broker
-	v, err := br.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm",
+	v, err := br.CreateSession(context.Background(), operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm",
 		Grants: []grants.Spec{{Upstream: "pay", Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})
 	if err != nil {
 		b.Fatal(err)
@@ -157,7 +158,7 @@ func BenchmarkCreateSession(b *testing.B) {
 	for _, d := range []string{store.DurabilityFsync, store.DurabilityBuffered} {
 		b.Run(d, func(b *testing.B) {
 			br := payBroker(b, brokertest.WithDurability(d), brokertest.WithNow(time.Now)).Broker
-			req := broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}}
+			req := sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := br.CreateSession(context.Background(), operator, req); err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/printable"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -91,7 +92,7 @@ type call struct {
 	start time.Time  // wall clock: latency, never expiry
 	sent  time.Time  // when the upstream call began (send), wall clock
 
-	l       *LiveSession
+	l       *sessions.LiveSession
 	u       *upstream.Upstream
 	d       *grants.Decision   // the decision that reserved the call's use (not for an executed action)
 	permits []*grants.Decision // further permissions the request needs (AWS)
@@ -175,17 +176,17 @@ func (c *call) admit(caller Caller) error {
 	return err
 }
 
-func (b *Broker) admit(c Caller) (*LiveSession, error) {
+func (b *Broker) admit(c Caller) (*sessions.LiveSession, error) {
 	if b.ks.Engaged() {
 		return nil, killswitch.ErrEngaged
 	}
 	if b.stale() {
 		return nil, ErrStale
 	}
-	var l *LiveSession
+	var l *sessions.LiveSession
 	if c.sigv4 {
 		var ok bool
-		if l, ok = b.sess.sigv4Session(c.id); !ok {
+		if l, ok = b.sess.SigV4Session(c.id); !ok {
 			return nil, session.ErrInvalidToken
 		}
 	} else {
@@ -197,7 +198,7 @@ func (b *Broker) admit(c Caller) (*LiveSession, error) {
 	if err := b.standing(l, c.remote); err != nil {
 		return l, err
 	}
-	if l.limiter != nil && !l.limiter.Allow() {
+	if !l.Allow() {
 		return l, ErrRateLimited
 	}
 	return l, nil
@@ -498,7 +499,7 @@ func (c *call) cut(bound context.Context) error {
 	switch {
 	case c.b.ks.Engaged():
 		return killswitch.ErrEngaged
-	case c.l.revoked.Load():
+	case c.l.Revoked():
 		return session.ErrRevoked
 	case c.grant.Revoked():
 		return grants.ErrGrantRevoked
@@ -526,10 +527,10 @@ func (c *call) killedBy(parent context.Context) error {
 	if engaged, err := c.b.ks.Stored(ctx); err == nil && engaged {
 		return killswitch.ErrEngaged
 	}
-	if s, err := c.b.sess.store.Session(ctx, c.l.Session.ID); err == nil && !s.RevokedAt.IsZero() {
+	if s, err := c.b.sess.Store().Session(ctx, c.l.Session.ID); err == nil && !s.RevokedAt.IsZero() {
 		return session.ErrRevoked
 	}
-	if r, err := c.b.sess.store.Grant(ctx, c.grant.Grant.ID); err == nil && !r.Grant.RevokedAt.IsZero() {
+	if r, err := c.b.sess.Store().Grant(ctx, c.grant.Grant.ID); err == nil && !r.Grant.RevokedAt.IsZero() {
 		return grants.ErrNoMatchingGrant
 	}
 	return session.ErrRevoked
@@ -569,7 +570,7 @@ func (c *call) recordAllowed(ctx context.Context) error {
 	var side *grants.UsageUpdate
 	// A shared count (usage.Store) is the truth: no snapshot of this
 	// broker's mirror may overwrite it.
-	if limited(&c.grant.Grant) && !c.grant.Shared() {
+	if sessions.Limited(&c.grant.Grant) && !c.grant.Shared() {
 		side = &grants.UsageUpdate{GrantID: c.grant.Grant.ID, Usage: c.grant.Usage()}
 	}
 	ctx, span := c.childSpan(ctx, "airlock.audit.append", trace.SpanKindInternal)
@@ -627,7 +628,7 @@ func (c *call) completeWhy(status int, bytesOut int64, code, reason string) {
 	c.b.audit.AppendAsync(ev)
 }
 
-func callEvent(l *LiveSession, c CallRecord) audit.Event {
+func callEvent(l *sessions.LiveSession, c CallRecord) audit.Event {
 	ev := audit.Event{
 		Actor: audit.Actor{Kind: "sandbox"}, RequestID: c.RequestID, Upstream: c.Upstream,
 		Method: c.Method, Path: c.Path, BytesIn: c.BytesIn, TraceID: c.TraceID, SpanID: c.SpanID,

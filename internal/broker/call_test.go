@@ -18,6 +18,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -54,36 +55,36 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 	tests := []struct {
 		name   string
 		remote netip.Addr
-		setup  func(t *testing.T, b *broker.Broker, v broker.SessionView)
+		setup  func(t *testing.T, b *broker.Broker, v sessions.SessionView)
 		want   error
 	}{
 		{name: "ok", remote: home},
-		{name: "fail-killswitch", remote: home, want: killswitch.ErrEngaged, setup: func(t *testing.T, b *broker.Broker, _ broker.SessionView) {
+		{name: "fail-killswitch", remote: home, want: killswitch.ErrEngaged, setup: func(t *testing.T, b *broker.Broker, _ sessions.SessionView) {
 			if _, err := b.SetKillswitch(context.Background(), admin, true, "test"); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "fail-revoked", remote: home, want: session.ErrRevoked, setup: func(t *testing.T, b *broker.Broker, v broker.SessionView) {
+		{name: "fail-revoked", remote: home, want: session.ErrRevoked, setup: func(t *testing.T, b *broker.Broker, v sessions.SessionView) {
 			if _, err := b.KillSession(context.Background(), admin, v.Session.ID); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "fail-expired", remote: home, want: session.ErrExpired, setup: func(*testing.T, *broker.Broker, broker.SessionView) {
+		{name: "fail-expired", remote: home, want: session.ErrExpired, setup: func(*testing.T, *broker.Broker, sessions.SessionView) {
 			at = at.Add(10 * time.Minute)
 		}},
 		{name: "fail-wrong source", remote: netip.MustParseAddr("10.0.1.7"), want: session.ErrWrongSource},
-		{name: "fail-rate", remote: home, want: broker.ErrRateLimited, setup: func(t *testing.T, b *broker.Broker, v broker.SessionView) {
+		{name: "fail-rate", remote: home, want: broker.ErrRateLimited, setup: func(t *testing.T, b *broker.Broker, v sessions.SessionView) {
 			c := b.NewCall("pay", "GET")
 			if err := c.Admit(broker.BearerCaller(v.Token, home)); err != nil {
 				t.Fatal(err)
 			}
 		}},
 	}
-	callers := map[string]func(v broker.SessionView, remote netip.Addr) broker.Caller{
-		"bearer": func(v broker.SessionView, remote netip.Addr) broker.Caller {
+	callers := map[string]func(v sessions.SessionView, remote netip.Addr) broker.Caller{
+		"bearer": func(v sessions.SessionView, remote netip.Addr) broker.Caller {
 			return broker.BearerCaller(v.Token, remote)
 		},
-		"sigv4": func(v broker.SessionView, remote netip.Addr) broker.Caller {
+		"sigv4": func(v sessions.SessionView, remote netip.Addr) broker.Caller {
 			return broker.SigV4Caller(v.Session.ID, remote)
 		},
 	}
@@ -92,7 +93,7 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 			t.Run(tt.name+"/"+kind, func(t *testing.T) {
 				at = start
 				b := callBroker(t, now)
-				v, err := b.CreateSession(context.Background(), admin, broker.SessionRequest{TaskID: "t", Isolation: "microvm", BindCIDR: "10.0.0.0/24"})
+				v, err := b.CreateSession(context.Background(), admin, sessions.SessionRequest{TaskID: "t", Isolation: "microvm", BindCIDR: "10.0.0.0/24"})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -122,7 +123,7 @@ func TestAdmitOneCheckListForEveryCaller(t *testing.T) {
 func TestCallStepsRunInOrder(t *testing.T) {
 	k := payBroker(t)
 	b := k.Broker
-	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+	v, err := b.CreateSession(context.Background(), operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
 		Grants: []grants.Spec{{Upstream: "pay", MaxUses: 3, Approval: grants.ApprovalAlways, Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,47 +9,18 @@ import (
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
-	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
-// identify finds the live session of a token.
-func (b *Broker) identify(token string) (*LiveSession, error) {
-	l, ok := b.sess.byTokenLive(token)
-	if ok {
-		return l, nil
-	}
-	c, err := b.tokens.Verify(token)
-	if err != nil {
-		return nil, err
-	}
-	l, ok = b.live(c.SessionID)
-	if !ok {
-		// Not in memory: created by another broker on the store (read
-		// through), expired and forgotten, revoked, or never existed.
-		var err error
-		if l, err = b.sess.identifyStored(c.SessionID); err != nil {
-			return nil, err
-		}
-	}
-	if c.TokenID != l.Session.TokenID {
-		return nil, session.ErrInvalidToken
-	}
-	b.sess.remember(token, l)
-	return l, nil
+// identify finds the live session of a token (sessions.Service.Identify).
+func (b *Broker) identify(token string) (*sessions.LiveSession, error) {
+	return b.sess.Identify(token)
 }
 
 // standing checks an identified session on every call: not killed, not
 // expired, called from its bound source.
-func (b *Broker) standing(l *LiveSession, remote netip.Addr) error {
-	switch {
-	case l.revoked.Load():
-		return session.ErrRevoked
-	case !b.now().Before(l.Session.ExpiresAt):
-		return session.ErrExpired
-	case l.bound && !l.bind.Contains(remote.Unmap()):
-		return session.ErrWrongSource
-	}
-	return nil
+func (b *Broker) standing(l *sessions.LiveSession, remote netip.Addr) error {
+	return l.Standing(b.now(), remote)
 }
 
 // ErrRateLimited means the session called faster than its limit.
@@ -57,7 +28,7 @@ var ErrRateLimited = fault.New(fault.RateLimited, "session call rate exceeded")
 
 // Check admits a bearer of a session token (see Call.Admit): the global
 // kill-switch, the token and session (see Verify), the session's call rate.
-func (b *Broker) Check(token string, remote netip.Addr) (*LiveSession, error) {
+func (b *Broker) Check(token string, remote netip.Addr) (*sessions.LiveSession, error) {
 	return b.admit(BearerCaller(token, remote))
 }
 
@@ -65,7 +36,7 @@ func (b *Broker) Check(token string, remote netip.Addr) (*LiveSession, error) {
 // grants. On success one use (and any budget) of the grant is reserved;
 // Release it if the call does not happen. Whether the call must wait for a
 // human is the gate's answer (gate.Service.Gated).
-func (b *Broker) decide(l *LiveSession, upstreamName string, call *grants.Call) (*grants.Decision, error) {
+func (b *Broker) decide(l *sessions.LiveSession, upstreamName string, call *grants.Call) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}
@@ -74,7 +45,7 @@ func (b *Broker) decide(l *LiveSession, upstreamName string, call *grants.Call) 
 
 // permit checks a further permission a call needs (see grants.Permit)
 // against the session's grants, reserving nothing.
-func (b *Broker) permit(l *LiveSession, upstreamName string, call *grants.Call, held *grants.Decision) (*grants.Decision, error) {
+func (b *Broker) permit(l *sessions.LiveSession, upstreamName string, call *grants.Call, held *grants.Decision) (*grants.Decision, error) {
 	if _, ok := b.upstreams[upstreamName]; !ok {
 		return nil, ErrUnknownUpstream
 	}
@@ -103,5 +74,5 @@ func (b *Broker) SetKillswitch(ctx context.Context, p auth.Principal, engaged bo
 // id under an installation key, never stored, worth nothing anywhere but
 // at this broker for this session.
 func (b *Broker) AWSSecret(sessionID string) string {
-	return b.sess.awsSecret(sessionID)
+	return b.sess.AWSSecret(sessionID)
 }

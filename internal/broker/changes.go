@@ -7,7 +7,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/changefeed"
 	"github.com/airlock-broker/airlock/internal/fault"
-	"github.com/airlock-broker/airlock/internal/session"
 )
 
 // ErrStale refuses sandbox calls on a replica whose change feed has not
@@ -35,10 +34,10 @@ func (b *Broker) FeedLag() time.Duration {
 func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 	switch c.Kind {
 	case changefeed.SessionKilled:
-		b.killedElsewhere(c.Key)
+		b.sess.KilledElsewhere(c.Key)
 	case changefeed.GrantRevoked:
-		if gl, ok := b.sess.grant(c.Key); ok {
-			b.grantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
+		if gl, ok := b.sess.LiveGrant(c.Key); ok {
+			b.sess.GrantRevoked(ctx, gl, audit.Actor{Kind: "system"}, "", false)
 		} else {
 			b.appr.Notify()
 		}
@@ -48,24 +47,4 @@ func (b *Broker) applyChange(ctx context.Context, c changefeed.Change) error {
 		return b.appr.ApplyChange(ctx, c.Key)
 	}
 	return nil
-}
-
-// killedElsewhere ends a session in memory that was killed (by any
-// replica): its token stops working, its grants are revoked and its
-// in-flight calls are cut (Bound's cause session.ErrRevoked). What the kill
-// persisted and audited was done by the replica that killed it.
-func (b *Broker) killedElsewhere(id string) {
-	l, ok := b.live(id)
-	if !ok || l.revoked.Swap(true) {
-		return
-	}
-	now := b.now().UTC()
-	l.killed.Store(now.UnixNano())
-	l.life.stop()
-	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
-	for _, g := range l.Grants() {
-		g.Revoke()
-	}
-	b.sessionEnded(l, now)
-	b.appr.Notify()
 }

@@ -3,22 +3,10 @@ package broker
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/airlock-broker/airlock/internal/credentials"
 	"github.com/airlock-broker/airlock/internal/meta"
 )
-
-// What the credential service (internal/credentials) needs of the broker.
-
-// SessionID, Expires and Revoked make a LiveSession a credentials.Holder.
-func (l *LiveSession) SessionID() string { return l.Session.ID }
-
-// Expires is the session's expiry.
-func (l *LiveSession) Expires() time.Time { return l.Session.ExpiresAt }
-
-// Revoked reports whether the session was killed.
-func (l *LiveSession) Revoked() bool { return l.revoked.Load() }
 
 // liveCredentials is the live session of id, as the credential service
 // sees it.

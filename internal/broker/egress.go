@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"time"
 
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -67,7 +66,7 @@ func (c *call) egress(host string, port int, tunnel bool) (Destination, error) {
 	now := c.b.now()
 	// A grant another broker added is read through, as a refused call's is
 	// (decideFresh): a grant made on one replica opens the door on all.
-	if c.l.liveGrantOn(u.Name, now) || c.b.resync(c.l) && c.l.liveGrantOn(u.Name, now) {
+	if c.l.LiveGrantOn(u.Name, now) || c.b.resync(c.l) && c.l.LiveGrantOn(u.Name, now) {
 		c.dest = d
 		return d, nil
 	}
@@ -85,15 +84,4 @@ func (b *Broker) hostUpstream(name string, port, defaultPort int) *upstream.Upst
 		}
 	}
 	return nil
-}
-
-// liveGrantOn reports whether the session holds a live grant (not revoked,
-// not expired) on upstream name.
-func (l *LiveSession) liveGrantOn(name string, now time.Time) bool {
-	for _, g := range l.Grants() {
-		if g.Grant.Upstream == name && !g.Revoked() && now.Before(g.Grant.ExpiresAt) {
-			return true
-		}
-	}
-	return false
 }

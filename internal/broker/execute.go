@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -75,14 +76,14 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 // names its session, and was counted when it was held) and finds its grant
 // and the grants its further permissions need, as grants.Evaluate would
 // judge them now.
-func (b *Broker) readmit(a approval.Action) (*LiveSession, *grants.Live, error) {
+func (b *Broker) readmit(a approval.Action) (*sessions.LiveSession, *grants.Live, error) {
 	if b.ks.Engaged() {
 		return nil, nil, killswitch.ErrEngaged
 	}
 	if b.stale() {
 		return nil, nil, ErrStale
 	}
-	l, ok := b.sess.liveOrLoad(a.SessionID)
+	l, ok := b.sess.LiveOrLoad(a.SessionID)
 	if !ok {
 		return nil, nil, session.ErrRevoked
 	}
@@ -110,7 +111,7 @@ func (b *Broker) readmit(a approval.Action) (*LiveSession, *grants.Live, error) 
 }
 
 // grantIn is the session's grant id, or nil.
-func grantIn(l *LiveSession, id string) *grants.Live {
+func grantIn(l *sessions.LiveSession, id string) *grants.Live {
 	for _, x := range l.Grants() {
 		if x.Grant.ID == id {
 			return x

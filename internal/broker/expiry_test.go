@@ -18,6 +18,7 @@ import (
 	airclock "github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
@@ -45,9 +46,9 @@ func expBroker(tb testing.TB, st *boltstore.Bolt, opts ...brokertest.Option) *br
 
 // expHold creates a session whose grant (one use, approval always) holds
 // its first call, and returns the session and the pending action.
-func expHold(t *testing.T, b *broker.Broker) (*broker.LiveSession, approval.Action) {
+func expHold(t *testing.T, b *broker.Broker) (*sessions.LiveSession, approval.Action) {
 	t.Helper()
-	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+	v, err := b.CreateSession(context.Background(), operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
 		Grants: []grants.Spec{{Upstream: "pay", MaxUses: 1, Approval: grants.ApprovalAlways, Rules: []grants.Rule{{Method: "POST", Path: "/pay"}}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -154,7 +155,7 @@ func TestApprovalExpiresOnInjectedClock(t *testing.T) {
 	if w := <-waited; w.Status != approval.Expired || !errors.Is(gate.ActionError(w), gate.ErrActionExpired) {
 		t.Fatalf("the waiting sandbox got %s (%v)", w.Status, gate.ActionError(w))
 	}
-	if clk.Timers() != 1 { // the session's own expiry (lifetime.go)
+	if clk.Timers() != 1 { // the session's own expiry (internal/sessions/lifetime.go)
 		t.Fatalf("%d timers still armed after the expiry, want only the session's", clk.Timers())
 	}
 	if ev := <-events; ev.Event != "action.expired" || ev.ActionID != a.ID || !ev.At.Equal(a.ExpiresAt) {
@@ -276,7 +277,7 @@ func TestExpiryTimerWakesClockDecides(t *testing.T) {
 	clk := &stepClock{now: expT0}
 	b := expBroker(t, brokertest.MustOpenStore(t, store.DurabilityBuffered), brokertest.WithClock(clk)).Broker
 	_, a := expHold(t, b)
-	if clk.armed() != 2 { // the session's expiry (lifetime.go), then the action's
+	if clk.armed() != 2 { // the session's expiry (internal/sessions/lifetime.go), then the action's
 		t.Fatalf("timers armed by a session and a hold: %d, want 2", clk.armed())
 	}
 	clk.set(a.ExpiresAt.Add(-time.Second))

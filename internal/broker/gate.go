@@ -8,46 +8,13 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
-
-// What the human gate (internal/gate) needs of the broker: a LiveSession
-// is a gate.Sandbox (SessionID and Grants are also credentials.Holder's).
-
-// TaskID is the session's task.
-func (l *LiveSession) TaskID() string { return l.Session.TaskID }
-
-// CreatedBy is the principal that created the session (who may not approve
-// its actions).
-func (l *LiveSession) CreatedBy() string { return l.Session.CreatedBy }
-
-// UntrustedInput reports whether the session reads untrusted input (Rule
-// of Two's A).
-func (l *LiveSession) UntrustedInput() bool { return l.Session.UntrustedInput }
-
-// TakePending counts one more pending action of the session unless it has
-// limit already.
-func (l *LiveSession) TakePending(limit int64) bool {
-	for {
-		n := l.pending.Load()
-		if n >= limit {
-			return false
-		}
-		if l.pending.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
-// RestorePending counts a stored pending action of the session again.
-func (l *LiveSession) RestorePending() { l.pending.Add(1) }
-
-// FreePending gives back the slot of an action that left pending.
-func (l *LiveSession) FreePending() { l.pending.Add(-1) }
 
 // liveSandbox is the live session of id (read through the store), as the
 // gate sees it.
 func (b *Broker) liveSandbox(id string) (gate.Sandbox, bool) {
-	l, ok := b.sess.liveOrLoad(id)
+	l, ok := b.sess.LiveOrLoad(id)
 	if !ok {
 		return nil, false
 	}
@@ -78,7 +45,7 @@ func (b *Broker) Actions(ctx context.Context, status approval.Status, limit int)
 
 // SessionAction returns an action of the sandbox's own session
 // (approval.ErrNotFound for another session's).
-func (b *Broker) SessionAction(ctx context.Context, l *LiveSession, id string) (approval.Action, error) {
+func (b *Broker) SessionAction(ctx context.Context, l *sessions.LiveSession, id string) (approval.Action, error) {
 	return b.appr.SessionAction(ctx, l, id)
 }
 

@@ -7,43 +7,24 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
 // Bound returns a context for work done on behalf of a session (a wait
 // for a decision): it ends when parent does, when the session is killed
 // (cause session.ErrRevoked) or expires (session.ErrExpired), or when the
 // global kill-switch is engaged (cause killswitch.ErrEngaged). Call stop when done.
-func (b *Broker) Bound(parent context.Context, l *LiveSession) (ctx context.Context, stop func()) {
+func (b *Broker) Bound(parent context.Context, l *sessions.LiveSession) (ctx context.Context, stop func()) {
 	return b.BoundTo(parent, l, nil)
 }
 
 // BoundTo is Bound for work that depends on grant g (the decision's: an
 // upstream call, a stream, a relay, a wait for the decision on it): it
 // ends besides when g is revoked (cause grants.ErrGrantRevoked) or
-// expires (grants.ErrGrantExpired). It attaches to the grant's standing,
-// which ends with the session's (lifetime.go): one AfterFunc for the
-// lifetimes, one for the kill-switch, no timer of its own. Call stop when
-// done.
-func (b *Broker) BoundTo(parent context.Context, l *LiveSession, g *grants.Live) (ctx context.Context, stop func()) {
-	ctx, cancel := context.WithCancelCause(parent)
-	period := b.ks.Period()
-	if period.Err() != nil || b.ks.Engaged() {
-		cancel(killswitch.ErrEngaged)
-		return ctx, func() {}
-	}
-	standing := l.ctx
-	if g != nil {
-		if gs := g.Standing(); gs != nil {
-			standing = gs
-		}
-	}
-	stopLife := context.AfterFunc(standing, func() { cancel(context.Cause(standing)) })
-	stopHalt := context.AfterFunc(period, func() { cancel(killswitch.ErrEngaged) })
-	return ctx, func() {
-		stopLife()
-		stopHalt()
-		cancel(context.Canceled)
-	}
+// expires (grants.ErrGrantExpired). See sessions.Service.Bound. Call stop
+// when done.
+func (b *Broker) BoundTo(parent context.Context, l *sessions.LiveSession, g *grants.Live) (ctx context.Context, stop func()) {
+	return b.sess.Bound(parent, l, g)
 }
 
 // Interrupted returns why a Bound context was cut by a kill or a lifetime

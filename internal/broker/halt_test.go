@@ -13,6 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/killswitch"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
 // Engaging and releasing the kill-switch concurrently never leaves the
@@ -23,7 +24,7 @@ func TestKillswitchChangesAreWhole(t *testing.T) {
 	b, st := k.Broker, k.Store
 	admin := auth.Principal{ID: "admin", Role: auth.RoleAdmin}
 	ctx := context.Background()
-	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false)})
+	v, err := b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false)})
 	if err != nil {
 		t.Fatal(err)
 	}

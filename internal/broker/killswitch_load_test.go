@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/killswitch"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
@@ -47,7 +48,7 @@ func TestKillswitchLoadFailsClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := brokertest.MustOpenBroker(t, brokertest.WithStore(st)).Broker
-	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false)})
+	v, err := b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	airclock "github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
@@ -24,7 +25,7 @@ func TestLifetimeTimers(t *testing.T) {
 	b := expBroker(t, brokertest.MustOpenStore(t, store.DurabilityBuffered), brokertest.WithClock(clk)).Broker
 	ctx := context.Background()
 	rule := []grants.Rule{{Method: "POST", Path: "/pay"}}
-	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm", UntrustedInput: ptr(false),
+	v, err := b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm", UntrustedInput: ptr(false),
 		Grants: []grants.Spec{{Upstream: "pay", TTL: 10 * time.Minute, Rules: rule}, {Upstream: "pay", Rules: rule}, {Upstream: "pay", Rules: rule}}})
 	if err != nil {
 		t.Fatal(err)
@@ -68,7 +69,7 @@ func TestLifetimeTimers(t *testing.T) {
 	}
 
 	// A kill stops the timers its session armed.
-	v, err = b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm", UntrustedInput: ptr(false),
+	v, err = b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm", UntrustedInput: ptr(false),
 		Grants: []grants.Spec{{Upstream: "pay", TTL: time.Minute, Rules: rule}}})
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/airlock-broker/airlock/internal/fault"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -64,10 +65,10 @@ func newMetrics(reg prometheus.Registerer, b *Broker) *metrics {
 	return m
 }
 
-func (b *Broker) sessionEnded(l *LiveSession, at time.Time) {
+func (b *Broker) sessionEnded(l *sessions.LiveSession, at time.Time) {
 	b.metrics.sessionLifetime.Observe(at.Sub(l.Session.CreatedAt).Seconds())
 	why := "session expired"
-	if l.revoked.Load() {
+	if l.Revoked() {
 		why = "session killed"
 	}
 	b.creds.EndSession(l.Session.ID, why)

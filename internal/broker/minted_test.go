@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/upstream"
 	"github.com/airlock-broker/airlock/internal/upstream/awscred"
 	"github.com/airlock-broker/airlock/internal/upstream/sourcetest"
@@ -54,7 +55,7 @@ func TestMintFailureFailsClosed(t *testing.T) {
 	u.SetTransport(upstream.NewTransport())
 	k := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0), brokertest.WithUpstream(u))
 	b := k.Broker
-	v, err := b.CreateSession(context.Background(), operator, broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
+	v, err := b.CreateSession(context.Background(), operator, sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false),
 		Grants: []grants.Spec{{Upstream: "api", MaxUses: 1, Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
 	if err != nil {
 		t.Fatal(err)

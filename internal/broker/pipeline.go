@@ -19,6 +19,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -433,7 +434,7 @@ func (p *pipe) hold(wait time.Duration) {
 // session l; a kill or the expiry of the session, the revocation or expiry
 // of the action's grant g (nil: the session's alone) or the kill-switch
 // ends the wait with its error.
-func (b *Broker) awaitDecision(ctx context.Context, l *LiveSession, g *grants.Live, id string, wait time.Duration) (approval.Action, error) {
+func (b *Broker) awaitDecision(ctx context.Context, l *sessions.LiveSession, g *grants.Live, id string, wait time.Duration) (approval.Action, error) {
 	ctx, stop := b.BoundTo(ctx, l, g)
 	defer stop()
 	b.calls.waiters.Inc()
@@ -451,7 +452,7 @@ func (b *Broker) awaitDecision(ctx context.Context, l *LiveSession, g *grants.Li
 // /v1/actions/{id} with Prefer: wait), up to wait for the action's
 // decision; the session's end or the kill-switch ends the wait with its
 // error.
-func (b *Broker) AwaitAction(ctx context.Context, l *LiveSession, id string, wait time.Duration) (approval.Action, error) {
+func (b *Broker) AwaitAction(ctx context.Context, l *sessions.LiveSession, id string, wait time.Duration) (approval.Action, error) {
 	return b.awaitDecision(ctx, l, nil, id, wait)
 }
 

@@ -7,15 +7,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/usage"
 )
 
-// ErrSessionNotFound is SessionStore.Session's and SessionStore.Grant's
-// error for an unknown session or grant id. Each store port returns its
-// own not-found error for an unknown key (an adapter may wrap it with its
-// own error: errors.Is matches), and the broker tests only these, never an
-// adapter's error: this one, apitokens.ErrNotFound, meta.ErrNotFound and
-// approval.ErrNotFound; auditlog.Store and HealthCheck have none. The
-// contract suite internal/store/storetest checks them.
-var ErrSessionNotFound = errors.New("session or grant not found")
-
 // HealthCheck reports whether the storage behind the ports can serve; its
 // error is shown by Broker.Ready as "store".
 type HealthCheck interface {

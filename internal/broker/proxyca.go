@@ -10,6 +10,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
@@ -57,25 +58,18 @@ func (b *Broker) mintPlaceholders() (map[string]string, error) {
 
 // proxyCA is a live session's CA, opened from its sealed form on first use
 // (after a restart, or on a replica) and then kept in memory.
-func (b *Broker) proxyCA(l *LiveSession) (*proxyca.CA, error) {
-	if ca := l.ca.Load(); ca != nil {
+func (b *Broker) proxyCA(l *sessions.LiveSession) (*proxyca.CA, error) {
+	return l.OpenCA(func() (*proxyca.CA, error) {
+		pc := l.Session.ProxyCA
+		if pc == nil {
+			return nil, ErrNoProxyCA
+		}
+		ca, err := b.caSealer.Open(l.Session.ID, pc.CertDER, pc.SealedKey, b.now)
+		if err != nil {
+			return nil, fmt.Errorf("open the CA of session %s: %w", l.Session.ID, err)
+		}
 		return ca, nil
-	}
-	pc := l.Session.ProxyCA
-	if pc == nil {
-		return nil, ErrNoProxyCA
-	}
-	l.caMu.Lock()
-	defer l.caMu.Unlock()
-	if ca := l.ca.Load(); ca != nil {
-		return ca, nil
-	}
-	ca, err := b.caSealer.Open(l.Session.ID, pc.CertDER, pc.SealedKey, b.now)
-	if err != nil {
-		return nil, fmt.Errorf("open the CA of session %s: %w", l.Session.ID, err)
-	}
-	l.ca.Store(ca)
-	return ca, nil
+	})
 }
 
 // ProxyLeaf is a TLS server certificate for host, issued by session
@@ -95,7 +89,7 @@ func (b *Broker) ProxyLeaf(sessionID, host string) (*tls.Certificate, error) {
 		return nil, b.notLive(context.Background(), sessionID)
 	}
 	switch {
-	case l.revoked.Load():
+	case l.Revoked():
 		return nil, session.ErrRevoked
 	case !b.now().Before(l.Session.ExpiresAt):
 		return nil, session.ErrExpired
@@ -114,7 +108,7 @@ func (b *Broker) ProxyLeaf(sessionID, host string) (*tls.Certificate, error) {
 // notLive is why a session not in memory cannot be used: revoked, expired
 // (and forgotten) or unknown.
 func (b *Broker) notLive(ctx context.Context, id string) error {
-	s, err := b.sess.store.Session(ctx, id)
+	s, err := b.sess.Store().Session(ctx, id)
 	switch {
 	case err == nil && !s.RevokedAt.IsZero():
 		return session.ErrRevoked
@@ -134,7 +128,7 @@ func (b *Broker) SessionCA(ctx context.Context, id string) ([]byte, error) {
 		s = l.Session
 	} else {
 		var err error
-		s, err = b.sess.store.Session(ctx, id)
+		s, err = b.sess.Store().Session(ctx, id)
 		if errors.Is(err, store.ErrNotFound) {
 			return nil, ErrNotFound
 		}

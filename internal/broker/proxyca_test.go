@@ -16,6 +16,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
@@ -51,7 +52,7 @@ func TestProxyCASurvivesRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	k1 := brokertest.MustOpenBroker(t, brokertest.WithStore(st1), brokertest.WithClock(clk), brokertest.WithOptions(withProxyCA))
-	v, err := k1.Broker.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", TTL: 30 * time.Minute})
+	v, err := k1.Broker.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", TTL: 30 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +116,7 @@ func TestProxyLeafRefusals(t *testing.T) {
 	ctx := context.Background()
 	k := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0), brokertest.WithOptions(withProxyCA))
 	b := k.Broker
-	v, err := b.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t", TTL: time.Minute})
+	v, err := b.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t", TTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +136,7 @@ func TestProxyLeafRefusals(t *testing.T) {
 
 	// Without the proxy door a session has no CA.
 	off := brokertest.MustOpenBroker(t, brokertest.WithFakeClock(t0)).Broker
-	w, err := off.CreateSession(ctx, operator, broker.SessionRequest{TaskID: "t"})
+	w, err := off.CreateSession(ctx, operator, sessions.SessionRequest{TaskID: "t"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +159,7 @@ func BenchmarkCreateSessionProxyCA(b *testing.B) {
 		b.Run(map[bool]string{false: "no-ca", true: "proxy-ca"}[ca], func(b *testing.B) {
 			br := payBroker(b, brokertest.WithDurability(store.DurabilityFsync), brokertest.WithNow(time.Now),
 				brokertest.WithOptions(func(o *broker.Options) { o.ProxyCA = ca })).Broker
-			req := broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}}
+			req := sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: ptr(false), Grants: []grants.Spec{paymentGrant()}}
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, err := br.CreateSession(context.Background(), operator, req); err != nil {

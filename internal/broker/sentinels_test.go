@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 )
@@ -30,12 +31,12 @@ func onlyPort(err, sentinel error) error {
 
 func (s portsOnly) Session(ctx context.Context, id string) (session.Session, error) {
 	v, err := s.Bolt.Session(ctx, id)
-	return v, onlyPort(err, broker.ErrSessionNotFound)
+	return v, onlyPort(err, sessions.ErrNotFound)
 }
 
 func (s portsOnly) Grant(ctx context.Context, id string) (store.GrantRecord, error) {
 	v, err := s.Bolt.Grant(ctx, id)
-	return v, onlyPort(err, broker.ErrSessionNotFound)
+	return v, onlyPort(err, sessions.ErrNotFound)
 }
 
 func (s portsOnly) DeleteToken(ctx context.Context, id string) error {

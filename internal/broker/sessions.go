@@ -4,72 +4,30 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/netip"
-	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
-	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
-	"github.com/airlock-broker/airlock/internal/store"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
-// SessionStore is what sessions and their grants need persisted. Session
-// and Grant return ErrSessionNotFound for an unknown id; Sessions lists in id
-// (creation) order after after, at most limit.
-type SessionStore interface {
-	PutSession(ctx context.Context, s *session.Session) error
-	CreateSession(ctx context.Context, s *session.Session, gs []grants.Grant) error
-	Session(ctx context.Context, id string) (session.Session, error)
-	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
-	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
-	Grant(ctx context.Context, id string) (store.GrantRecord, error)
-	SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error)
-}
-
-// SessionRequest is what an operator asks for.
-type SessionRequest struct {
-	TaskID         string
-	TTL            time.Duration
-	UntrustedInput *bool
-	Isolation      string
-	BindCIDR       string
-	Labels         map[string]string
-	Grants         []grants.Spec
-	// Traceparent is the operator's trace context (the request's
-	// traceparent header); invalid, it is ignored.
-	Traceparent string
-}
-
-// SessionView is a session with its grants and derived standing.
-type SessionView struct {
-	Session           session.Session
-	Grants            []GrantView
-	RuleOfTwo         session.RuleOfTwo
-	Required          session.Isolation
-	IsolationTooWeak  bool
-	Status            string // active, revoked or expired
-	Token             string // only on creation
-	ProxyCAPEM        []byte // the session's CA certificate (public), when it has one
-	AWSSecret         string // the SigV4 secret, when a grant targets an aws upstream
-	EnforcedIsolation bool
-}
-
-// GrantView is a grant with its usage and state.
-type GrantView struct {
-	Grant   grants.Grant
-	Usage   grants.Usage
-	Pending grants.Usage // uses and amounts held by pending actions
-	Status  string       // active, revoked or expired
-}
+// The sessions' operations, served by sessions.Service; an unknown
+// session or grant is ErrNotFound here, a grant added to a session that
+// is over ErrConflict.
 
 // fieldErr is a bad request naming its field.
 func fieldErr(field, format string, args ...any) error {
 	return &fault.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
+// notFound is err, with the session store's not-found error as ErrNotFound.
+func notFound(err error) error {
+	if errors.Is(err, sessions.ErrNotFound) {
+		return ErrNotFound
+	}
+	return err
 }
 
 func (b *Broker) upstreamKind(name string) (string, bool) {
@@ -98,396 +56,62 @@ func (b *Broker) ruleOfTwo(untrusted bool, gs []*grants.Live) session.RuleOfTwo 
 	return r
 }
 
+// awsUpstream reports whether upstream name is an AWS one.
+func (b *Broker) awsUpstream(name string) bool {
+	u := b.upstreams[name]
+	return u != nil && u.AWS != nil
+}
+
 // CreateSession validates req, stores the session and its grants, and
 // returns its token (shown once).
-func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req SessionRequest) (SessionView, error) {
-	now := b.now().UTC()
-	s, err := b.newSession(&req, p, now)
-	if err != nil {
-		return SessionView{}, err
-	}
-	var live []*grants.Live
-	var recs []grants.Grant
-	for i := range req.Grants {
-		g, err := b.newGrant(fmt.Sprintf("grants[%d]", i), &s, req.Grants[i], p, now)
-		if err != nil {
-			return SessionView{}, err
-		}
-		l, err := grants.Compile(g, grants.Usage{})
-		if err != nil {
-			return SessionView{}, fieldErr(fmt.Sprintf("grants[%d]", i), "%v", err)
-		}
-		recs = append(recs, g)
-		live = append(live, l)
-	}
-	r2 := b.ruleOfTwo(s.UntrustedInput, live)
-	if b.enforce && s.Isolation < r2.RequiredIsolation() {
-		return SessionView{}, fmt.Errorf("%w: %s required, %q declared", session.ErrIsolationWeak, r2.RequiredIsolation(), s.Isolation)
-	}
-	if b.proxyOn {
-		if s.Placeholders, err = b.mintPlaceholders(); err != nil {
-			return SessionView{}, err
-		}
-	}
-	token, err := b.tokens.Issue(&s)
-	if err != nil {
-		return SessionView{}, fmt.Errorf("issue token: %w", err)
-	}
-	ca, err := b.storeSession(ctx, p, &s, recs)
-	if err != nil {
-		return SessionView{}, err
-	}
-	l := b.sess.addLive(s, live)
-	if ca != nil {
-		l.ca.Store(ca)
-	}
-	v := b.view(l)
-	v.Token = token
-	for _, g := range recs {
-		if u := b.upstreams[g.Upstream]; u != nil && u.AWS != nil {
-			v.AWSSecret = b.AWSSecret(s.ID)
-		}
-	}
-	return v, nil
+func (b *Broker) CreateSession(ctx context.Context, p auth.Principal, req sessions.SessionRequest) (sessions.SessionView, error) {
+	req.Traceparent = operatorTrace(req.Traceparent)
+	return b.sess.Create(ctx, p, req)
 }
 
-// newSession checks a session request (its grants aside) and makes the
-// session it asks for, created now by p.
-func (b *Broker) newSession(req *SessionRequest, p auth.Principal, now time.Time) (session.Session, error) {
-	ttl := req.TTL
-	switch {
-	case ttl == 0:
-		ttl = b.defTTL
-	case ttl < 0:
-		return session.Session{}, fieldErr("ttl", "must be positive")
-	case ttl > b.maxTTL:
-		return session.Session{}, fieldErr("ttl", "exceeds the server maximum of %s", b.maxTTL)
-	}
-	if req.TaskID == "" || len(req.TaskID) > 200 {
-		return session.Session{}, fieldErr("task_id", "is required (at most 200 characters)")
-	}
-	iso, ok := session.ParseIsolation(req.Isolation)
-	if !ok {
-		return session.Session{}, fieldErr("isolation", "must be process, container, gvisor or microvm")
-	}
-	if req.BindCIDR != "" {
-		pfx, err := netip.ParsePrefix(req.BindCIDR)
-		if err != nil {
-			addr, aerr := netip.ParseAddr(req.BindCIDR)
-			if aerr != nil {
-				return session.Session{}, fieldErr("bind_cidr", "must be a CIDR prefix or an address")
-			}
-			pfx = netip.PrefixFrom(addr, addr.BitLen())
-		}
-		req.BindCIDR = pfx.Masked().String()
-	}
-	if len(req.Labels) > 64 {
-		return session.Session{}, fieldErr("labels", "at most 64 labels")
-	}
-	untrusted := true
-	if req.UntrustedInput != nil {
-		untrusted = *req.UntrustedInput
-	}
-	return session.Session{
-		ID: newID("ses_", now), TaskID: req.TaskID, TokenID: newID("jti_", now),
-		CreatedAt: now, ExpiresAt: now.Add(ttl), UntrustedInput: untrusted, Isolation: iso,
-		BindCIDR: req.BindCIDR, Labels: req.Labels, CreatedBy: p.ID, Traceparent: operatorTrace(req.Traceparent),
-	}, nil
-}
-
-// storeSession makes the session and its audit record durable side by
-// side (two files, two syncs at once): the session goes live, and its
-// token is shown, only when both are. The proxy door's CA (when it is on)
-// is made while the audit record syncs.
-func (b *Broker) storeSession(ctx context.Context, p auth.Principal, s *session.Session, recs []grants.Grant) (*proxyca.CA, error) {
-	var g errgroup.Group
-	var ca *proxyca.CA
-	g.Go(func() error {
-		if b.proxyOn {
-			var err error
-			if ca, err = b.newProxyCA(s); err != nil {
-				return err
-			}
-		}
-		if err := b.sess.store.CreateSession(ctx, s, recs); err != nil {
-			return fmt.Errorf("store session: %w", err)
-		}
-		return nil
-	})
-	g.Go(func() error {
-		_, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionCreated, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil)
-		return err
-	})
-	return ca, g.Wait()
-}
-
-func (b *Broker) newGrant(field string, s *session.Session, spec grants.Spec, p auth.Principal, now time.Time) (grants.Grant, error) {
-	remaining := s.ExpiresAt.Sub(now)
-	if err := grants.Validate(field, &spec, b.upstreamKind, remaining); err != nil {
-		return grants.Grant{}, err
-	}
-	ttl := spec.TTL
-	if ttl == 0 {
-		ttl = remaining
-	}
-	return grants.Grant{
-		ID: newID("grt_", now), SessionID: s.ID, TaskID: s.TaskID, Spec: spec,
-		CreatedAt: now, ExpiresAt: now.Add(ttl), CreatedBy: p.ID,
-	}, nil
-}
-
-func (b *Broker) view(l *LiveSession) SessionView {
-	gs := l.Grants()
-	r2 := b.ruleOfTwo(l.Session.UntrustedInput, gs)
-	now := b.now()
-	v := SessionView{
-		Session: l.Session, RuleOfTwo: r2, Required: r2.RequiredIsolation(),
-		IsolationTooWeak: l.Session.Isolation < r2.RequiredIsolation(), EnforcedIsolation: b.enforce,
-		Status: status(l.revoked.Load() || !l.Session.RevokedAt.IsZero(), l.Session.ExpiresAt, now),
-	}
-	if pc := l.Session.ProxyCA; pc != nil {
-		v.ProxyCAPEM = proxyca.CertPEM(pc.CertDER)
-	}
-	if k := l.killed.Load(); k != 0 && v.Session.RevokedAt.IsZero() {
-		v.Session.RevokedAt = time.Unix(0, k).UTC()
-	}
-	for _, g := range gs {
-		v.Grants = append(v.Grants, b.grantView(g, v.Status != "active"))
-	}
-	return v
-}
-
-func (b *Broker) grantView(g *grants.Live, sessionOver bool) GrantView {
-	return GrantView{Grant: g.Grant, Usage: g.Usage(), Pending: g.Pending(),
-		Status: status(g.Revoked() || !g.Grant.RevokedAt.IsZero() || sessionOver, g.Grant.ExpiresAt, b.now())}
-}
-
-func status(revoked bool, expires, now time.Time) string {
-	switch {
-	case !now.Before(expires):
-		return "expired"
-	case revoked:
-		return "revoked"
-	}
-	return "active"
-}
-
-func (b *Broker) live(id string) (*LiveSession, bool) { return b.sess.live(id) }
+func (b *Broker) live(id string) (*sessions.LiveSession, bool) { return b.sess.Live(id) }
 
 // Session returns a session's view, from memory when active, else from the store.
-func (b *Broker) Session(ctx context.Context, id string) (SessionView, error) {
-	if l, ok := b.live(id); ok {
-		return b.view(l), nil
-	}
-	s, err := b.sess.store.Session(ctx, id)
-	if errors.Is(err, ErrSessionNotFound) {
-		return SessionView{}, ErrNotFound
-	}
-	if err != nil {
-		return SessionView{}, err
-	}
-	return b.storedView(ctx, s)
-}
-
-func (b *Broker) storedView(ctx context.Context, s session.Session) (SessionView, error) {
-	recs, err := b.sess.store.SessionGrants(ctx, s.ID)
-	if err != nil {
-		return SessionView{}, err
-	}
-	var gs []*grants.Live
-	for _, r := range recs {
-		g, err := grants.Compile(r.Grant, r.Usage)
-		if err != nil {
-			return SessionView{}, err
-		}
-		gs = append(gs, g)
-	}
-	l := &LiveSession{Session: s}
-	l.revoked.Store(!s.RevokedAt.IsZero())
-	l.grants.Store(&gs)
-	return b.view(l), nil
+func (b *Broker) Session(ctx context.Context, id string) (sessions.SessionView, error) {
+	v, err := b.sess.Session(ctx, id)
+	return v, notFound(err)
 }
 
 // Sessions lists sessions in creation order after cursor `after`.
-func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]SessionView, string, error) {
-	ss, err := b.sess.store.Sessions(ctx, after, limit+1)
-	if err != nil {
-		return nil, "", err
-	}
-	next := ""
-	if len(ss) > limit {
-		ss = ss[:limit]
-		next = ss[limit-1].ID
-	}
-	out := make([]SessionView, 0, len(ss))
-	for _, s := range ss {
-		if l, ok := b.live(s.ID); ok {
-			out = append(out, b.view(l))
-			continue
-		}
-		v, err := b.storedView(ctx, s)
-		if err != nil {
-			return nil, "", err
-		}
-		out = append(out, v)
-	}
-	return out, next, nil
+func (b *Broker) Sessions(ctx context.Context, after string, limit int) ([]sessions.SessionView, string, error) {
+	return b.sess.Sessions(ctx, after, limit)
 }
 
 // KillSession ends a session at once: its token stops working, its grants
 // are revoked, and its in-flight upstream calls are cancelled.
-func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (SessionView, error) {
-	l, _, err := b.sess.lookup(ctx, id) // created by another broker: read through
-	if err != nil && !errors.Is(err, ErrSessionNotFound) {
-		return SessionView{}, err
-	}
-	if l == nil {
-		v, err := b.Session(ctx, id)
-		if err != nil {
-			return SessionView{}, err
-		}
-		return v, nil // already over; killing is idempotent
-	}
-	if l.revoked.Swap(true) {
-		return b.view(l), nil
-	}
-	now := b.now().UTC()
-	l.killed.Store(now.UnixNano())
-	l.life.stop()
-	l.cancel(session.ErrRevoked) // first: work in flight ends as the session's, not its grants'
-	for _, g := range l.Grants() {
-		g.Revoke()
-	}
-	b.sessionEnded(l, now)
-	s := l.Session
-	s.RevokedAt = now
-	var firstErr error
-	if err := b.sess.store.PutSession(ctx, &s); err != nil {
-		firstErr = err
-	}
-	for _, g := range l.Grants() {
-		rec := g.Grant
-		if rec.RevokedAt.IsZero() {
-			rec.RevokedAt = now
-		}
-		if err := b.sess.store.PutGrant(ctx, &rec, g.Usage()); err != nil && firstErr == nil {
-			firstErr = err
-		}
-	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeSessionRevoked, Actor: b.actorOf(p), SessionID: s.ID, TaskID: s.TaskID}, nil); err != nil && firstErr == nil {
-		firstErr = err
-	}
-	b.appr.DenySession(ctx, p, s.ID)
-	b.appr.Notify()
-	v := b.view(l)
-	if firstErr != nil {
-		// The session is dead in memory whatever happened; the store failure is reported.
-		return v, fmt.Errorf("session killed, but persisting it failed: %w", firstErr)
-	}
-	return v, nil
+func (b *Broker) KillSession(ctx context.Context, p auth.Principal, id string) (sessions.SessionView, error) {
+	v, err := b.sess.Kill(ctx, p, id)
+	return v, notFound(err)
 }
 
 // AddGrant attaches a grant to an active session.
-func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID string, spec grants.Spec) (GrantView, error) {
-	l, _, err := b.sess.lookup(ctx, sessionID) // created by another broker: read through
-	if err != nil && !errors.Is(err, ErrSessionNotFound) {
-		return GrantView{}, err
+func (b *Broker) AddGrant(ctx context.Context, p auth.Principal, sessionID string, spec grants.Spec) (sessions.GrantView, error) {
+	v, err := b.sess.AddGrant(ctx, p, sessionID, spec)
+	if errors.Is(err, sessions.ErrInactive) {
+		return v, fmt.Errorf("%w: the session is no longer active", ErrConflict)
 	}
-	if l == nil || l.revoked.Load() || !b.now().Before(l.Session.ExpiresAt) {
-		if _, err := b.Session(ctx, sessionID); err != nil {
-			return GrantView{}, err
-		}
-		return GrantView{}, fmt.Errorf("%w: the session is no longer active", ErrConflict)
-	}
-	now := b.now().UTC()
-	g, err := b.newGrant("", &l.Session, spec, p, now)
-	if err != nil {
-		var fe *fault.FieldError
-		if errors.As(err, &fe) && len(fe.Field) > 0 && fe.Field[0] == '.' {
-			fe.Field = fe.Field[1:]
-		}
-		return GrantView{}, err
-	}
-	gl, err := grants.Compile(g, grants.Usage{})
-	if err != nil {
-		return GrantView{}, err
-	}
-	next := append(append([]*grants.Live{}, l.Grants()...), gl)
-	r2 := b.ruleOfTwo(l.Session.UntrustedInput, next)
-	if b.enforce && l.Session.Isolation < r2.RequiredIsolation() {
-		return GrantView{}, fmt.Errorf("%w: this grant raises the required isolation to %s", session.ErrIsolationWeak, r2.RequiredIsolation())
-	}
-	if err := b.sess.store.PutGrant(ctx, &g, grants.Usage{}); err != nil {
-		return GrantView{}, fmt.Errorf("store grant: %w", err)
-	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantCreated, Actor: b.actorOf(p), SessionID: g.SessionID, TaskID: g.TaskID, GrantID: g.ID, Upstream: g.Upstream}, nil); err != nil {
-		return GrantView{}, err
-	}
-	b.sess.addGrantOnce(l, gl)
-	b.creds.Rescope(g.SessionID, g.Upstream)
-	return b.grantView(gl, false), nil
+	return v, notFound(err)
 }
 
 // Grant returns one grant.
-func (b *Broker) Grant(ctx context.Context, id string) (GrantView, error) {
-	gl, ok := b.sess.grant(id)
-	if ok {
-		l, live := b.live(gl.Grant.SessionID)
-		return b.grantView(gl, !live || l.revoked.Load()), nil
-	}
-	r, err := b.sess.store.Grant(ctx, id)
-	if errors.Is(err, ErrSessionNotFound) {
-		return GrantView{}, ErrNotFound
-	}
-	if err != nil {
-		return GrantView{}, err
-	}
-	gl, err = grants.Compile(r.Grant, r.Usage)
-	if err != nil {
-		return GrantView{}, err
-	}
-	sess, err := b.sess.store.Session(ctx, r.Grant.SessionID)
-	return b.grantView(gl, err != nil || !sess.RevokedAt.IsZero()), nil
+func (b *Broker) Grant(ctx context.Context, id string) (sessions.GrantView, error) {
+	v, err := b.sess.Grant(ctx, id)
+	return v, notFound(err)
 }
 
 // RevokeGrant makes a grant unusable at once.
-func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (GrantView, error) {
-	gl, ok, err := b.sess.grantOrLoad(ctx, id) // a grant of another broker's session: read through
-	if err != nil && !errors.Is(err, ErrSessionNotFound) {
-		return GrantView{}, err
-	}
-	if !ok {
-		return b.Grant(ctx, id)
-	}
-	if gl.Revoked() {
-		return b.grantView(gl, false), nil
-	}
-	gl.Revoke() // at once: work in flight on it ends (its held actions are denied once it is recorded)
-	rec := gl.Grant
-	rec.RevokedAt = b.now().UTC()
-	if err := b.sess.store.PutGrant(ctx, &rec, gl.Usage()); err != nil {
-		return GrantView{}, fmt.Errorf("grant revoked, but persisting it failed: %w", err)
-	}
-	if _, err := b.audit.Append(ctx, audit.Event{Type: audit.TypeGrantRevoked, Actor: b.actorOf(p), SessionID: rec.SessionID, TaskID: rec.TaskID, GrantID: rec.ID, Upstream: rec.Upstream}, nil); err != nil {
-		return GrantView{}, err
-	}
-	b.grantRevoked(ctx, gl, b.actorOf(p), p.ID, true)
-	v := b.grantView(gl, false)
-	v.Grant.RevokedAt = rec.RevokedAt
-	return v, nil
+func (b *Broker) RevokeGrant(ctx context.Context, p auth.Principal, id string) (sessions.GrantView, error) {
+	v, err := b.sess.RevokeGrant(ctx, p, id)
+	return v, notFound(err)
 }
 
 // ActiveSessions lists the sessions in memory that are alive.
-func (b *Broker) ActiveSessions() []SessionView {
-	ls := b.sess.all()
-	out := make([]SessionView, 0, len(ls))
-	for _, l := range ls {
-		if v := b.view(l); v.Status == "active" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
+func (b *Broker) ActiveSessions() []sessions.SessionView { return b.sess.Active() }
 
 // RecordLogin audits a reviewer's log-in to the web page.
 func (b *Broker) RecordLogin(ctx context.Context, p auth.Principal, ok bool, remote string) {

@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/airlock-broker/airlock/internal/auth"
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
@@ -20,9 +20,9 @@ var (
 	loopback = netip.MustParseAddr("127.0.0.1")
 )
 
-func trusted(ttl time.Duration) broker.SessionRequest {
+func trusted(ttl time.Duration) sessions.SessionRequest {
 	f := false
-	return broker.SessionRequest{TaskID: "t", TTL: ttl, Isolation: "microvm", UntrustedInput: &f}
+	return sessions.SessionRequest{TaskID: "t", TTL: ttl, Isolation: "microvm", UntrustedInput: &f}
 }
 
 // The kit's broker answers its admin token, and WithFakeClock hands the

@@ -15,6 +15,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
 
@@ -168,15 +169,15 @@ func (c MinterContract) Run(t *testing.T) {
 	b, ctx := k.Broker, context.Background()
 	op := auth.Principal{ID: "op", Role: auth.RoleOperator}
 	no := false
-	newSession := func(ttl time.Duration) broker.SessionView {
+	newSession := func(ttl time.Duration) sessions.SessionView {
 		t.Helper()
-		v, err := b.CreateSession(ctx, op, broker.SessionRequest{TaskID: "mint", TTL: ttl, Isolation: "microvm", UntrustedInput: &no, Grants: []grants.Spec{c.Grant}})
+		v, err := b.CreateSession(ctx, op, sessions.SessionRequest{TaskID: "mint", TTL: ttl, Isolation: "microvm", UntrustedInput: &no, Grants: []grants.Spec{c.Grant}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return v
 	}
-	call := func(v broker.SessionView) (string, error) {
+	call := func(v sessions.SessionView) (string, error) {
 		res := Do(ctx, b, broker.Inbound{Upstream: u.Name, Method: c.Request().Method,
 			Caller: broker.BearerCaller(v.Token, netip.MustParseAddr("127.0.0.1")), Parse: Request(c.Request())})
 		if res.Held {
@@ -184,7 +185,7 @@ func (c MinterContract) Run(t *testing.T) {
 		}
 		return res.Body, res.Err
 	}
-	mustCall := func(v broker.SessionView) string {
+	mustCall := func(v sessions.SessionView) string {
 		t.Helper()
 		body, err := call(v)
 		if err != nil {

@@ -10,8 +10,8 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auth"
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/gate"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
 // maxWait bounds Prefer: wait=N.
@@ -129,7 +129,7 @@ func writeResult(w http.ResponseWriter, res *approval.Result) {
 }
 
 // sandboxAction authenticates the sandbox and finds its own action.
-func (s *Server) sandboxAction(r *http.Request) (*broker.LiveSession, approval.Action, error) {
+func (s *Server) sandboxAction(r *http.Request) (*sessions.LiveSession, approval.Action, error) {
 	tok, ok := bearer(r)
 	if !ok {
 		return nil, approval.Action{}, errMissingToken

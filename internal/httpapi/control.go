@@ -8,7 +8,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/airlock-broker/airlock/internal/auth"
-	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
 func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p auth.Principal) error {
@@ -16,7 +16,7 @@ func (s *Server) createSession(w http.ResponseWriter, r *http.Request, p auth.Pr
 	if err := decodeJSON(r, &req); err != nil {
 		return err
 	}
-	br := broker.SessionRequest{
+	br := sessions.SessionRequest{
 		TaskID: req.TaskID, TTL: time.Duration(req.TTL), UntrustedInput: req.UntrustedInput,
 		Isolation: req.Isolation, BindCIDR: req.BindCIDR, Labels: req.Labels,
 		Traceparent: r.Header.Get("Traceparent"), // the operator's trace: the session's calls link to it

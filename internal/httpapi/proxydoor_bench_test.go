@@ -22,6 +22,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/httpapi"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/telemetry"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -92,7 +93,7 @@ func newDoorBench(b testing.TB, opts ...func(*broker.Options)) *doorBench {
 		<-served
 	})
 
-	v, err := k.Broker.CreateSession(context.Background(), auth.Principal{ID: "op", Role: auth.RoleOperator}, broker.SessionRequest{
+	v, err := k.Broker.CreateSession(context.Background(), auth.Principal{ID: "op", Role: auth.RoleOperator}, sessions.SessionRequest{
 		TaskID: "bench", TTL: time.Hour, UntrustedInput: new(bool),
 		Grants: []grants.Spec{{Upstream: "api", Rules: []grants.Rule{{Method: "GET", Path: "/items"}}}}})
 	if err != nil {

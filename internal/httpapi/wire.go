@@ -12,9 +12,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
 // Duration accepts "10m"-style strings or a number of seconds.
@@ -230,7 +230,7 @@ func timePtr(t time.Time) *time.Time {
 
 // sessionJSON is a session's answer with the proxy door's URL, when the
 // session has a CA and the door's address is known.
-func (s *Server) sessionJSON(v broker.SessionView) sessionJSON {
+func (s *Server) sessionJSON(v sessions.SessionView) sessionJSON {
 	out := toSessionJSON(v)
 	if addr := *s.proxyURL.Load(); out.Proxy != nil && addr != "" {
 		u := url.URL{Scheme: "http", Host: addr}
@@ -242,7 +242,7 @@ func (s *Server) sessionJSON(v broker.SessionView) sessionJSON {
 	return out
 }
 
-func toSessionJSON(v broker.SessionView) sessionJSON {
+func toSessionJSON(v sessions.SessionView) sessionJSON {
 	s := v.Session
 	out := sessionJSON{
 		ID: s.ID, Token: v.Token, TaskID: s.TaskID, Status: v.Status, CreatedAt: s.CreatedAt, ExpiresAt: s.ExpiresAt,
@@ -266,7 +266,7 @@ func toSessionJSON(v broker.SessionView) sessionJSON {
 	return out
 }
 
-func toGrantJSON(v broker.GrantView) grantJSON {
+func toGrantJSON(v sessions.GrantView) grantJSON {
 	g := v.Grant
 	out := grantJSON{
 		ID: g.ID, SessionID: g.SessionID, TaskID: g.TaskID, Upstream: g.Upstream, Status: v.Status,

@@ -28,7 +28,7 @@ const (
 )
 
 // ErrNotFound is what an adapter's not-found errors also match. The
-// broker's ports each declare their own sentinel (broker.ErrSessionNotFound,
+// broker's ports each declare their own sentinel (sessions.ErrNotFound,
 // apitokens.ErrNotFound, meta.ErrNotFound, approval.ErrNotFound),
 // which an adapter returns or wraps, and the broker tests only those; the
 // contract suite internal/store/storetest checks them.
@@ -59,14 +59,14 @@ type Store interface {
 	PutSession(ctx context.Context, s *session.Session) error
 	// CreateSession stores a new session and its grants in one transaction.
 	CreateSession(ctx context.Context, s *session.Session, gs []grants.Grant) error
-	// Session returns one session or broker.ErrSessionNotFound.
+	// Session returns one session or sessions.ErrNotFound.
 	Session(ctx context.Context, id string) (session.Session, error)
 	// Sessions lists sessions with ids after `after`, in id (creation) order, at most limit.
 	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
 
 	// PutGrant creates or replaces a grant (and its usage).
 	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
-	// Grant returns one grant or broker.ErrSessionNotFound.
+	// Grant returns one grant or sessions.ErrNotFound.
 	Grant(ctx context.Context, id string) (GrantRecord, error)
 	// SessionGrants lists the grants of a session.
 	SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error)

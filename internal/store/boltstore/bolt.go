@@ -19,10 +19,10 @@ import (
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/wal"
 )
@@ -178,10 +178,10 @@ func (s *Bolt) update(fn func(tx *bolt.Tx) error) error {
 
 var errClosed = errors.New("store closed")
 
-// The not-found errors of the ports (see broker.SessionStore,
+// The not-found errors of the ports (see sessions.Store,
 // apitokens.Store, meta.Store; approval.ActionStore's is approval.ErrNotFound itself).
 var (
-	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
+	errSessionNotFound = store.PortNotFound(sessions.ErrNotFound)
 	errTokenNotFound   = store.PortNotFound(apitokens.ErrNotFound)
 	errMetaNotFound    = store.PortNotFound(meta.ErrNotFound)
 )

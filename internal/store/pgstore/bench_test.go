@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/pgtest"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
@@ -79,7 +80,7 @@ func BenchmarkCreateSession(b *testing.B) {
 					o.Sessions, o.Audit, o.Actions, o.Tokens, o.Killswitch, o.Meta, o.Health = pg, pg, pg, pg, pg, pg, pg
 				}))
 			f := false
-			req := broker.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: &f, Grants: []grants.Spec{{
+			req := sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: &f, Grants: []grants.Spec{{
 				Upstream: "pay", Rules: []grants.Rule{{Method: "POST", Path: "/accounts/{account}/payments",
 					Constraints: map[string]grants.Constraint{"path.account": {Pin: "acct-1"}}}}}}}
 			op := auth.Principal{ID: "op", Role: auth.RoleOperator}

@@ -31,8 +31,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/airlock-broker/airlock/internal/apitokens"
-	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/meta"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
@@ -186,7 +186,7 @@ func (s *PG) migrate(ctx context.Context) error {
 }
 
 var (
-	errSessionNotFound = store.PortNotFound(broker.ErrSessionNotFound)
+	errSessionNotFound = store.PortNotFound(sessions.ErrNotFound)
 	errTokenNotFound   = store.PortNotFound(apitokens.ErrNotFound)
 	errMetaNotFound    = store.PortNotFound(meta.ErrNotFound)
 )

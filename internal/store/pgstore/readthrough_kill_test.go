@@ -12,15 +12,16 @@ import (
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
 
-// pausedSessions is a SessionStore whose Session read of one id, once
+// pausedSessions is a sessions.Store whose Session read of one id, once
 // armed, returns what it read only after the test lets it: the window in
 // which a kill can commit and be applied while a read-through is under way.
 type pausedSessions struct {
-	broker.SessionStore
+	sessions.Store
 	mu      sync.Mutex
 	id      string
 	read    chan struct{} // closed once the armed read has its answer
@@ -34,7 +35,7 @@ func (p *pausedSessions) arm(id string) {
 }
 
 func (p *pausedSessions) Session(ctx context.Context, id string) (session.Session, error) {
-	s, err := p.SessionStore.Session(ctx, id)
+	s, err := p.Store.Session(ctx, id)
 	p.mu.Lock()
 	armed := p.id != "" && p.id == id
 	read, release := p.read, p.release
@@ -49,9 +50,9 @@ func (p *pausedSessions) Session(ctx context.Context, id string) (session.Sessio
 	return s, err
 }
 
-func replica(t *testing.T, st *pgstore.PG, sessions broker.SessionStore) *broker.Broker {
+func replica(t *testing.T, st *pgstore.PG, ss sessions.Store) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(context.Background(), broker.Options{Store: st, Sessions: sessions, Changes: st,
+	b, err := broker.New(context.Background(), broker.Options{Store: st, Sessions: ss, Changes: st,
 		AdminToken: brokertest.AdminToken, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: brokertest.Discard()})
 	if err != nil {
 		t.Fatal(err)
@@ -68,11 +69,11 @@ func replica(t *testing.T, st *pgstore.PG, sessions broker.SessionStore) *broker
 func TestReadThroughRacingKill(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	stA, stB := MustOpenDSN(t, dsn, store.DurabilityFsync), MustOpenDSN(t, dsn, store.DurabilityFsync)
-	paused := &pausedSessions{SessionStore: stB}
+	paused := &pausedSessions{Store: stB}
 	a, b := replica(t, stA, nil), replica(t, stB, paused)
 	ctx := context.Background()
 	ip := netip.MustParseAddr("127.0.0.1")
-	req := broker.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm"}
+	req := sessions.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm"}
 	victim, err := a.CreateSession(ctx, admin, req)
 	if err != nil {
 		t.Fatal(err)

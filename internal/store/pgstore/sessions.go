@@ -51,7 +51,7 @@ func scanSession(row pgx.Row) (session.Session, error) {
 	return s, err
 }
 
-// PutSession implements broker.SessionStore.
+// PutSession implements sessions.Store.
 func (s *PG) PutSession(ctx context.Context, sess *session.Session) error {
 	args, err := sessionArgs(sess)
 	if err != nil {
@@ -67,7 +67,7 @@ func (s *PG) PutSession(ctx context.Context, sess *session.Session) error {
 	return s.sendTx(ctx, b)
 }
 
-// CreateSession implements broker.SessionStore: the session and its grants
+// CreateSession implements sessions.Store: the session and its grants
 // (with no usage) in one transaction.
 func (s *PG) CreateSession(ctx context.Context, sess *session.Session, gs []grants.Grant) error {
 	args, err := sessionArgs(sess)
@@ -89,13 +89,13 @@ func (s *PG) sendTx(ctx context.Context, b *pgx.Batch) error {
 	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
 }
 
-// Session implements broker.SessionStore.
+// Session implements sessions.Store.
 func (s *PG) Session(ctx context.Context, id string) (session.Session, error) {
 	out, err := scanSession(s.pool.QueryRow(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id = $1`, id))
 	return out, noRowsAs(err, errSessionNotFound)
 }
 
-// Sessions implements broker.SessionStore: in id order, after after.
+// Sessions implements sessions.Store: in id order, after after.
 func (s *PG) Sessions(ctx context.Context, after string, limit int) ([]session.Session, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+sessionColumns+` FROM sessions WHERE id > $1 ORDER BY id LIMIT $2`, after, limitOrAll(limit))
 	if err != nil {
@@ -202,7 +202,7 @@ func scanGrant(row pgx.Row) (store.GrantRecord, error) {
 	return r, nil
 }
 
-// PutGrant implements broker.SessionStore: the grant, and its usage unless
+// PutGrant implements sessions.Store: the grant, and its usage unless
 // a newer snapshot is stored.
 func (s *PG) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error {
 	b := &pgx.Batch{}
@@ -215,14 +215,14 @@ func (s *PG) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) erro
 	return s.sendTx(ctx, b)
 }
 
-// Grant implements broker.SessionStore.
+// Grant implements sessions.Store.
 func (s *PG) Grant(ctx context.Context, id string) (store.GrantRecord, error) {
 	r, err := scanGrant(s.pool.QueryRow(ctx, `SELECT `+grantColumns+`
 		`+grantsFrom+` WHERE g.id = $1`, id))
 	return r, noRowsAs(err, errSessionNotFound)
 }
 
-// SessionGrants implements broker.SessionStore: in id order.
+// SessionGrants implements sessions.Store: in id order.
 func (s *PG) SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+grantColumns+`
 		`+grantsFrom+` WHERE g.session_id = $1 ORDER BY g.id`, sessionID)

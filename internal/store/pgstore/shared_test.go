@@ -11,6 +11,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/broker"
 	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/pgtest"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/pgstore"
 )
@@ -62,7 +63,7 @@ func TestInstallationSecretOnceWhenBrokersStartTogether(t *testing.T) {
 			t.Errorf("broker %d keys the audit HMAC differently: %s, broker 0 %s", i+1, got, want)
 		}
 	}
-	v, err := bs[0].CreateSession(context.Background(), admin, broker.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm"})
+	v, err := bs[0].CreateSession(context.Background(), admin, sessions.SessionRequest{TaskID: "t", TTL: time.Hour, Isolation: "microvm"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,5 +1,5 @@
 // Package storetest is the contract suite of the broker's store ports
-// (broker.SessionStore, apitokens.Store, meta.Store, approval.ActionStore,
+// (sessions.Store, apitokens.Store, meta.Store, approval.ActionStore,
 // auditlog.Store, broker.HealthCheck, usage.Store and changefeed.Feed where
 // the store offers them): what every adapter must do, including each
 // port's not-found sentinel. It is what defines the ports' behaviour beyond
@@ -44,6 +44,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/usage"
 )
@@ -51,7 +52,7 @@ import (
 // Ports are an adapter's implementations of the broker's store ports, all
 // over one store.
 type Ports struct {
-	Sessions broker.SessionStore
+	Sessions sessions.Store
 	Tokens   apitokens.Store
 	Meta     meta.Store // also the kill-switch's (killswitch.Store)
 	Actions  approval.ActionStore
@@ -144,20 +145,20 @@ func testSessions(t *testing.T, open func(t *testing.T) Ports) {
 
 	t.Run("NotFound", func(t *testing.T) {
 		p := open(t)
-		if _, err := p.Sessions.Session(ctx, "ses_unknown"); !errors.Is(err, broker.ErrSessionNotFound) {
-			t.Errorf("Session(unknown) = %v, want broker.ErrSessionNotFound", err)
+		if _, err := p.Sessions.Session(ctx, "ses_unknown"); !errors.Is(err, sessions.ErrNotFound) {
+			t.Errorf("Session(unknown) = %v, want sessions.ErrNotFound", err)
 		}
-		if _, err := p.Sessions.Grant(ctx, "grt_unknown"); !errors.Is(err, broker.ErrSessionNotFound) {
-			t.Errorf("Grant(unknown) = %v, want broker.ErrSessionNotFound", err)
+		if _, err := p.Sessions.Grant(ctx, "grt_unknown"); !errors.Is(err, sessions.ErrNotFound) {
+			t.Errorf("Grant(unknown) = %v, want sessions.ErrNotFound", err)
 		}
 		s := sampleSession("ses_1")
 		g := sampleGrant("grt_1", s.ID)
 		must(t, p.Sessions.CreateSession(ctx, &s, []grants.Grant{g}))
-		if _, err := p.Sessions.Session(ctx, g.ID); !errors.Is(err, broker.ErrSessionNotFound) {
-			t.Errorf("Session(a grant's id) = %v, want broker.ErrSessionNotFound", err)
+		if _, err := p.Sessions.Session(ctx, g.ID); !errors.Is(err, sessions.ErrNotFound) {
+			t.Errorf("Session(a grant's id) = %v, want sessions.ErrNotFound", err)
 		}
-		if _, err := p.Sessions.Grant(ctx, s.ID); !errors.Is(err, broker.ErrSessionNotFound) {
-			t.Errorf("Grant(a session's id) = %v, want broker.ErrSessionNotFound", err)
+		if _, err := p.Sessions.Grant(ctx, s.ID); !errors.Is(err, sessions.ErrNotFound) {
+			t.Errorf("Grant(a session's id) = %v, want sessions.ErrNotFound", err)
 		}
 		if gs, err := p.Sessions.SessionGrants(ctx, "ses_unknown"); err != nil || len(gs) != 0 {
 			t.Errorf("SessionGrants(unknown) = %v, %v; want none, no error", gs, err)
