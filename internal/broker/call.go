@@ -496,22 +496,32 @@ func (c *call) send(parent context.Context) (*response, error) {
 
 // cut is why a kill or a lifetime ended the call's standing, or nil.
 func (c *call) cut(bound context.Context) error {
-	switch {
-	case c.b.ks.Engaged():
-		return killswitch.ErrEngaged
-	case c.l.Revoked():
-		return session.ErrRevoked
-	case c.grant.Revoked():
-		return grants.ErrGrantRevoked
-	}
-	now := c.b.now()
-	switch {
-	case !now.Before(c.l.Session.ExpiresAt):
-		return session.ErrExpired
-	case !now.Before(c.grant.Grant.ExpiresAt):
-		return grants.ErrGrantExpired
+	if err := c.b.ended(c.l, c.grant); err != nil {
+		return err
 	}
 	return Interrupted(bound)
+}
+
+// ended is why the standing of work on session l and its grant g (nil:
+// the session's alone) has ended, read from their state now (the flags
+// are set before the contexts are cancelled, asynchronously), or nil.
+func (b *Broker) ended(l *sessions.LiveSession, g *grants.Live) error {
+	switch {
+	case b.ks.Engaged():
+		return killswitch.ErrEngaged
+	case l.Revoked():
+		return session.ErrRevoked
+	case g != nil && g.Revoked():
+		return grants.ErrGrantRevoked
+	}
+	now := b.now()
+	switch {
+	case !now.Before(l.Session.ExpiresAt):
+		return session.ErrExpired
+	case g != nil && !now.Before(g.Grant.ExpiresAt):
+		return grants.ErrGrantExpired
+	}
+	return nil
 }
 
 // killedBy says which kill the store's guard refused the call's allowed

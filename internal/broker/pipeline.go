@@ -440,7 +440,13 @@ func (b *Broker) awaitDecision(ctx context.Context, l *sessions.LiveSession, g *
 	b.calls.waiters.Inc()
 	defer b.calls.waiters.Dec()
 	a, err := b.WaitAction(ctx, id, wait)
-	if cut := Interrupted(ctx); cut != nil && err == nil && (!a.Status.Terminal() || a.Status == approval.Denied) {
+	cut := Interrupted(ctx)
+	if cut == nil && err == nil && a.Status == approval.Denied {
+		// Denied at the session's or grant's end, the denial can wake the
+		// wait before the end's cancellation reaches ctx: the state says.
+		cut = b.ended(l, g)
+	}
+	if cut != nil && err == nil && (!a.Status.Terminal() || a.Status == approval.Denied) {
 		// An action that ran is answered as it finished; one denied by
 		// the same end (its session or grant gone) says why.
 		err = cut
