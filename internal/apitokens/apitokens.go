@@ -7,9 +7,6 @@ package apitokens
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +16,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/fault"
+	"github.com/airlock-broker/airlock/internal/ids"
 )
 
 // ErrNotFound is Store.Token's and Store.DeleteToken's error for an
@@ -132,7 +130,7 @@ func (s *Service) Create(ctx context.Context, p auth.Principal, role, name strin
 		return auth.Token{}, "", &fault.FieldError{Field: "ttl", Msg: "must be positive"}
 	}
 	now := s.now().UTC()
-	t := auth.Token{ID: newID(now), Name: name, Role: role, CreatedAt: now, CreatedBy: p.ID}
+	t := auth.Token{ID: ids.New("tok_", now), Name: name, Role: role, CreatedAt: now, CreatedBy: p.ID}
 	if ttl > 0 {
 		t.ExpiresAt = now.Add(ttl)
 	}
@@ -195,15 +193,4 @@ func (s *Service) RecordLogout(ctx context.Context, p auth.Principal, reason str
 	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
 		s.log.Error("audit of a log-out failed", "err", err)
 	}
-}
-
-// newID makes a time-ordered token id: "tok_", 48-bit milliseconds, 64
-// random bits (the broker's identifiers' form).
-func newID(now time.Time) string {
-	var b [14]byte
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(now.UnixMilli()))
-	copy(b[:6], ms[2:])
-	_, _ = rand.Read(b[6:])
-	return "tok_" + hex.EncodeToString(b[:])
 }

@@ -20,7 +20,7 @@ var testKits = []string{"internal/brokertest", "internal/store/storetest", "inte
 
 // core are the packages of the domain and the pipeline (and the credential
 // sources under internal/upstream): a type name means one thing among them.
-var core = []string{"internal/fault", "internal/credentials", "internal/killswitch", "internal/meta", "internal/auditlog", "internal/apitokens", "internal/changefeed", "internal/usage", "internal/grants", "internal/session", "internal/auth", "internal/audit", "internal/approval", "internal/gate", "internal/sessions",
+var core = []string{"internal/fault", "internal/ids", "internal/printable", "internal/credentials", "internal/killswitch", "internal/meta", "internal/auditlog", "internal/apitokens", "internal/changefeed", "internal/usage", "internal/grants", "internal/session", "internal/auth", "internal/audit", "internal/approval", "internal/gate", "internal/sessions",
 	"internal/upstream", "internal/proxyca", "internal/clock", "internal/broker", "internal/store"}
 
 // goFiles calls fn with every production Go file under dir (tests, test

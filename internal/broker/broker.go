@@ -9,7 +9,6 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,6 +31,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/ids"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/meta"
 	"github.com/airlock-broker/airlock/internal/proxyca"
@@ -181,7 +181,7 @@ func (o *Options) prepare() error {
 		return err
 	}
 	if o.ReplicaID == "" {
-		o.ReplicaID = newID("rep_", o.Clock.Now())
+		o.ReplicaID = ids.New("rep_", o.Clock.Now())
 	}
 	return nil
 }
@@ -315,16 +315,6 @@ func (b *Broker) Close() {
 	if _, err := b.Checkpoint(context.Background()); err != nil {
 		b.log.Error("final audit checkpoint failed", "err", err)
 	}
-}
-
-// newID makes a time-ordered identifier: prefix, 48-bit milliseconds, 64 random bits.
-func newID(prefix string, now time.Time) string {
-	var b [14]byte
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(now.UnixMilli()))
-	copy(b[:6], ms[2:])
-	_, _ = rand.Read(b[6:])
-	return prefix + hex.EncodeToString(b[:])
 }
 
 // NewRequestID makes a request identifier.

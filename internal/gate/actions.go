@@ -12,6 +12,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/ids"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/upstream"
 )
@@ -63,7 +64,7 @@ func (s *Service) Hold(ctx context.Context, l Sandbox, d *grants.Decision, out *
 	now := s.now().UTC()
 	r2 := s.standing(l)
 	a := approval.Action{
-		ID: newID("act_", now), SessionID: l.SessionID(), TaskID: l.TaskID(), GrantID: d.Grant.Grant.ID,
+		ID: ids.New("act_", now), SessionID: l.SessionID(), TaskID: l.TaskID(), GrantID: d.Grant.Grant.ID,
 		Upstream: call.Upstream, RequestID: call.RequestID, SessionCreatedBy: l.CreatedBy(),
 		CreatedAt: now, ExpiresAt: now.Add(s.ttl), Status: approval.Pending,
 		Request: approval.HeldRequest{Method: out.Method, Path: out.Path, Query: out.Query, Header: out.Header.Clone(), Body: out.Body},

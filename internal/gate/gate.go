@@ -17,9 +17,6 @@ package gate
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"log/slog"
 	"sync"
 	"time"
@@ -217,13 +214,3 @@ func (s *Service) Changes() <-chan struct{} { return s.notifier.Any() }
 // Notify wakes live pages at a change that is not an action's (a session
 // killed or expired, a grant revoked, an API token revoked).
 func (s *Service) Notify() { s.notifier.Notify("") }
-
-// newID makes a time-ordered identifier: prefix, 48-bit milliseconds, 64 random bits.
-func newID(prefix string, now time.Time) string {
-	var b [14]byte
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(now.UnixMilli()))
-	copy(b[:6], ms[2:])
-	_, _ = rand.Read(b[6:])
-	return prefix + hex.EncodeToString(b[:])
-}

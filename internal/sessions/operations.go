@@ -2,9 +2,6 @@ package sessions
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -16,6 +13,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/fault"
 	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/ids"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 )
@@ -41,16 +39,6 @@ type SessionRequest struct {
 // fieldErr is a bad request naming its field.
 func fieldErr(field, format string, args ...any) error {
 	return &fault.FieldError{Field: field, Msg: fmt.Sprintf(format, args...)}
-}
-
-// newID makes a time-ordered identifier: prefix, 48-bit milliseconds, 64 random bits.
-func newID(prefix string, now time.Time) string {
-	var b [14]byte
-	var ms [8]byte
-	binary.BigEndian.PutUint64(ms[:], uint64(now.UnixMilli()))
-	copy(b[:6], ms[2:])
-	_, _ = rand.Read(b[6:])
-	return prefix + hex.EncodeToString(b[:])
 }
 
 // Create validates req, stores the session and its grants, and returns
@@ -144,7 +132,7 @@ func (s *Service) newSession(req *SessionRequest, p auth.Principal, now time.Tim
 		untrusted = *req.UntrustedInput
 	}
 	return session.Session{
-		ID: newID("ses_", now), TaskID: req.TaskID, TokenID: newID("jti_", now),
+		ID: ids.New("ses_", now), TaskID: req.TaskID, TokenID: ids.New("jti_", now),
 		CreatedAt: now, ExpiresAt: now.Add(ttl), UntrustedInput: untrusted, Isolation: iso,
 		BindCIDR: req.BindCIDR, Labels: req.Labels, CreatedBy: p.ID, Traceparent: req.Traceparent,
 	}, nil
@@ -186,7 +174,7 @@ func (s *Service) newGrant(field string, ses *session.Session, spec grants.Spec,
 		ttl = remaining
 	}
 	return grants.Grant{
-		ID: newID("grt_", now), SessionID: ses.ID, TaskID: ses.TaskID, Spec: spec,
+		ID: ids.New("grt_", now), SessionID: ses.ID, TaskID: ses.TaskID, Spec: spec,
 		CreatedAt: now, ExpiresAt: now.Add(ttl), CreatedBy: p.ID,
 	}, nil
 }
