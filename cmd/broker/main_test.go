@@ -24,7 +24,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	brokertest.ServeChild(run)
+	if code, child := brokertest.ServeChild(run); child {
+		os.Exit(code) // this process was a broker, not the tests
+	}
 	os.Exit(pgtest.Main(m, pgtest.Config{})) // the PostgreSQL tests' server, started on first use
 }
 

@@ -29,17 +29,7 @@ func TestTracesEndToEnd(t *testing.T) {
 		sandTrace   = "00-" + sandTraceID + "-00f067aa0ba902b7-01"
 	)
 	up := brokertest.NewUpstream(t)
-	recv := brokertest.StartOTLP(t)
-	dir := t.TempDir()
-	cfg := filepath.Join(dir, "airlock.yaml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`sandbox_listen: 127.0.0.1:0
-control_listen: 127.0.0.1:0
-data_dir: %s
-admin_token: %s
-enforce_isolation: false
-log_level: error
-upstreams:
-  - name: api
+	tb := startTraced(t, fmt.Sprintf(`  - name: api
     base_url: %s
     credential: {source: env, name: CANARY_TOKEN}
   - name: q
@@ -50,20 +40,8 @@ upstreams:
     base_url: %s
     credential: {source: env, name: CANARY_TOKEN}
     propagate_trace: true
-`, filepath.Join(dir, "data"), brokertest.ProcAdminToken, up.URL, up.URL, up.URL)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	p := brokertest.StartChild(t, cfg, []string{"CANARY_TOKEN=" + brokertest.Canary,
-		"OTEL_EXPORTER_OTLP_ENDPOINT=" + recv.URL,
-		"OTEL_BSP_SCHEDULE_DELAY=600000", // 10 minutes: what arrives, Shutdown flushed
-		"OTEL_SERVICE_NAME=", "OTEL_RESOURCE_ATTRIBUTES=", "OTEL_TRACES_SAMPLER=", "OTEL_SDK_DISABLED=",
-	})
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			p.Kill()
-		}
-	})
+`, up.URL, up.URL, up.URL))
+	p, recv := tb.child, tb.recv
 	b := &brokertest.Proc{T: t, Sandbox: p.Sandbox, Control: p.Control, HTTP: &http.Client{Timeout: 10 * time.Second}}
 	r := b.Do("POST", p.Control+"/v1/sessions", brokertest.ProcAdminToken, map[string]any{
 		"task_id": "traced", "ttl": "1h", "untrusted_input": false, "isolation": "microvm",
@@ -135,13 +113,9 @@ upstreams:
 	}
 
 	// Shutdown flushes.
-	if err := p.Cmd.Process.Signal(os.Interrupt); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Cmd.Wait(); err != nil {
+	if err := tb.stop(); err != nil {
 		t.Fatalf("broker exit: %v", err)
 	}
-	exited = true
 	for _, c := range calls {
 		call := recv.WaitSpan(t, 5*time.Second, "of "+c.span, func(x brokertest.Span) bool {
 			return x.Kind == "server" && x.Attrs["airlock.request_id"] == c.requestID
@@ -199,4 +173,51 @@ func tracedRecords(t *testing.T, data []byte) []tracedRecord {
 		out = append(out, r)
 	}
 	return out
+}
+
+// tracedBroker is a broker process traced to an OTLP receiver of the
+// test's, its batches held until it stops (Shutdown flushes them).
+type tracedBroker struct {
+	child   *brokertest.Child
+	recv    *brokertest.OTLP
+	stopped bool
+}
+
+// startTraced starts a broker process with upstreams (a YAML list's
+// items), configured for traces by the OTEL_* environment alone.
+func startTraced(t *testing.T, upstreams string) *tracedBroker {
+	t.Helper()
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "airlock.yaml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf(`sandbox_listen: 127.0.0.1:0
+control_listen: 127.0.0.1:0
+data_dir: %s
+admin_token: %s
+enforce_isolation: false
+log_level: error
+upstreams:
+%s`, filepath.Join(dir, "data"), brokertest.ProcAdminToken, upstreams)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tb := &tracedBroker{recv: brokertest.StartOTLP(t)}
+	tb.child = brokertest.StartChild(t, cfg, []string{"CANARY_TOKEN=" + brokertest.Canary,
+		"OTEL_EXPORTER_OTLP_ENDPOINT=" + tb.recv.URL,
+		"OTEL_BSP_SCHEDULE_DELAY=600000", // 10 minutes: what arrives, Shutdown flushed
+		"OTEL_SERVICE_NAME=", "OTEL_RESOURCE_ATTRIBUTES=", "OTEL_TRACES_SAMPLER=", "OTEL_SDK_DISABLED=",
+	})
+	t.Cleanup(func() {
+		if !tb.stopped {
+			tb.child.Kill()
+		}
+	})
+	return tb
+}
+
+// stop interrupts the broker and waits for it: its spans are flushed.
+func (tb *tracedBroker) stop() error {
+	if err := tb.child.Cmd.Process.Signal(os.Interrupt); err != nil {
+		return err
+	}
+	tb.stopped = true
+	return tb.child.Cmd.Wait()
 }

@@ -69,19 +69,20 @@ const childConfig = "AIRLOCK_TEST_SERVE"
 
 // ServeChild makes this test binary a Child when StartChild started it:
 // it serves the config as `broker serve` through run until SIGTERM or
-// SIGINT, then exits (1 on an error). Otherwise it returns at once. Call
-// it first in TestMain.
-func ServeChild(run RunFunc) {
+// SIGINT and reports child true with the process's exit code (1 on an
+// error), for TestMain to exit with. Otherwise child is false, at once.
+// Call it first in TestMain.
+func ServeChild(run RunFunc) (code int, child bool) {
 	cfg := os.Getenv(childConfig)
 	if cfg == "" {
-		return
+		return 0, false
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, []string{"serve", "--config", cfg}, os.Getenv, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "broker:", err)
-		os.Exit(1)
+		return 1, true
 	}
-	os.Exit(0)
+	return 0, true
 }
