@@ -327,6 +327,13 @@ const pipeHost = "api.pipeline.test"
 // answer), TLS with the session's CA, the request inside the tunnel.
 func (e *pipeEnv) proxyDoor(t *testing.T, s pipeSession, op string) pipeAnswer {
 	t.Helper()
+	return e.proxyDoorWith(t, s, op, "", func(h http.Header) { h.Set("Prefer", "wait=0") }) // a held call answers at once
+}
+
+// proxyDoorWith is proxyDoor with extra CONNECT header lines (each ending
+// in CRLF) and the inner request's headers set by header.
+func (e *pipeEnv) proxyDoorWith(t *testing.T, s pipeSession, op, connectHeaders string, header func(http.Header)) pipeAnswer {
+	t.Helper()
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM([]byte(s.Proxy.CAPEM)) {
 		t.Fatal("the session has no CA")
@@ -337,7 +344,7 @@ func (e *pipeEnv) proxyDoor(t *testing.T, s pipeSession, op string) pipeAnswer {
 	}
 	defer conn.Close()
 	auth := base64.StdEncoding.EncodeToString([]byte("airlock:" + s.Token))
-	fmt.Fprintf(conn, "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\nProxy-Authorization: Basic %s\r\n\r\n", pipeHost, pipeHost, auth)
+	fmt.Fprintf(conn, "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\nProxy-Authorization: Basic %s\r\n%s\r\n", pipeHost, pipeHost, auth, connectHeaders)
 	br := bufio.NewReader(conn)
 	resp, err := http.ReadResponse(br, &http.Request{Method: "CONNECT"})
 	if err != nil {
@@ -348,7 +355,7 @@ func (e *pipeEnv) proxyDoor(t *testing.T, s pipeSession, op string) pipeAnswer {
 	}
 	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: pipeHost, MinVersion: tls.VersionTLS12})
 	req, _ := http.NewRequest("POST", "https://"+pipeHost+"/"+op, nil)
-	req.Header.Set("Prefer", "wait=0") // a held call answers at once
+	header(req.Header)
 	if err := req.Write(tc); err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,12 @@
 package httpapi_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"crypto/tls"
-	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -124,37 +118,11 @@ func (e *pipeEnv) awsTraced(t *testing.T, s pipeSession, op string) pipeAnswer {
 	return e.answer(t, req)
 }
 
+// proxyTraced calls op through the proxy door with the sandbox's trace
+// headers on the CONNECT and on the request inside the tunnel.
 func (e *pipeEnv) proxyTraced(t *testing.T, s pipeSession, op string) pipeAnswer {
 	t.Helper()
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM([]byte(s.Proxy.CAPEM)) {
-		t.Fatal("the session has no CA")
-	}
-	conn, err := net.Dial("tcp", e.proxy)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	auth := base64.StdEncoding.EncodeToString([]byte("airlock:" + s.Token))
-	fmt.Fprintf(conn, "CONNECT %s:443 HTTP/1.1\r\nHost: %s:443\r\nProxy-Authorization: Basic %s\r\nTraceparent: %s\r\n\r\n", pipeHost, pipeHost, auth, sandTrace)
-	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: "CONNECT"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		return e.read(t, resp)
-	}
-	tc := tls.Client(conn, &tls.Config{RootCAs: pool, ServerName: pipeHost, MinVersion: tls.VersionTLS12})
-	req, _ := http.NewRequest("POST", "https://"+pipeHost+"/"+op, nil)
-	sandboxTraceHeaders(req.Header)
-	if err := req.Write(tc); err != nil {
-		t.Fatal(err)
-	}
-	resp, err = http.ReadResponse(bufio.NewReader(tc), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return e.read(t, resp)
+	return e.proxyDoorWith(t, s, op, "Traceparent: "+sandTrace+"\r\n", sandboxTraceHeaders)
 }
 
 // tracedRecord is an audit record as the trace checks read it.
