@@ -99,6 +99,9 @@ type Action struct {
 	PermitGrants      []string           // other grants whose permission the request needs (an AWS ACL header, a copy's source); each must still hold at execution
 	Decisions         []Review
 	Result            *Result
+	// MCP is set for a held MCP tool call: what its reviewers see beside
+	// the exact request (the JSON-RPC message in Request.Body).
+	MCP *MCPCall
 	// Owner is the replica that claimed an executing action, and LeaseUntil
 	// when its claim ends unless renewed: past it, any replica fails the
 	// action (never re-sent). Zero when not executing, and on a store that
@@ -106,6 +109,20 @@ type Action struct {
 	// Not in bbolt's record (json "-"): the embedded store has one replica.
 	Owner      string    `json:"-"`
 	LeaseUntil time.Time `json:"-"`
+}
+
+// MCPCall is a held MCP tool call as its reviewers see it (DESIGN §10):
+// the tool, its digest when the call was held (a tool that changed since
+// fails the action unsent), and the server's description and annotations,
+// which are the server's claims, shown as such. Join is the key an
+// identical retry (same session, upstream, tool and arguments) finds the
+// action by.
+type MCPCall struct {
+	Tool        string
+	Digest      string
+	Description string
+	Annotations string // the server's annotations object as JSON text, or ""
+	Join        string
 }
 
 // Approvals counts approving decisions.

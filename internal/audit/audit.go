@@ -79,8 +79,33 @@ type Event struct {
 	LatencyUS int64  `json:"latency_us,omitempty"`
 	BytesIn   int64  `json:"bytes_in,omitempty"`
 	BytesOut  int64  `json:"bytes_out,omitempty"`
-	PrevHash  string `json:"prev_hash"`
-	Hash      string `json:"hash,omitempty"`
+	// MCP is what a record of an MCP call says beyond a call's (DESIGN
+	// §10); nil for every other record, which encodes as it always did.
+	MCP      *MCP   `json:"mcp,omitempty"`
+	PrevHash string `json:"prev_hash"`
+	Hash     string `json:"hash,omitempty"`
+}
+
+// MCP is the MCP part of a record: the tool, what the grant constrained
+// (each value as its RFC 8785 JSON text: no unconstrained argument is ever
+// recorded), the arguments' digest as forwarded, and for a completion, a
+// listing or a changed tool what became of it. Its fields are strings,
+// numbers and string maps only, so a decoded record re-encodes to the very
+// bytes that were hashed.
+type MCP struct {
+	Tool        string            `json:"tool,omitempty"`
+	ArgsSHA256  string            `json:"args_sha256,omitempty"`
+	Constrained map[string]string `json:"constrained,omitempty"`
+	IsError     bool              `json:"is_error,omitempty"`
+	Redactions  int               `json:"redactions,omitempty"`
+	Shown       []string          `json:"shown,omitempty"`  // mcp.list: the tools shown
+	Hidden      []string          `json:"hidden,omitempty"` // mcp.list: the tools hidden
+	Digest      string            `json:"digest,omitempty"` // the tool's digest as served
+	// Recorded is the digest first recorded for the tool (mcp.tool_changed).
+	Recorded string `json:"recorded,omitempty"`
+	// Request is the method of a server-to-client request the broker
+	// blocked (mcp.server_request_blocked).
+	Request string `json:"request,omitempty"`
 }
 
 // Entry is one sealed record handed to a Sink.

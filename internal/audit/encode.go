@@ -3,8 +3,10 @@ package audit
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -70,10 +72,50 @@ func appendEvent(b []byte, e *Event) []byte {
 	b = appendOptInt(b, `,"latency_us":`, e.LatencyUS)
 	b = appendOptInt(b, `,"bytes_in":`, e.BytesIn)
 	b = appendOptInt(b, `,"bytes_out":`, e.BytesOut)
+	if e.MCP != nil {
+		b = appendMCP(b, e.MCP)
+	}
 	b = append(b, `,"prev_hash":`...)
 	b = appendString(b, e.PrevHash)
 	b = appendOptString(b, `,"hash":`, e.Hash)
 	return append(b, '}')
+}
+
+// appendMCP appends an MCP record part as encoding/json does (its strings
+// made valid UTF-8 first, as appendString's are, so it re-encodes the same
+// once decoded). It is off the hot path of every other call.
+func appendMCP(b []byte, m *MCP) []byte {
+	v := *m
+	v.Tool, v.ArgsSHA256, v.Digest, v.Recorded, v.Request = textOf(v.Tool), textOf(v.ArgsSHA256), textOf(v.Digest), textOf(v.Recorded), textOf(v.Request)
+	if v.Constrained != nil {
+		c := make(map[string]string, len(v.Constrained))
+		for k, x := range v.Constrained {
+			c[textOf(k)] = textOf(x)
+		}
+		v.Constrained = c
+	}
+	for _, list := range []*[]string{&v.Shown, &v.Hidden} {
+		if *list != nil {
+			l := make([]string, len(*list))
+			for i, x := range *list {
+				l[i] = textOf(x)
+			}
+			*list = l
+		}
+	}
+	j, err := json.Marshal(&v)
+	if err != nil { // strings, numbers and maps of strings always encode
+		panic("audit: encoding an MCP record: " + err.Error())
+	}
+	return append(append(b, `,"mcp":`...), j...)
+}
+
+// textOf is s with invalid UTF-8 replaced by U+FFFD (decoded, the record reads valid text either way).
+func textOf(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 func appendOptString(b []byte, key, v string) []byte {

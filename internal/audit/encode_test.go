@@ -98,3 +98,31 @@ func BenchmarkSeal(b *testing.B) {
 		}
 	})
 }
+
+// An MCP record part encodes as encoding/json encodes it, and a decoded
+// record re-encodes to the bytes that were hashed (the verifier's check).
+func TestMCPRecordEncoding(t *testing.T) {
+	e := Event{Seq: 7, Time: time.Unix(1764680000, 5).UTC(), Type: "mcp.call.allowed", Actor: Actor{Kind: "sandbox", ID: "ses_1"},
+		Upstream: "issues", Decision: "allow", PrevHash: "ab",
+		MCP: &MCP{Tool: "create_issue", ArgsSHA256: "00ff", Constrained: map[string]string{"args.repo": `"acme/<web>"`, "args.n": "1e+21"},
+			Shown: []string{"a", "b"}, Hidden: []string{}, Digest: "sha256:1", Redactions: 2, IsError: true}}
+	want, wantHash, err := sealWithJSON(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := seal(&e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) || e.Hash != wantHash {
+		t.Fatalf("encodings differ:\n json %s\n seal %s", want, got)
+	}
+	var v Verifier
+	if err := v.Next(got); err != nil {
+		t.Fatalf("a sealed MCP record does not verify: %v", err)
+	}
+	tampered := bytes.Replace(got, []byte("acme/"), []byte("evil/"), 1)
+	if err := (&Verifier{}).Next(tampered); err == nil {
+		t.Fatal("a tampered MCP record verifies")
+	}
+}

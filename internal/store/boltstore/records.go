@@ -307,6 +307,15 @@ type actionRecord struct {
 	PermitGrants      []string           `json:"PermitGrants"`
 	Decisions         []decisionRecord   `json:"Decisions"`
 	Result            *resultRecord      `json:"Result"`
+	MCP               *mcpCallRecord     `json:"MCP"`
+}
+
+type mcpCallRecord struct {
+	Tool        string `json:"Tool"`
+	Digest      string `json:"Digest"`
+	Description string `json:"Description"`
+	Annotations string `json:"Annotations"`
+	Join        string `json:"Join"`
 }
 
 type requestRecord struct {
@@ -359,6 +368,9 @@ func encodeAction(a *approval.Action) ([]byte, error) {
 	for i, d := range a.Decisions {
 		r.Decisions[i] = decisionRecord{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
 	}
+	if m := a.MCP; m != nil {
+		r.MCP = &mcpCallRecord{Tool: m.Tool, Digest: m.Digest, Description: m.Description, Annotations: m.Annotations, Join: m.Join}
+	}
 	if x := a.Result; x != nil {
 		r.Result = &resultRecord{Status: x.Status, Header: x.Header, Body: x.Body, Truncated: x.Truncated,
 			Code: x.Code, ExecutedAt: x.ExecutedAt, LatencyUS: x.LatencyUS}
@@ -390,6 +402,9 @@ func decodeAction(data []byte) (approval.Action, error) {
 	}
 	for i, d := range r.Decisions {
 		a.Decisions[i] = approval.Review{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
+	}
+	if m := r.MCP; m != nil {
+		a.MCP = &approval.MCPCall{Tool: m.Tool, Digest: m.Digest, Description: m.Description, Annotations: m.Annotations, Join: m.Join}
 	}
 	if x := r.Result; x != nil {
 		a.Result = &approval.Result{Status: x.Status, Header: http.Header(x.Header), Body: x.Body, Truncated: x.Truncated,

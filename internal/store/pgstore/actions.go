@@ -15,10 +15,10 @@ import (
 const actionColumns = `id, session_id, task_id, grant_id, upstream, request_id, session_created_by, created_at, expires_at,
 	status, reason, req_method, req_path, req_query, req_header, req_body, pinned, filled,
 	untrusted_input, sensitive_access, external_action, approvals_required, amounts, permit_grants, decisions, result,
-	owner, lease_until`
+	owner, lease_until, mcp`
 
 const upsertAction = `INSERT INTO actions (` + actionColumns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29)
 	ON CONFLICT (id) DO UPDATE SET session_id = excluded.session_id, task_id = excluded.task_id,
 		grant_id = excluded.grant_id, upstream = excluded.upstream, request_id = excluded.request_id,
 		session_created_by = excluded.session_created_by, created_at = excluded.created_at, expires_at = excluded.expires_at,
@@ -28,7 +28,7 @@ const upsertAction = `INSERT INTO actions (` + actionColumns + `)
 		sensitive_access = excluded.sensitive_access, external_action = excluded.external_action,
 		approvals_required = excluded.approvals_required, amounts = excluded.amounts,
 		permit_grants = excluded.permit_grants, decisions = excluded.decisions, result = excluded.result,
-		owner = excluded.owner, lease_until = excluded.lease_until`
+		owner = excluded.owner, lease_until = excluded.lease_until, mcp = excluded.mcp`
 
 func actionArgs(a *approval.Action) ([]any, error) {
 	header, err := jsonValue(a.Request.Header, a.Request.Header == nil)
@@ -47,12 +47,16 @@ func actionArgs(a *approval.Action) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
+	mcp, err := jsonValue(a.MCP, a.MCP == nil)
+	if err != nil {
+		return nil, err
+	}
 	return []any{a.ID, a.SessionID, a.TaskID, a.GrantID, a.Upstream, a.RequestID, a.SessionCreatedBy,
 		timeOrNull(a.CreatedAt), timeOrNull(a.ExpiresAt), string(a.Status), a.Reason,
 		a.Request.Method, a.Request.Path, a.Request.Query, header, a.Request.Body, a.Pinned, a.Filled,
 		a.Standing.UntrustedInput, a.Standing.SensitiveAccess, a.Standing.ExternalAction,
 		int32(a.ApprovalsRequired), amounts, a.PermitGrants, decisions, result,
-		a.Owner, timeOrNull(a.LeaseUntil)}, nil
+		a.Owner, timeOrNull(a.LeaseUntil), mcp}, nil
 }
 
 func scanAction(row pgx.Row) (approval.Action, error) {
@@ -61,6 +65,7 @@ func scanAction(row pgx.Row) (approval.Action, error) {
 		created, expires, lease            *time.Time
 		status                             string
 		header, amounts, decisions, result []byte
+		mcp                                []byte
 		approvalsRequired                  int32
 	)
 	err := row.Scan(&a.ID, &a.SessionID, &a.TaskID, &a.GrantID, &a.Upstream, &a.RequestID, &a.SessionCreatedBy,
@@ -68,7 +73,7 @@ func scanAction(row pgx.Row) (approval.Action, error) {
 		&header, &a.Request.Body, &a.Pinned, &a.Filled,
 		&a.Standing.UntrustedInput, &a.Standing.SensitiveAccess, &a.Standing.ExternalAction,
 		&approvalsRequired, &amounts, &a.PermitGrants, &decisions, &result,
-		&a.Owner, &lease)
+		&a.Owner, &lease, &mcp)
 	if err != nil {
 		return a, err
 	}
@@ -85,7 +90,10 @@ func scanAction(row pgx.Row) (approval.Action, error) {
 	if a.Decisions, err = decodeDecisions(decisions); err != nil {
 		return a, err
 	}
-	a.Result, err = decodeResult(result)
+	if a.Result, err = decodeResult(result); err != nil {
+		return a, err
+	}
+	a.MCP, err = fromJSON[*approval.MCPCall](mcp, "action mcp")
 	return a, err
 }
 
