@@ -1,0 +1,95 @@
+package mcp
+
+import (
+	"errors"
+	"maps"
+)
+
+// EncodeRequest is the request the broker sends: re-serialized from the
+// params it checked, never the bytes it read. params' own _meta is dropped
+// and rebuilt from meta alone (the progressToken and version keys the
+// broker chose to keep or set; nothing else of a sandbox's _meta passes);
+// no meta and no params leave "params" out. Object members are sorted
+// (JCS order) and numbers are written as they were read.
+func EncodeRequest(id ID, method string, params map[string]any, meta map[string]any) ([]byte, error) {
+	if id.IsZero() || id.IsNull() {
+		return nil, errors.New("mcp: a request needs an id")
+	}
+	return encodeCall(id, method, params, meta)
+}
+
+// EncodeNotification is a notification of method with params (as given,
+// _meta included; nil params leave "params" out).
+func EncodeNotification(method string, params map[string]any) ([]byte, error) {
+	meta, _ := params["_meta"].(map[string]any)
+	return encodeCall(ID{}, method, params, meta)
+}
+
+func encodeCall(id ID, method string, params, meta map[string]any) ([]byte, error) {
+	if method == "" {
+		return nil, errors.New("mcp: a request needs a method")
+	}
+	var p map[string]any
+	if params != nil || len(meta) > 0 {
+		p = make(map[string]any, len(params)+1)
+		maps.Copy(p, params)
+		delete(p, "_meta")
+		if len(meta) > 0 {
+			p["_meta"] = meta
+		}
+	}
+	buf := []byte(`{"jsonrpc":"2.0"`)
+	if !id.IsZero() {
+		buf = append(append(buf, `,"id":`...), id.raw...)
+	}
+	buf = append(buf, `,"method":`...)
+	m, err := marshalWire(method)
+	if err != nil {
+		return nil, err
+	}
+	buf = append(buf, m...)
+	if p != nil {
+		b, err := marshalWire(p)
+		if err != nil {
+			return nil, err
+		}
+		buf = append(append(buf, `,"params":`...), b...)
+	}
+	return append(buf, '}'), nil
+}
+
+// EncodeResult is the response with result (nil writes {}: every MCP
+// result is an object).
+func EncodeResult(id ID, result any) ([]byte, error) {
+	if result == nil {
+		result = map[string]any{}
+	}
+	b, err := marshalWire(result)
+	if err != nil {
+		return nil, err
+	}
+	return encodeResponse(id, "result", b), nil
+}
+
+// EncodeError is the error response (the null id when id is zero); data,
+// when not nil, carries the Airlock problem code as {"code": "<code>"}.
+func EncodeError(id ID, code int, message string, data map[string]any) ([]byte, error) {
+	e := map[string]any{"code": code, "message": message}
+	if data != nil {
+		e["data"] = data
+	}
+	b, err := marshalWire(e)
+	if err != nil {
+		return nil, err
+	}
+	return encodeResponse(id, "error", b), nil
+}
+
+func encodeResponse(id ID, member string, value []byte) []byte {
+	if id.IsZero() {
+		id = NullID
+	}
+	buf := append([]byte(`{"jsonrpc":"2.0","id":`), id.raw...)
+	buf = append(append(append(buf, `,"`...), member...), `":`...)
+	return append(append(buf, value...), '}')
+}
