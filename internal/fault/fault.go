@@ -31,6 +31,7 @@ const (
 	TooManyPending                    // 429 too_many_pending
 	NoMatchingGrant                   // 403 no_matching_grant
 	ConstraintViolated                // 403 constraint_violated
+	ToolChanged                       // 409 tool_changed: an MCP tool differs from its pinned digest (quarantined)
 	GrantExpired                      // 403 grant_expired
 	GrantRevoked                      // 403 grant_revoked
 	GrantExhausted                    // 403 grant_exhausted
@@ -53,6 +54,7 @@ const (
 	AuditUnavailable                  // 503 audit_unavailable
 	UsageUnavailable                  // 503 usage_unavailable
 	UpstreamTimeout                   // 504 upstream_timeout
+	ServerRequestBlocked              // 502 server_request_blocked: an MCP server asked the client (sampling, elicitation, roots), never relayed
 	UpstreamError                     // 502 upstream_error
 	kinds                             // the number of kinds
 )
@@ -65,7 +67,7 @@ var table = [kinds]struct {
 	InvalidSignature: {"invalid_token", 403}, SessionExpired: {"session_expired", 401}, SessionRevoked: {"session_revoked", 401},
 	KillswitchEngaged: {"killswitch_engaged", 503}, BrokerUnavailable: {"broker_unavailable", 503},
 	RateLimited: {"rate_limited", 429}, TooManyPending: {"too_many_pending", 429},
-	NoMatchingGrant: {"no_matching_grant", 403}, ConstraintViolated: {"constraint_violated", 403},
+	NoMatchingGrant: {"no_matching_grant", 403}, ConstraintViolated: {"constraint_violated", 403}, ToolChanged: {"tool_changed", 409},
 	GrantExpired: {"grant_expired", 403}, GrantRevoked: {"grant_revoked", 403}, GrantExhausted: {"grant_exhausted", 403},
 	BudgetExceeded: {"budget_exceeded", 403}, ApprovalDenied: {"approval_denied", 403}, ApprovalExpired: {"approval_expired", 403},
 	ActionFailed: {"upstream_error", 502}, DecidedTooLate: {"approval_expired", 409}, Conflict: {"conflict", 409},
@@ -74,6 +76,7 @@ var table = [kinds]struct {
 	RequestTimeout: {"bad_request", 408}, MethodNotAllowed: {"bad_request", 405}, NotFound: {"not_found", 404},
 	CredentialUnavailable: {"credential_unavailable", 503}, AuditUnavailable: {"audit_unavailable", 503},
 	UsageUnavailable: {"usage_unavailable", 503}, UpstreamTimeout: {"upstream_timeout", 504}, UpstreamError: {"upstream_error", 502},
+	ServerRequestBlocked: {"server_request_blocked", 502},
 }
 
 // Code is the kind's stable problem code (DESIGN §3).

@@ -14,10 +14,16 @@ import (
 
 // Call is a canonical sandbox request, as produced by CanonicalPath,
 // ParseQuery and ParseJSON.
+//
+// A tool call (an MCP tools/call) sets Tool to the tool's name and Body to
+// its arguments (params.arguments, from ParseJSON: a map[string]any; nil
+// when absent), with BodyJSON and HasBody true; it sets nothing else. Only
+// a rule naming that tool matches it, and a tool rule matches nothing else.
 type Call struct {
 	Method   string
 	Action   string // aws calls: the IAM action (s3:PutObject)
 	Resource string // aws calls: the resource ARN
+	Tool     string // tool calls: the tool's name
 	Segments []string
 	Query    []Param
 	Header   http.Header // as sent by the sandbox; forbidden headers are never read
@@ -53,12 +59,14 @@ type Decision struct {
 	Irreversible bool
 	Query        []Param     // checked query, pins filled in
 	Header       http.Header // headers named by the rule's constraints, checked or pinned
-	Body         any         // checked body, pins filled in (when BodyJSON)
+	Body         any         // checked body (a tool call's arguments), pins filled in (when BodyJSON)
 	BodyChanged  bool        // the body must be re-serialized
 	Pinned       []string    // parameters whose value the operator fixed
 	Filled       []string    // pinned parameters the broker filled in
 	amounts      []amount
 	released     bool
+	rule         *compiledRule // the rule that allowed the call (Constrained)
+	segments     []string      // the call's path segments (Constrained)
 }
 
 type amount struct {
@@ -141,6 +149,9 @@ func firstRule(now time.Time, live []*Live, upstream string, c *Call, take func(
 }
 
 func (r *compiledRule) matches(c *Call) bool {
+	if r.tool != "" || c.Tool != "" {
+		return r.tool == c.Tool
+	}
 	if r.action != "" || c.Action != "" {
 		return r.action != "" && c.Action != "" && Glob(strings.ToLower(r.action), strings.ToLower(c.Action)) && Glob(r.resource, c.Resource)
 	}
@@ -155,19 +166,22 @@ func (r *compiledRule) matches(c *Call) bool {
 	return true
 }
 
-func (r *compiledRule) pathValue(name string, c *Call) (string, bool) {
+func (r *compiledRule) pathValue(name string, segments []string) (string, bool) {
 	for i, s := range r.tmpl {
-		if s.param == name {
-			return c.Segments[i], true
+		if s.param == name && i < len(segments) {
+			return segments[i], true
 		}
 	}
 	return "", false
 }
 
 func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
-	d := &Decision{Query: c.Query, Body: c.Body}
+	d := &Decision{Query: c.Query, Body: c.Body, rule: r, segments: c.Segments}
 	if c.HasBody && !c.BodyJSON && (r.hasBody || r.denyUnknown) {
 		return nil, &Violation{Param: "body", Constraint: "type", Msg: "this rule only accepts a JSON body"}
+	}
+	if _, isObject := c.Body.(map[string]any); r.tool != "" && c.Body != nil && !isObject {
+		return nil, &Violation{Param: "args", Constraint: "type", Msg: "a tool's arguments must be an object"}
 	}
 	if err := r.crossCheck(c); err != nil {
 		return nil, err
@@ -175,54 +189,26 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 	var fills []fill
 	for i := range r.checks {
 		ch := &r.checks[i]
+		if ch.p.wild {
+			if err := ch.checkEach(c.Body); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		var (
 			v       any
 			present bool
+			err     error
 		)
-		switch ch.p.loc {
-		case locPath:
-			v, present = r.pathValue(ch.p.name, c)
-		case locQuery:
-			n := 0
-			for _, q := range c.Query {
-				if !QueryKeyReaches(q.Key, ch.p.name) {
-					continue
-				}
-				if q.Key != ch.p.name {
-					// Read as this parameter by a case-insensitive upstream (ASP.NET, many
-					// frameworks) or one that parses key names ("to[]" is "to" to PHP,
-					// Rails, qs): never checked under one name and read under another.
-					return nil, misspelled(ch.p.key)
-				}
-				v, present = q.Value, true
-				n++
-			}
-			if n > 1 {
-				return nil, &Violation{Param: ch.p.key, Constraint: "single", Msg: "a constrained query parameter may appear only once"}
-			}
-		case locHeader:
-			vals := c.Header.Values(ch.p.name)
-			if len(vals) > 1 {
-				return nil, &Violation{Param: ch.p.key, Constraint: "single", Msg: "a constrained header may appear only once"}
-			}
-			if len(vals) == 1 {
-				v, present = vals[0], true
-			}
-		case locBody:
-			var exact bool
-			v, present, exact = lookup(c.Body, ch.p.body)
-			if !exact {
-				// A key on the path is a case variant of the grant's name: the
-				// same field to a case-insensitive upstream, another field to
-				// a case-sensitive one. Refused, after the value's own check
-				// (so a differing pin is reported as such).
-				if present {
-					if err := ch.check(v); err != nil {
-						return nil, err
-					}
-				}
-				return nil, misspelled(ch.p.key)
-			}
+		if ch.p.json() {
+			v, present, err = ch.jsonValue(c.Body)
+		} else {
+			var s string
+			s, present, err = r.textValue(ch, c)
+			v = s
+		}
+		if err != nil {
+			return nil, err
 		}
 		if !present {
 			switch {
@@ -248,10 +234,8 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 			d.Header[ch.p.name] = []string{v.(string)}
 		}
 	}
-	if r.denyUnknown && c.BodyJSON {
-		if leaf, ok := unknownLeaf(c.Body, "", r.bodyNamed); ok {
-			return nil, &Violation{Param: "body." + leaf, Constraint: "deny_unknown", Msg: "field is not named by any constraint"}
-		}
+	if err := r.unknown(c); err != nil {
+		return nil, err
 	}
 	for _, f := range fills {
 		if err := d.apply(f, c); err != nil {
@@ -259,6 +243,80 @@ func (r *compiledRule) evaluate(c *Call) (*Decision, error) {
 		}
 	}
 	return d, nil
+}
+
+// textValue reads the path, query or header parameter ch constrains from
+// c: its value and whether it is present. A query key that a server reads
+// as the parameter but spelled otherwise is refused.
+func (r *compiledRule) textValue(ch *check, c *Call) (v string, present bool, err error) {
+	switch ch.p.loc {
+	case locPath:
+		v, present = r.pathValue(ch.p.name, c.Segments)
+	case locQuery:
+		n := 0
+		for _, q := range c.Query {
+			if !QueryKeyReaches(q.Key, ch.p.name) {
+				continue
+			}
+			if q.Key != ch.p.name {
+				// Read as this parameter by a case-insensitive upstream (ASP.NET, many
+				// frameworks) or one that parses key names ("to[]" is "to" to PHP,
+				// Rails, qs): never checked under one name and read under another.
+				return "", false, misspelled(ch.p.key)
+			}
+			v, present = q.Value, true
+			n++
+		}
+		if n > 1 {
+			return "", false, &Violation{Param: ch.p.key, Constraint: "single", Msg: "a constrained query parameter may appear only once"}
+		}
+	case locHeader:
+		vals := c.Header.Values(ch.p.name)
+		if len(vals) > 1 {
+			return "", false, &Violation{Param: ch.p.key, Constraint: "single", Msg: "a constrained header may appear only once"}
+		}
+		if len(vals) == 1 {
+			v, present = vals[0], true
+		}
+	}
+	return v, present, nil
+}
+
+// jsonValue reads the body (or arguments) parameter ch constrains from
+// doc: its value and whether it is present.
+func (ch *check) jsonValue(doc any) (v any, present bool, err error) {
+	v, present, exact := lookup(doc, ch.p.body)
+	if !exact {
+		// A key on the path is a case variant of the grant's name: the
+		// same field to a case-insensitive upstream, another field to a
+		// case-sensitive one. Refused, after the value's own check (so a
+		// differing pin is reported as such).
+		if present {
+			if err := ch.check(v); err != nil {
+				return nil, false, err
+			}
+		}
+		return nil, false, misspelled(ch.p.key)
+	}
+	return v, present, nil
+}
+
+// unknown applies the rule's deny_unknown: a body leaf no constraint
+// names, or (a tool rule) an argument no constraint names.
+func (r *compiledRule) unknown(c *Call) error {
+	if !r.denyUnknown || !c.BodyJSON {
+		return nil
+	}
+	if r.tool != "" {
+		if arg, ok := unknownArg(c.Body, r.argsNamed); ok {
+			return &Violation{Param: "args." + arg, Constraint: "deny_unknown", Msg: "argument is not named by any constraint"}
+		}
+		return nil
+	}
+	if leaf, ok := unknownLeaf(c.Body, "", r.bodyNamed); ok {
+		return &Violation{Param: "body." + leaf, Constraint: "deny_unknown", Msg: "field is not named by any constraint"}
+	}
+	return nil
 }
 
 // crossCheck refuses a call that carries a parameter constrained in the
@@ -325,7 +383,7 @@ func (d *Decision) apply(f fill, c *Call) error {
 			d.Header = http.Header{}
 		}
 		d.Header[f.p.name] = []string{scalarText(f.v)}
-	case locBody:
+	case locBody, locArgs:
 		if c.HasBody && !c.BodyJSON {
 			return &Violation{Param: f.p.key, Constraint: "pin", Msg: "cannot be filled into a non-JSON body"}
 		}
@@ -364,7 +422,7 @@ func (d *Decision) amountsFor(g *Live, c *Call) error {
 				}
 				v, present = q.Value, true
 			}
-		case locBody:
+		case locBody, locArgs:
 			var exact bool
 			v, present, exact = lookup(d.Body, p.body)
 			if !exact {
@@ -375,7 +433,7 @@ func (d *Decision) amountsFor(g *Live, c *Call) error {
 			continue
 		}
 		f, ok := number(v)
-		if _, isString := v.(string); isString && p.loc == locBody {
+		if _, isString := v.(string); isString && p.json() {
 			ok = false
 		}
 		if !ok || f < 0 {
@@ -401,7 +459,7 @@ func (ch *check) check(v any) error {
 	viol := func(name, msg string) error {
 		return &Violation{Param: ch.p.key, Constraint: name, Msg: msg}
 	}
-	text := ch.p.loc != locBody
+	text := !ch.p.json()
 	if c.Pin != nil {
 		if text && v.(string) != ch.pinStr || !text && !equalJSON(v, c.Pin) {
 			return viol("pin", "differs from the value fixed by the grant")

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"regexp"
@@ -52,12 +53,15 @@ type Spec struct {
 }
 
 // Rule allows one operation. For http upstreams Method and Path (a template
-// such as /repos/{owner}/{repo}/issues); for aws upstreams Action and Resource.
+// such as /repos/{owner}/{repo}/issues); for aws upstreams Action and
+// Resource; for mcp upstreams Tool (a tools/call of that tool, whose
+// arguments the constraints address as args.PATH).
 type Rule struct {
 	Method       string
 	Path         string
 	Action       string
 	Resource     string
+	Tool         string
 	Irreversible *bool
 	DenyUnknown  bool
 	// WebSocket lets a request carrying Upgrade: websocket through (a GET
@@ -68,10 +72,15 @@ type Rule struct {
 }
 
 // IsIrreversible reports the rule's effective irreversibility: explicit, or
-// true for every method other than GET, HEAD and OPTIONS.
+// true for every method other than GET, HEAD and OPTIONS, for every aws
+// action but Get*, List*, Head* and Describe*, and for every tool (a
+// server's annotations are its claims, never the grant's).
 func (r Rule) IsIrreversible() bool {
 	if r.Irreversible != nil {
 		return *r.Irreversible
+	}
+	if r.Tool != "" {
+		return true
 	}
 	if r.Action != "" {
 		_, op, _ := strings.Cut(r.Action, ":")
@@ -130,7 +139,8 @@ type UsageUpdate struct {
 	Usage   Usage
 }
 
-// UpstreamKind answers the type ("http" or "aws") of a configured upstream.
+// UpstreamKind answers the type ("http", "aws" or "mcp") of a configured
+// upstream.
 type UpstreamKind func(name string) (kind string, ok bool)
 
 // forbiddenHeaders never reach an upstream from a sandbox, nor may a rule
@@ -191,27 +201,9 @@ func Validate(prefix string, s *Spec, kind UpstreamKind, maxTTL time.Duration) e
 	if len(s.Rules) == 0 {
 		return fe(".rules", "at least one rule is required")
 	}
-	budgetKeys := make([]string, 0, len(s.Budget))
-	for key := range s.Budget {
-		budgetKeys = append(budgetKeys, key)
-	}
-	sort.Strings(budgetKeys)
-	budgetSpelling := bodySpelling{}
-	for _, key := range budgetKeys {
-		limit := s.Budget[key]
-		if !strings.HasPrefix(key, "body.") && !strings.HasPrefix(key, "query.") {
-			return fe(".budget."+key, "a budget caps a body.* or query.* parameter")
-		}
-		p, err := splitParam(key)
-		if err != nil {
-			return fe(".budget."+key, "%v", err)
-		}
-		if other := budgetSpelling.add(p); other != "" {
-			return fe(".budget."+key, "spells a body field differently from %s only in case (JSON keys are matched case-insensitively)", other)
-		}
-		if !(limit > 0) || math.IsInf(limit, 0) {
-			return fe(".budget."+key, "must be a positive number")
-		}
+	budgetKeys, err := validateBudget(prefix, s.Budget, k)
+	if err != nil {
+		return err
 	}
 	for i := range s.Rules {
 		if s.Rules[i].WebSocket && s.Approval == ApprovalAlways {
@@ -224,21 +216,65 @@ func Validate(prefix string, s *Spec, kind UpstreamKind, maxTTL time.Duration) e
 	return nil
 }
 
+// fieldAt makes the FieldErrors of fields below prefix.
+func fieldAt(prefix string) func(field, format string, args ...any) error {
+	return func(field, format string, args ...any) error {
+		return &fault.FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
+	}
+}
+
+// validateBudget checks a grant's budget on an upstream of kind: it caps
+// args.PATH parameters on an mcp upstream, body.PATH and query.NAME ones
+// on the others. It returns the budgeted keys, sorted.
+func validateBudget(prefix string, budget map[string]float64, kind string) ([]string, error) {
+	fe := fieldAt(prefix)
+	keys := slices.Sorted(maps.Keys(budget))
+	spelling := bodySpelling{}
+	for _, key := range keys {
+		field := ".budget." + key
+		switch {
+		case kind == "mcp" && !strings.HasPrefix(key, "args."):
+			return nil, fe(field, "a budget on an mcp upstream caps an args.* parameter (a tool's argument)")
+		case kind != "mcp" && strings.HasPrefix(key, "args."):
+			return nil, fe(field, "args.* addresses a tool's arguments, only in a grant on an mcp upstream; a budget here caps a body.* or query.* parameter")
+		case kind != "mcp" && !strings.HasPrefix(key, "body.") && !strings.HasPrefix(key, "query."):
+			return nil, fe(field, "a budget caps a body.* or query.* parameter")
+		}
+		p, err := splitParam(key)
+		if err != nil {
+			return nil, fe(field, "%v", err)
+		}
+		if p.wild {
+			return nil, fe(field, "a budget adds up one number per call: its path cannot hold *")
+		}
+		if other := spelling.add(p); other != "" {
+			return nil, fe(field, "spells a %s differently from %s only in case (JSON keys are matched case-insensitively)", p.what(), other)
+		}
+		if limit := budget[key]; !(limit > 0) || math.IsInf(limit, 0) {
+			return nil, fe(field, "must be a positive number")
+		}
+	}
+	return keys, nil
+}
+
 // bodySpelling holds, by fold key, each body path (and every prefix of it)
 // of a grant as spelled, to refuse two spellings of one field.
 type bodySpelling map[string]string
 
-// add records p's body path and its prefixes, and returns the parameter
-// whose spelling of one of them differs from p's only in case ("" if none).
+// add records p's body (or arguments) path and its prefixes, and returns
+// the parameter whose spelling of one of them differs from p's only in
+// case ("" if none).
 func (b bodySpelling) add(p param) string {
-	if p.loc != locBody {
+	if !p.json() {
 		return ""
 	}
+	loc, _, _ := strings.Cut(p.key, ".")
+	loc += "."
 	for i := range p.body {
 		spelled := strings.Join(p.body[:i+1], ".")
-		fk := foldKey(spelled)
+		fk := loc + foldKey(spelled)
 		if other, ok := b[fk]; ok && other != spelled {
-			return "body." + other
+			return loc + other
 		}
 		b[fk] = spelled
 	}
@@ -248,75 +284,94 @@ func (b bodySpelling) add(p param) string {
 // validateRule checks one rule; budgetKeys are the grant's budgeted
 // parameters, which must spell body fields as the rule's constraints do.
 func validateRule(prefix string, r *Rule, kind string, budgetKeys []string) error {
-	fe := func(field, format string, args ...any) error {
-		return &fault.FieldError{Field: prefix + field, Msg: fmt.Sprintf(format, args...)}
+	params, err := validateShape(prefix, r, kind)
+	if err != nil {
+		return err
 	}
-	var params []string
-	switch kind {
-	case "aws":
+	return validateConstraints(prefix, r, kind, params, budgetKeys)
+}
+
+// validateShape checks what a rule allows, as its upstream's kind names
+// it, and returns the parameters of its path template.
+func validateShape(prefix string, r *Rule, kind string) ([]string, error) {
+	fe := fieldAt(prefix)
+	if kind == "mcp" {
+		return nil, validateToolShape(fe, r)
+	}
+	if r.Tool != "" {
+		return nil, fe(".tool", "names a tool: only a rule in a grant on an mcp upstream takes it")
+	}
+	if kind == "aws" {
 		if r.Action == "" || r.Resource == "" {
-			return fe("", "an aws rule needs action and resource")
+			return nil, fe("", "an aws rule needs action and resource")
 		}
 		if svc, op, ok := strings.Cut(r.Action, ":"); !ok || svc == "" || op == "" {
-			return fe(".action", "must be service:Operation, e.g. s3:PutObject (globs allowed)")
+			return nil, fe(".action", "must be service:Operation, e.g. s3:PutObject (globs allowed)")
 		}
 		if r.Method != "" || r.Path != "" {
-			return fe("", "an aws rule takes action and resource, not method and path")
+			return nil, fe("", "an aws rule takes action and resource, not method and path")
 		}
 		if r.WebSocket {
-			return fe(".websocket", "an aws rule cannot allow a WebSocket upgrade")
+			return nil, fe(".websocket", "an aws rule cannot allow a WebSocket upgrade")
 		}
+		return nil, nil
+	}
+	if r.Action != "" || r.Resource != "" {
+		return nil, fe("", "an http rule takes method and path, not action and resource")
+	}
+	r.Method = strings.ToUpper(r.Method)
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPost,
+		http.MethodPut, http.MethodPatch, http.MethodDelete:
+	case "":
+		return nil, fe(".method", "is required")
 	default:
-		if r.Action != "" || r.Resource != "" {
-			return fe("", "an http rule takes method and path, not action and resource")
+		return nil, fe(".method", "%q is not an allowed method", truncate(r.Method, 16))
+	}
+	tmpl, err := parseTemplate(r.Path)
+	if err != nil {
+		return nil, fe(".path", "%v", err)
+	}
+	if r.WebSocket {
+		if r.Method != http.MethodGet {
+			return nil, fe(".websocket", "only a GET rule may allow a WebSocket upgrade")
 		}
-		r.Method = strings.ToUpper(r.Method)
-		switch r.Method {
-		case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodPost,
-			http.MethodPut, http.MethodPatch, http.MethodDelete:
-		case "":
-			return fe(".method", "is required")
-		default:
-			return fe(".method", "%q is not an allowed method", truncate(r.Method, 16))
-		}
-		tmpl, err := parseTemplate(r.Path)
-		if err != nil {
-			return fe(".path", "%v", err)
-		}
-		if r.WebSocket {
-			if r.Method != http.MethodGet {
-				return fe(".websocket", "only a GET rule may allow a WebSocket upgrade")
-			}
-			if r.IsIrreversible() {
-				return fe(".websocket", "a websocket rule cannot be irreversible: an upgrade cannot be held for a human")
-			}
-		}
-		for _, s := range tmpl {
-			if s.param != "" {
-				params = append(params, s.param)
-			}
+		if r.IsIrreversible() {
+			return nil, fe(".websocket", "a websocket rule cannot be irreversible: an upgrade cannot be held for a human")
 		}
 	}
+	var params []string
+	for _, s := range tmpl {
+		if s.param != "" {
+			params = append(params, s.param)
+		}
+	}
+	return params, nil
+}
+
+// validateConstraints checks a rule's constraints: params are its path
+// template's parameters, budgetKeys the grant's budgeted parameters, which
+// must spell JSON keys as the constraints do.
+func validateConstraints(prefix string, r *Rule, kind string, params, budgetKeys []string) error {
+	fe := fieldAt(prefix)
 	spelling := bodySpelling{}
 	for _, key := range budgetKeys {
 		if p, err := splitParam(key); err == nil {
 			spelling.add(p)
 		}
 	}
-	keys := make([]string, 0, len(r.Constraints))
-	for key := range r.Constraints {
-		keys = append(keys, key)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
+	for _, key := range slices.Sorted(maps.Keys(r.Constraints)) {
 		c := r.Constraints[key]
 		field := ".constraints." + key
 		p, err := splitParam(key)
 		if err != nil {
 			return fe(field, "%v", err)
 		}
+		if err := placeFor(p, kind); err != nil {
+			return fe(field, "%v", err)
+		}
 		if other := spelling.add(p); other != "" {
-			return fe(field, "spells a body field differently from %s only in case (JSON keys are matched case-insensitively)", other)
+			return fe(field, "spells a %s differently from %s only in case (JSON keys are matched case-insensitively)", p.what(), other)
 		}
 		switch p.loc {
 		case locPath:
@@ -338,6 +393,12 @@ func validateRule(prefix string, r *Rule, kind string, budgetKeys []string) erro
 func validateConstraint(p param, c Constraint) error {
 	if c.Pin == nil && len(c.OneOf) == 0 && c.Pattern == "" && c.Min == nil && c.Max == nil && c.MaxLength == nil && !c.Required {
 		return errors.New("constraint sets nothing (pin, one_of, pattern, min, max, max_length, required)")
+	}
+	if p.wild && c.Pin != nil {
+		return errors.New("a pin cannot be filled into every element (*): pin a path without *")
+	}
+	if p.wild && c.Required {
+		return errors.New("required cannot apply to every element (*): require a path without *")
 	}
 	if c.Pin != nil {
 		if err := validScalar(p, c.Pin); err != nil {
@@ -399,19 +460,33 @@ const (
 	locQuery
 	locHeader
 	locBody
+	locArgs // a tool call's arguments (params.arguments)
 )
 
 type param struct {
 	loc  int
 	name string   // path/query/header name (header canonicalized)
-	body []string // body path segments
+	body []string // body (or arguments) path segments
 	key  string   // the full key as written
+	wild bool     // an arguments path with a * segment (every element of an array)
+}
+
+// json reports whether p addresses a parsed JSON document: the body, or a
+// tool call's arguments.
+func (p param) json() bool { return p.loc == locBody || p.loc == locArgs }
+
+// what is what p's JSON keys name, for messages.
+func (p param) what() string {
+	if p.loc == locArgs {
+		return "tool argument"
+	}
+	return "body field"
 }
 
 func splitParam(key string) (param, error) {
 	loc, name, ok := strings.Cut(key, ".")
 	if !ok || name == "" {
-		return param{}, errors.New("parameter must be path.NAME, query.NAME, header.NAME or body.PATH")
+		return param{}, errors.New("parameter must be path.NAME, query.NAME, header.NAME, body.PATH or args.PATH")
 	}
 	switch loc {
 	case "path":
@@ -426,8 +501,14 @@ func splitParam(key string) (param, error) {
 			return param{}, errors.New("body path has an empty segment")
 		}
 		return param{loc: locBody, body: segs, key: key}, nil
+	case "args":
+		segs := strings.Split(name, ".")
+		if slices.Contains(segs, "") {
+			return param{}, errors.New("args path has an empty segment")
+		}
+		return param{loc: locArgs, body: segs, key: key, wild: slices.Contains(segs, "*")}, nil
 	}
-	return param{}, errors.New("parameter must start with path, query, header or body")
+	return param{}, errors.New("parameter must start with path, query, header, body or args")
 }
 
 type tmplSeg struct {
@@ -506,12 +587,14 @@ type compiledRule struct {
 	method       string
 	action       string
 	resource     string
+	tool         string
 	tmpl         []tmplSeg
 	irreversible bool
 	denyUnknown  bool
 	websocket    bool
 	checks       []check
 	bodyNamed    map[string]bool // dotted body paths named by a constraint, by fold key
+	argsNamed    map[string]bool // a tool rule's arguments named by a constraint (first segment), by fold key
 	hasBody      bool            // a constraint or the grant's budget reads a body.* field
 	// A parameter constrained (or budgeted) in the query but not the body,
 	// or in the body but not the query, must not also be sent in the other
@@ -551,7 +634,7 @@ func Compile(g Grant, u Usage) (*Live, error) {
 	}
 	sort.Slice(l.budget, func(i, j int) bool { return l.budget[i].key < l.budget[j].key })
 	for i, r := range g.Rules {
-		cr := &compiledRule{index: i, method: r.Method, action: r.Action, resource: r.Resource, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, websocket: r.WebSocket, bodyNamed: map[string]bool{}}
+		cr := &compiledRule{index: i, method: r.Method, action: r.Action, resource: r.Resource, tool: r.Tool, irreversible: r.IsIrreversible(), denyUnknown: r.DenyUnknown, websocket: r.WebSocket, bodyNamed: map[string]bool{}}
 		if r.Path != "" {
 			t, err := parseTemplate(r.Path)
 			if err != nil {
@@ -583,9 +666,15 @@ func Compile(g Grant, u Usage) (*Live, error) {
 			for _, v := range c.OneOf {
 				ch.oneOfStr = append(ch.oneOfStr, scalarText(v))
 			}
-			if p.loc == locBody {
+			switch p.loc {
+			case locBody:
 				cr.hasBody = true
 				cr.bodyNamed[foldKey(strings.Join(p.body, "."))] = true
+			case locArgs:
+				if cr.argsNamed == nil {
+					cr.argsNamed = map[string]bool{}
+				}
+				cr.argsNamed[foldKey(p.body[0])] = true
 			}
 			cr.checks = append(cr.checks, ch)
 		}

@@ -47,6 +47,7 @@ var titles = map[string]string{
 	"isolation_too_weak": "Isolation too weak", "egress_denied": "Egress denied", "not_found": "Not found",
 	"credential_unavailable": "Credential unavailable", "audit_unavailable": "Audit log unavailable",
 	"usage_unavailable": "Grant usage unavailable", "upstream_timeout": "Upstream timeout", "upstream_error": "Upstream error",
+	"tool_changed": "Tool changed", "server_request_blocked": "Server request blocked",
 }
 
 // kindTitles are the titles of the kinds that share a code with others
