@@ -191,6 +191,10 @@ func cmdDev(ctx context.Context, o devOptions, getenv func(string) string, stdou
 			Credential:  config.Credential{Source: &config.FileCredential{Path: keyFile}},
 			Hosts:       []string{demoHost},
 			Placeholder: &config.Placeholder{Env: "DEMO_TOKEN", Format: "demo_{random:32}"},
+		}, {
+			// The demo MCP server (docs/mcp.md), on the same listener.
+			Name: "demo-mcp", Type: "mcp", BaseURL: "http://" + ln.Addr().String() + "/mcp",
+			Credential: config.Credential{Source: &config.FileCredential{Path: keyFile}},
 		}},
 	}
 	if err := cfg.Validate(getenv); err != nil {

@@ -27,6 +27,14 @@ const (
 	TypeCallAllowed     = "call.allowed"
 	TypeCallDenied      = "call.denied"
 	TypeCallCompleted   = "call.completed"
+	// MCP calls (DESIGN §10): a tools/call's decision and completion, a
+	// listing, a tool that changed, a request of the server's refused.
+	TypeMCPCallAllowed          = "mcp.call.allowed"
+	TypeMCPCallDenied           = "mcp.call.denied"
+	TypeMCPCallCompleted        = "mcp.call.completed"
+	TypeMCPList                 = "mcp.list"
+	TypeMCPToolChanged          = "mcp.tool_changed"
+	TypeMCPServerRequestBlocked = "mcp.server_request_blocked"
 	TypeEgressDenied    = "egress.denied" // the proxy door refused a destination (its host:port in Path)
 	TypeKillswitch      = "killswitch.engaged"
 	TypeKillswitchOff   = "killswitch.released"

@@ -125,6 +125,7 @@ type Broker struct {
 	// static ones held, and the set of every secret held, which every
 	// answer is scrubbed of.
 	creds *credentials.Service
+	mcp   mcpLinks // the sessions' MCP sessions on MCP upstreams (mcplink.go)
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).

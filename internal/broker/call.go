@@ -105,6 +105,7 @@ type call struct {
 	actionID string
 	action   *approval.Action // the action executed (its session, when the session is gone)
 
+	mcp  *callMCP       // an MCP call's state (mcp.go), or nil
 	dest Destination    // the proxy door's destination (egress)
 	wait *time.Duration // how long a gated call waits, when the door's parse set it
 
@@ -213,6 +214,8 @@ type Request struct {
 	// AWS is set by the SigV4 door: the request is sent as the AWS API
 	// reads it, signed anew.
 	AWS *AWSCall
+	// MCP is set by the MCP door (mcp.go).
+	MCP *MCPRequest
 }
 
 // AWSCall is what the SigV4 door adds to a Request.
@@ -238,6 +241,16 @@ func (c *call) authorize(req *Request) error {
 		return err
 	}
 	u := c.b.upstreams[c.name]
+	if req.MCP != nil {
+		out, err := c.mcpOutbound(req, d)
+		if err != nil {
+			d.Release()
+			return err
+		}
+		c.u, c.d, c.grant, c.out = u, d, d.Grant, out
+		c.step = stepAuthorized
+		return nil
+	}
 	if req.AWS == nil {
 		out, err := restOutbound(u, req, d)
 		if err != nil {
@@ -381,7 +394,7 @@ func (c *call) hold(ctx context.Context) (approval.Action, error) {
 		return approval.Action{}, ErrOutOfOrder
 	}
 	c.step = stepSent // the action is sent, once, by its execution
-	return c.b.appr.Hold(ctx, c.l, c.d, c.out, callEvent(c.l, c.rec), c.permits...)
+	return c.b.appr.Hold(ctx, c.l, c.d, c.out, c.mcpView(), callEvent(c.l, c.rec), c.permits...)
 }
 
 // Response is an upstream's answer to a sent call, its body decoded (see
@@ -454,6 +467,14 @@ func (c *call) send(parent context.Context) (*response, error) {
 	if err != nil {
 		c.unreserve()
 		return fail(ErrNoCredential, err)
+	}
+	if c.u.Kind == kindMCP {
+		// The link's upstream session, opened before the call is recorded:
+		// a server that cannot be initialized is sent nothing of the call.
+		if err := c.mcpReady(ctx, cred); err != nil {
+			c.unreserve()
+			return fail(ErrNotSent, err)
+		}
 	}
 	// A kill that came while the door read the request or the credential
 	// was fetched: refused here, before anything is recorded as allowed.
@@ -577,6 +598,7 @@ func (c *call) recordAllowed(ctx context.Context) error {
 	ev := callEvent(c.l, c.rec)
 	ev.Type, ev.Decision = audit.TypeCallAllowed, "allow"
 	ev.GrantID, ev.ActionID = c.grant.Grant.ID, c.actionID
+	c.mcpRecord(&ev)
 	var side *grants.UsageUpdate
 	// A shared count (usage.Store) is the truth: no snapshot of this
 	// broker's mirror may overwrite it.
@@ -611,6 +633,7 @@ func (c *call) refuse(ctx context.Context, cause error, code string) error {
 		ev.Type = audit.TypeEgressDenied
 	}
 	ev.Reason = denialReason(cause)
+	c.mcpRecord(&ev)
 	c.tr.denied = true
 	_, err := c.b.audit.Append(ctx, ev, nil)
 	return err
@@ -634,6 +657,7 @@ func (c *call) completeWhy(status int, bytesOut int64, code, reason string) {
 	if c.grant != nil {
 		ev.GrantID = c.grant.Grant.ID
 	}
+	c.mcpRecord(&ev)
 	c.tr.status, c.tr.code = status, code
 	c.b.audit.AppendAsync(ev)
 }

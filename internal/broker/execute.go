@@ -48,6 +48,9 @@ func (b *Broker) runAction(a approval.Action, claim func(*grants.Live) error) (r
 		out.Header = http.Header{}
 	}
 	c.grant, c.u, c.out, c.step = g, b.upstreams[a.Upstream], out, stepCleared
+	if a.MCP != nil {
+		return b.runMCPAction(p, a)
+	}
 	resp := p.send()
 	if resp == nil {
 		return nil, true, err

@@ -33,5 +33,5 @@ func (b *Broker) Decide(l *sessions.LiveSession, upstreamName string, c *grants.
 func (b *Broker) Gated(l *sessions.LiveSession, d *grants.Decision) bool { return b.appr.Gated(l, d) }
 
 func (b *Broker) Hold(ctx context.Context, l *sessions.LiveSession, d *grants.Decision, out *upstream.Outbound, rec CallRecord) (approval.Action, error) {
-	return b.appr.Hold(ctx, l, d, out, callEvent(l, rec))
+	return b.appr.Hold(ctx, l, d, out, nil, callEvent(l, rec))
 }

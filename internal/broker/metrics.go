@@ -72,6 +72,7 @@ func (b *Broker) sessionEnded(l *sessions.LiveSession, at time.Time) {
 		why = "session killed"
 	}
 	b.creds.EndSession(l.Session.ID, why)
+	b.mcp.drop(l.Session.ID)
 }
 
 // callMetrics are the series of sandbox calls, counted by the pipeline
@@ -81,6 +82,7 @@ type callMetrics struct {
 	overhead        *prometheus.HistogramVec
 	upstreamLatency *prometheus.HistogramVec
 	limitHits       *prometheus.CounterVec
+	mcpCalls        *prometheus.CounterVec
 	waiters         prometheus.Gauge
 	known           map[string]*upstream.Upstream // configured upstreams: the only label values
 	// byClass are upstreamLatency's observers, by upstream label and
@@ -131,12 +133,15 @@ func newCallMetrics(reg prometheus.Registerer, known map[string]*upstream.Upstre
 		limitHits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "airlock_limit_hits_total", Help: "Calls refused by a cap or limit: constraint, budget, max_uses, rate, pending.",
 		}, []string{"kind"}),
+		mcpCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "airlock_mcp_calls_total", Help: "MCP tools/call calls by upstream, tool (a tool named in the upstream's config, else other) and outcome (allow, deny, error, hold).",
+		}, []string{"upstream", "tool", "outcome"}),
 		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "airlock_decision_waiters", Help: "Sandbox requests holding their connection for a reviewer's decision (Prefer: wait, or the proxy door's proxy_wait).",
 		}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.limitHits, m.waiters)
+		reg.MustRegister(m.calls, m.overhead, m.upstreamLatency, m.limitHits, m.mcpCalls, m.waiters)
 	}
 	m.byClass = make(map[string]*[classes]prometheus.Observer, len(known)+1)
 	for _, name := range append(slices.Collect(maps.Keys(known)), unknownUpstream) {

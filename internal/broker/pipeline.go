@@ -116,6 +116,8 @@ type Outcome struct {
 	// follow the hold); Wait is how long it could wait for the decision.
 	Held bool
 	Wait time.Duration
+	// ActionID is a held call's action (Held), whatever became of it.
+	ActionID string
 	// Action: the call waits for a reviewer's decision.
 	Action *approval.Action
 	// Result: the call was approved and executed while it waited.
@@ -135,6 +137,8 @@ type Answer struct {
 	Stream io.Reader
 	// Relay is an upgraded WebSocket connection.
 	Relay *Relay
+	// MCP is an MCP answer (the MCP door's), scrubbed.
+	MCP *MCPAnswer
 
 	resp      *response // the upstream's answer
 	requestID string
@@ -209,6 +213,9 @@ func (b *Broker) Do(ctx context.Context, in Inbound, write func(*Outcome) Writte
 	req, err := p.c.prepare(in)
 	if err != nil {
 		p.refuse(err)
+		return
+	}
+	if req.MCP != nil && p.mcpStart(req) {
 		return
 	}
 	c := p.c
@@ -347,6 +354,7 @@ func (p *pipe) refuse(err error) {
 			"method", c.rec.Method, "path", c.rec.Path, "code", code)
 	}
 	p.b.calls.observe(c.rec.Upstream, "deny", code, c.elapsed())
+	p.b.mcpCount(c, "deny")
 	p.give(Outcome{RequestID: c.rec.RequestID, Err: err})
 }
 
@@ -357,6 +365,7 @@ func (p *pipe) fail(err error, decision string, held bool) {
 	f := fault.Of(err)
 	if decision != "" {
 		p.b.calls.observe(c.rec.Upstream, decision, f.Code(), c.elapsed())
+		p.b.mcpCount(c, decision)
 	}
 	if failure(f) {
 		// The one line of a failure: its safe cause, never the error's
@@ -390,20 +399,34 @@ func (p *pipe) failSent(err error, decision string, held bool, status int) {
 // its decision: the executed answer, the refusal, or still pending.
 func (p *pipe) hold(wait time.Duration) {
 	c, b := p.c, p.b
-	a, err := c.hold(p.ctx)
-	if errors.Is(err, gate.ErrTooManyPending) { // a refusal like any other: audited with its code
-		p.refuse(err)
-		return
-	}
-	if err != nil {
-		p.fail(err, "deny", false)
-		return
+	a, joined := c.mcpJoined(p.ctx)
+	if !joined {
+		var err error
+		a, err = c.hold(p.ctx)
+		if errors.Is(err, gate.ErrTooManyPending) { // a refusal like any other: audited with its code
+			p.refuse(err)
+			return
+		}
+		if err != nil {
+			p.fail(err, "deny", false)
+			return
+		}
 	}
 	b.calls.observe(c.rec.Upstream, "hold", "", c.elapsed())
+	b.mcpCount(c, "hold")
 	p.waited = wait
+	if c.mcp != nil && c.mcp.held != nil && !a.Status.Terminal() {
+		c.mcp.held(a.ID)
+	}
+	var err error
 	if wait > 0 {
 		ctx, span := c.childSpan(p.ctx, "airlock.await_decision", trace.SpanKindInternal, attrActionID.String(a.ID))
 		a, err = b.awaitDecision(ctx, c.l, c.grant, a.ID, wait)
+		if c.mcp != nil && p.ctx.Err() != nil && err == nil && a.Status == approval.Pending {
+			// An MCP client that cancelled or left before the decision
+			// withdraws its call (DESIGN §10).
+			b.appr.Withdraw(context.WithoutCancel(p.ctx), a.ID)
+		}
 		if span != nil {
 			span.SetAttributes(attribute.String("airlock.action.status", string(a.Status)))
 		}
@@ -418,7 +441,7 @@ func (p *pipe) hold(wait time.Duration) {
 			return
 		}
 	}
-	out := Outcome{RequestID: c.rec.RequestID, Held: true, Wait: wait}
+	out := Outcome{RequestID: c.rec.RequestID, Held: true, Wait: wait, ActionID: a.ID}
 	switch a.Status {
 	case approval.Denied, approval.Expired, approval.Failed:
 		out.Err = gate.ActionError(a)
@@ -511,6 +534,10 @@ func (p *pipe) relayOrForward(release func()) {
 // answer gives the writer a sent call's answer, scrubbed, and records its
 // outcome.
 func (p *pipe) answer(resp *response, websocket bool) {
+	if p.c.mcp != nil {
+		p.answerMCP(resp)
+		return
+	}
 	c, b := p.c, p.b
 	defer resp.Close()
 	if resp.StatusCode == http.StatusSwitchingProtocols {

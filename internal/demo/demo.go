@@ -18,6 +18,7 @@ import (
 //	GET  /whoami         echoes the Authorization header it received (the broker scrubs it)
 //	POST /payments       {"to": "...", "amount": N}: records a payment
 //	GET  /payments       lists the recorded payments
+//	/mcp                 the demo MCP server (MCPHandler)
 func Handler(key string) http.Handler {
 	var (
 		mu       sync.Mutex
@@ -56,6 +57,8 @@ func Handler(key string) http.Handler {
 		mu.Unlock()
 		writeJSON(w, http.StatusCreated, map[string]any{"payment": n, "received": p})
 	})
+	mcpHandler := MCPHandler(key)
+	mux.Handle("/mcp", mcpHandler)
 	mux.HandleFunc("GET /payments", func(w http.ResponseWriter, r *http.Request) {
 		if !authorized(w, r) {
 			return

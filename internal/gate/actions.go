@@ -55,7 +55,10 @@ func (s *Service) Gated(l Sandbox, d *grants.Decision, also ...*grants.Decision)
 // left. See pending.go. also are the decisions of further permissions the
 // request needs: the action names their grants, and execute runs it only
 // while each of them still permits (live, unexpired, not exhausted).
-func (s *Service) Hold(ctx context.Context, l Sandbox, d *grants.Decision, out *upstream.Outbound, call audit.Event, also ...*grants.Decision) (approval.Action, error) {
+//
+// m, for an MCP tool call, is what its reviewers see beside the request;
+// its Join key lets an identical retry find the action (see Joined).
+func (s *Service) Hold(ctx context.Context, l Sandbox, d *grants.Decision, out *upstream.Outbound, m *approval.MCPCall, call audit.Event, also ...*grants.Decision) (approval.Action, error) {
 	if !l.TakePending(s.maxPending) {
 		d.Release()
 		return approval.Action{}, fmt.Errorf("%w (at most %d)", ErrTooManyPending, s.maxPending)
@@ -70,7 +73,7 @@ func (s *Service) Hold(ctx context.Context, l Sandbox, d *grants.Decision, out *
 		Request: approval.HeldRequest{Method: out.Method, Path: out.Path, Query: out.Query, Header: out.Header.Clone(), Body: out.Body},
 		Pinned:  d.Pinned, Filled: d.Filled,
 		Standing:          approval.Standing{UntrustedInput: r2.UntrustedInput, SensitiveAccess: r2.SensitiveAccess, ExternalAction: r2.ExternalAction},
-		ApprovalsRequired: d.Grant.Grant.ApprovalsRequired, Amounts: d.Amounts(),
+		ApprovalsRequired: d.Grant.Grant.ApprovalsRequired, Amounts: d.Amounts(), MCP: m,
 	}
 	for _, x := range also {
 		if x != nil && x.Grant != nil && x.Grant != d.Grant && !slices.Contains(a.PermitGrants, x.Grant.Grant.ID) {
@@ -98,6 +101,7 @@ func (s *Service) Hold(ctx context.Context, l Sandbox, d *grants.Decision, out *
 		return a, err
 	}
 	s.expiry.Set(a.ID, a.ExpiresAt)
+	s.index(a)
 	s.announce(a, typeActionPending, "")
 	return a, nil
 }
@@ -305,24 +309,29 @@ func (s *Service) denyWhere(ctx context.Context, actor audit.Actor, reviewer, re
 		return
 	}
 	for _, a := range pending {
-		if !match(&a) {
-			continue
+		if match(&a) {
+			s.deny(ctx, actor, reviewer, reason, a.ID)
 		}
-		a, err := s.store.UpdateAction(ctx, a.ID, func(a *approval.Action) error {
-			if a.Status != approval.Pending {
-				return errUnchanged
-			}
-			a.Status, a.Reason = approval.Denied, reason
-			return nil
-		})
-		if err != nil {
-			continue
-		}
-		s.leftPending(a)
-		s.expiry.Stop(a.ID)
-		s.recordAction(a, typeActionDenied, actor, reason)
-		s.announce(a, typeActionDenied, reviewer)
 	}
+}
+
+// deny denies one pending action with reason, waking its waiters; an
+// action no longer pending is left as it is.
+func (s *Service) deny(ctx context.Context, actor audit.Actor, reviewer, reason, id string) {
+	a, err := s.store.UpdateAction(ctx, id, func(a *approval.Action) error {
+		if a.Status != approval.Pending {
+			return errUnchanged
+		}
+		a.Status, a.Reason = approval.Denied, reason
+		return nil
+	})
+	if err != nil {
+		return
+	}
+	s.leftPending(a)
+	s.expiry.Stop(a.ID)
+	s.recordAction(a, typeActionDenied, actor, reason)
+	s.announce(a, typeActionDenied, reviewer)
 }
 
 // Load re-arms expiry of pending actions after a restart and counts their
@@ -339,6 +348,9 @@ func (s *Service) Load(ctx context.Context) error {
 		case approval.Pending:
 			s.restorePending(a)
 			s.expiry.Set(a.ID, a.ExpiresAt)
+			s.index(a)
+		case approval.Executed:
+			s.index(a) // an identical MCP retry gets its stored result until it expires
 		case approval.Executing:
 			// Its own (or, alone on the store, any) stale claim is failed
 			// now, and a claim whose lease ended; another live replica's

@@ -21,6 +21,7 @@ func (s *Service) ApplyChange(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	s.index(a) // an MCP action held on another replica: its retries join it here too
 	if a.Status == approval.Pending {
 		if !s.expiry.Armed(id) {
 			s.expiry.Set(id, a.ExpiresAt)

@@ -139,6 +139,7 @@ type Service struct {
 	shared     bool          // other replicas share the store (a change feed): sweep expired leases
 	usage      usage.Store   // the shared count of grants' limits, or nil (pending.go)
 	held       sync.Map      // action id → struct{}: pending actions whose reservation this replica counts (pending.go)
+	joins      sync.Map      // session id + "\x00" + MCP join key → action id: what an identical MCP retry joins (join.go)
 	sweepMu    sync.Mutex
 	sweepTimer clock.Timer // nil when not sweeping; stopped by Close
 	closed     bool

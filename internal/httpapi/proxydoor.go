@@ -394,6 +394,7 @@ func (p *ProxyDoor) serveTunneled(w http.ResponseWriter, r *http.Request) {
 	}
 	in := broker.Inbound{Upstream: t.dest.Upstream, Method: r.Method, Caller: broker.BearerCaller(t.token, t.remote), Wait: p.wait}
 	c := p.newCall(w, r)
+	defer c.stop()
 	c.tunnel = true
 	in.Parse = func(a *broker.Admitted) (*broker.Request, error) {
 		c.admitted = true
@@ -402,7 +403,7 @@ func (p *ProxyDoor) serveTunneled(w http.ResponseWriter, r *http.Request) {
 		}
 		return c.parse(a, r.URL.EscapedPath())
 	}
-	p.s.b.Do(r.Context(), in, c.write)
+	p.s.b.Do(c.ctx, in, c.write)
 	c.out.end()
 }
 
@@ -412,6 +413,7 @@ func (p *ProxyDoor) plain(w http.ResponseWriter, r *http.Request) {
 	in, _ := proxyInbound(r, false)
 	in.Wait = p.wait
 	c := p.newCall(w, r)
+	defer c.stop()
 	in.Check = func() error {
 		c.admitted = true
 		if r.URL.Scheme != "http" {
@@ -420,7 +422,7 @@ func (p *ProxyDoor) plain(w http.ResponseWriter, r *http.Request) {
 		return nil
 	}
 	in.Parse = func(a *broker.Admitted) (*broker.Request, error) { return c.parse(a, r.URL.EscapedPath()) }
-	p.s.b.Do(r.Context(), in, c.write)
+	p.s.b.Do(c.ctx, in, c.write)
 	c.out.end()
 }
 
@@ -433,10 +435,14 @@ type proxyCall struct {
 	tunnel   bool               // a request inside a tunnel (else a plain http:// one)
 	admitted bool               // the caller was admitted: the token still holds
 	aws      *upstream.Upstream // the call is an AWS upstream's: errors in its protocol
+	mcp      *mcpExchange       // the call is an MCP upstream's: read and answered as the MCP door does
+	ctx      context.Context    // the call's context (cancelled by an MCP client's notifications/cancelled)
+	stop     context.CancelFunc
 }
 
 func (p *ProxyDoor) newCall(w http.ResponseWriter, r *http.Request) *proxyCall {
 	c := &proxyCall{p: p, w: w, r: r}
+	c.ctx, c.stop = context.WithCancel(r.Context())
 	c.out = p.s.outcomes(w, r, c.problem)
 	return c
 }
@@ -461,7 +467,13 @@ func (c *proxyCall) problem(w http.ResponseWriter, err error, requestID string) 
 	writeProblem(w, problemFor(err), requestID)
 }
 
-func (c *proxyCall) write(o *broker.Outcome) broker.Written { return c.out.write(o) }
+func (c *proxyCall) write(o *broker.Outcome) broker.Written {
+	if c.mcp != nil && c.admitted && (o.Err == nil || fault.Of(o.Err) != fault.InvalidToken) {
+		defer c.mcp.stop()
+		return c.mcp.write(o)
+	}
+	return c.out.write(o)
+}
 
 // parse reads an admitted call to its upstream: the sandbox's
 // Authorization (a placeholder) and Proxy-Authorization are dropped, and
@@ -484,6 +496,16 @@ func (c *proxyCall) parse(a *broker.Admitted, escapedPath string) (*broker.Reque
 		return readProxyAWS(r, a, u)
 	}
 	r.Header.Del("Authorization")
+	if u.Kind == "mcp" {
+		// An MCP client at the server's real URL: the MCP door's checks,
+		// its wait for a human, its answers.
+		if escapedPath != u.BaseURL.EscapedPath() && !(escapedPath == "/" && u.BaseURL.EscapedPath() == "") {
+			return nil, errNotFoundRoute
+		}
+		c.mcp = &mcpExchange{s: c.p.s, w: c.w, r: r, cancel: c.stop}
+		a.SetWait(c.p.s.mcpWait)
+		return c.mcp.parse(a)
+	}
 	return readREST(c.w, r, a, escapedPath)
 }
 

@@ -37,6 +37,8 @@ type Server struct {
 	pprof    bool
 	idle     time.Duration          // body_idle_timeout
 	proxyURL atomic.Pointer[string] // the proxy door's advertised host:port (UIOptions.ProxyURL)
+	mcpWait  time.Duration          // how long the MCP door holds a gated tools/call (UIOptions.MCPWait)
+	mcp      mcpSessions            // the MCP door's sessions (the session era's Mcp-Session-Id)
 }
 
 // New makes a server over b. Its metrics go to o.Registry (with the Go and
@@ -57,7 +59,7 @@ func New(b *broker.Broker, log *slog.Logger, o UIOptions) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg, ui: ui, pprof: o.Pprof, idle: o.BodyIdleTimeout}
+	s := &Server{b: b, log: log, metrics: newMetrics(reg), reg: reg, ui: ui, pprof: o.Pprof, idle: o.BodyIdleTimeout, mcpWait: o.MCPWait}
 	s.SetProxyURL(o.ProxyURL)
 	return s, nil
 }
@@ -100,6 +102,9 @@ func (s *Server) routes(r chi.Router, p Plane) {
 			r.MethodFunc(m, "/v1/aws/{upstream}", s.awsProxy)
 			r.MethodFunc(m, "/v1/aws/{upstream}/*", s.awsProxy)
 		}
+		r.Post("/v1/mcp/{upstream}", s.mcpPost)
+		r.Get("/v1/mcp/{upstream}", s.mcpGet)
+		r.Delete("/v1/mcp/{upstream}", s.mcpDelete)
 		r.Get("/v1/actions/{id}", s.handle(s.getAction))
 		r.Get("/v1/actions/{id}/result", s.handle(s.getActionResult))
 		return

@@ -85,6 +85,9 @@ type UIOptions struct {
 	// (host:port), advertised in session answers; "" when the door is off
 	// or its address is not known yet (see Server.SetProxyURL).
 	ProxyURL string
+	// MCPWait is how long the MCP door holds a gated tools/call for the
+	// reviewers' decision (approval.mcp_wait; 0: answered pending at once).
+	MCPWait time.Duration
 	// BodyIdleTimeout cuts a sandbox request body that stops arriving for
 	// this long (408); 0 is 30 s.
 	BodyIdleTimeout time.Duration

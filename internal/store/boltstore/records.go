@@ -125,6 +125,7 @@ type ruleRecord struct {
 	Irreversible *bool                       `json:"Irreversible"`
 	DenyUnknown  bool                        `json:"DenyUnknown"`
 	WebSocket    bool                        `json:"WebSocket"`
+	Tool         string                      `json:"Tool"`
 	Constraints  map[string]constraintRecord `json:"Constraints"`
 }
 
@@ -150,7 +151,7 @@ func encodeGrant(g *grants.Grant) ([]byte, error) {
 	}
 	for i, ru := range g.Rules {
 		r.Rules[i] = ruleRecord{Method: ru.Method, Path: ru.Path, Action: ru.Action, Resource: ru.Resource,
-			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket}
+			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket, Tool: ru.Tool}
 		if ru.Constraints != nil {
 			r.Rules[i].Constraints = make(map[string]constraintRecord, len(ru.Constraints))
 		}
@@ -181,7 +182,7 @@ func decodeGrant(data []byte) (grants.Grant, error) {
 	}
 	for i, ru := range r.Rules {
 		g.Rules[i] = grants.Rule{Method: ru.Method, Path: ru.Path, Action: ru.Action, Resource: ru.Resource,
-			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket}
+			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket, Tool: ru.Tool}
 		if ru.Constraints != nil {
 			g.Rules[i].Constraints = make(map[string]grants.Constraint, len(ru.Constraints))
 		}

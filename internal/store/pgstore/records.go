@@ -40,6 +40,7 @@ type ruleRecord struct {
 	Irreversible *bool                       `json:"irreversible,omitempty"`
 	DenyUnknown  bool                        `json:"deny_unknown,omitempty"`
 	WebSocket    bool                        `json:"websocket,omitempty"`
+	Tool         string                      `json:"tool,omitempty"`
 	Constraints  map[string]constraintRecord `json:"constraints,omitempty"`
 	// HasConstraints keeps an empty (not nil) constraint map apart.
 	HasConstraints bool `json:"has_constraints,omitempty"`
@@ -62,7 +63,7 @@ func encodeRules(rs []grants.Rule) ([]byte, error) {
 	r := rulesRecord{Schema: recordSchema, Rules: make([]ruleRecord, len(rs))}
 	for i, ru := range rs {
 		r.Rules[i] = ruleRecord{Method: ru.Method, Path: ru.Path, Action: ru.Action, Resource: ru.Resource,
-			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket, HasConstraints: ru.Constraints != nil}
+			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket, Tool: ru.Tool, HasConstraints: ru.Constraints != nil}
 		if ru.Constraints != nil {
 			r.Rules[i].Constraints = make(map[string]constraintRecord, len(ru.Constraints))
 		}
@@ -88,7 +89,7 @@ func decodeRules(data []byte) ([]grants.Rule, error) {
 	out := make([]grants.Rule, len(r.Rules))
 	for i, ru := range r.Rules {
 		out[i] = grants.Rule{Method: ru.Method, Path: ru.Path, Action: ru.Action, Resource: ru.Resource,
-			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket}
+			Irreversible: ru.Irreversible, DenyUnknown: ru.DenyUnknown, WebSocket: ru.WebSocket, Tool: ru.Tool}
 		if ru.HasConstraints || ru.Constraints != nil {
 			out[i].Constraints = make(map[string]grants.Constraint, len(ru.Constraints))
 		}

@@ -135,7 +135,8 @@ func sampleGrant(id, sessionID string) grants.Grant {
 					"body.currency": {OneOf: []any{"EUR", "USD"}},
 					"body.to":       {Pattern: "[a-z]+", MaxLength: ptr(40)},
 				},
-			}, {Action: "s3:PutObject", Resource: "arn:aws:s3:::reports/*"}},
+			}, {Action: "s3:PutObject", Resource: "arn:aws:s3:::reports/*"},
+				{Tool: "create_issue", Constraints: map[string]grants.Constraint{"args.labels.*": {OneOf: []any{"bug"}}}}},
 		},
 	}
 }

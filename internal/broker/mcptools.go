@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/airlock-broker/airlock/internal/audit"
+	"github.com/airlock-broker/airlock/internal/fault"
+	"github.com/airlock-broker/airlock/internal/grants"
+	"github.com/airlock-broker/airlock/internal/mcp"
+	"github.com/airlock-broker/airlock/internal/sessions"
+)
+
+// Tool pinning (DESIGN §10): a tool's digest is recorded the first time
+// the Airlock session sees it (or fixed in config); a tool that differs
+// later is quarantined for the session: its calls are refused
+// tool_changed, its held actions fail unsent, and the change is audited
+// with both digests.
+
+// ErrToolChanged: the tool differs from the one first seen (or fixed in
+// config): quarantined.
+var ErrToolChanged = fault.New(fault.ToolChanged, "the MCP tool changed since it was first seen (its name, description, input schema or annotations): quarantined for this session")
+
+// ErrUnknownTool: the server lists no tool of the called name.
+var ErrUnknownTool = fault.New(fault.NotFound, "the MCP server lists no tool of this name")
+
+// Bounds of a listing: pages read of the server, and tools kept.
+const (
+	maxListPages = 50
+	maxTools     = 2000
+	listPageSize = 100 // the broker's own pages to the sandbox
+)
+
+// catalogue is what a session saw of an upstream's tools.
+type catalogue struct {
+	fixed    map[string]string // digests fixed in config
+	recorded map[string]string // tool → digest first seen
+	changed  map[string]string // quarantined tool → the digest it changed to
+	tools    []mcp.Tool        // as last listed, in the server's order
+	listed   bool
+}
+
+func newCatalogue(fixed map[string]string) catalogue {
+	return catalogue{fixed: fixed, recorded: map[string]string{}, changed: map[string]string{}}
+}
+
+// toolChange is a tool seen to differ from its recorded digest.
+type toolChange struct{ tool, recorded, now string }
+
+// see takes a fresh listing and returns the tools that changed (newly).
+func (c *catalogue) see(tools []mcp.Tool) []toolChange {
+	var changes []toolChange
+	for _, t := range tools {
+		want, fixed := c.fixed[t.Name]
+		if !fixed {
+			var seen bool
+			if want, seen = c.recorded[t.Name]; !seen {
+				c.recorded[t.Name] = t.Digest
+				continue
+			}
+		}
+		if t.Digest != want {
+			if _, already := c.changed[t.Name]; !already {
+				changes = append(changes, toolChange{tool: t.Name, recorded: want, now: t.Digest})
+			}
+			c.changed[t.Name] = t.Digest
+		}
+	}
+	c.tools, c.listed = tools, true
+	return changes
+}
+
+// tool is the named tool as last listed, or false.
+func (c *catalogue) tool(name string) (mcp.Tool, bool) {
+	for _, t := range c.tools {
+		if t.Name == name {
+			return t, true
+		}
+	}
+	return mcp.Tool{}, false
+}
+
+// list reads every page of the upstream's tools/list (bounded), records
+// what the session sees, and acts on the tools that changed.
+func (b *Broker) listTools(ctx context.Context, l *sessions.LiveSession, x *mcpExchange) error {
+	var all []mcp.Tool
+	cursor := ""
+	for page := 0; page < maxListPages; page++ {
+		params := map[string]any{}
+		if cursor != "" {
+			params["cursor"] = cursor
+		}
+		result, err := x.call(ctx, "tools/list", params)
+		if err != nil {
+			return err
+		}
+		tools, next, err := mcp.ParseToolsList(result)
+		if err != nil {
+			return err
+		}
+		all = append(all, tools...)
+		if len(all) > maxTools {
+			return fmt.Errorf("%w: the server lists more than %d tools", ErrMCPUpstream, maxTools)
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	x.link.mu.Lock()
+	changes := x.link.cat.see(all)
+	x.link.mu.Unlock()
+	for _, ch := range changes {
+		b.toolChanged(ctx, l, x, ch)
+	}
+	return nil
+}
+
+// toolChanged audits a changed tool and fails its held actions unsent.
+func (b *Broker) toolChanged(ctx context.Context, l *sessions.LiveSession, x *mcpExchange, ch toolChange) {
+	ev := audit.Event{Type: audit.TypeMCPToolChanged, Actor: audit.Actor{Kind: "system"}, SessionID: l.Session.ID, TaskID: l.Session.TaskID,
+		Upstream: x.u.Name, Code: fault.ToolChanged.Code(),
+		MCP: &audit.MCP{Tool: clip(ch.tool, 128), Digest: ch.now, Recorded: ch.recorded}}
+	b.audit.AppendAsync(ev)
+	b.log.Warn("mcp tool changed: quarantined", "session_id", l.Session.ID, "upstream", x.u.Name, "tool", clip(ch.tool, 128),
+		"recorded", ch.recorded, "served", ch.now)
+	b.appr.FailTool(context.WithoutCancel(ctx), l.Session.ID, x.u.Name, ch.tool, "the tool changed since it was held ("+ch.recorded+" → "+ch.now+")")
+}
+
+// toolFor resolves a tools/call's tool on the link: listed first when the
+// session has not seen the server's tools yet; refused when quarantined
+// or not served.
+func (b *Broker) toolFor(ctx context.Context, l *sessions.LiveSession, x *mcpExchange, name string) (mcp.Tool, error) {
+	x.link.mu.Lock()
+	listed := x.link.cat.listed
+	x.link.mu.Unlock()
+	if !listed {
+		if err := b.listTools(ctx, l, x); err != nil {
+			return mcp.Tool{}, err
+		}
+	}
+	x.link.mu.Lock()
+	defer x.link.mu.Unlock()
+	if _, bad := x.link.cat.changed[name]; bad {
+		return mcp.Tool{}, ErrToolChanged
+	}
+	t, ok := x.link.cat.tool(name)
+	if !ok {
+		return mcp.Tool{}, ErrUnknownTool
+	}
+	return t, nil
+}
+
+// toolRules are the rules of the session's live grants on upstream that
+// name a tool, in grant order.
+func (b *Broker) toolRules(l *sessions.LiveSession, upstreamName string) []grants.ToolRule {
+	now := b.now()
+	var rules []grants.ToolRule
+	for _, g := range l.Grants() {
+		if g.Grant.Upstream != upstreamName || g.Revoked() || !now.Before(g.Grant.ExpiresAt) {
+			continue
+		}
+		rules = append(rules, g.ToolRules()...)
+	}
+	return rules
+}
+
+// shownTools is the sandbox's view of the catalogue: only the tools some
+// rule allows and that are not quarantined, each scrubbed and its input
+// schema narrowed by the first rule that names it; and the names hidden.
+func (b *Broker) shownTools(x *mcpExchange, rules []grants.ToolRule) (shown []map[string]any, names, hidden []string) {
+	x.link.mu.Lock()
+	tools, changed := x.link.cat.tools, x.link.cat.changed
+	x.link.mu.Unlock()
+	for _, t := range tools {
+		var rule *grants.ToolRule
+		for i := range rules {
+			if rules[i].Tool == t.Name {
+				rule = &rules[i]
+				break
+			}
+		}
+		if _, bad := changed[t.Name]; bad || rule == nil {
+			hidden = append(hidden, clip(t.Name, 128))
+			continue
+		}
+		narrowed := mcp.Narrow(t.Raw, narrowings(rule), rule.DenyUnknown)
+		scrubbed, _ := mcp.ScrubResult(narrowed, x.cred.Scrub.String)
+		shown = append(shown, scrubbed)
+		names = append(names, t.Name)
+	}
+	return shown, names, hidden
+}
+
+// narrowings converts a rule's constraints for mcp.Narrow.
+func narrowings(r *grants.ToolRule) map[string]mcp.Narrowing {
+	out := make(map[string]mcp.Narrowing, len(r.Constraints))
+	for key, c := range r.Constraints {
+		out[key] = mcp.Narrowing{Pin: c.Pin, HasPin: c.Pin != nil, OneOf: c.OneOf, Min: c.Min, Max: c.Max, MaxLength: c.MaxLength,
+			Pattern: c.Pattern, Required: c.Required}
+	}
+	return out
+}
+
+// page cuts the shown tools at the broker's cursor: the page and the next
+// cursor ("" at the end). A cursor the broker did not make is refused.
+func page(shown []map[string]any, cursor string) ([]map[string]any, string, error) {
+	from := 0
+	if cursor != "" {
+		raw, err := base64.RawURLEncoding.DecodeString(cursor)
+		n, aerr := strconv.Atoi(strings.TrimPrefix(string(raw), "airlock:"))
+		if err != nil || aerr != nil || !strings.HasPrefix(string(raw), "airlock:") || n < 0 || n > len(shown) {
+			return nil, "", fmt.Errorf("%w: the cursor is not one the broker gave", grants.ErrBadRequest)
+		}
+		from = n
+	}
+	to := min(from+listPageSize, len(shown))
+	next := ""
+	if to < len(shown) {
+		next = base64.RawURLEncoding.EncodeToString([]byte("airlock:" + strconv.Itoa(to)))
+	}
+	return shown[from:to], next, nil
+}
