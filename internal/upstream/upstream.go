@@ -51,7 +51,7 @@ var DefaultForwardHeaders = []string{"Accept", "Content-Type", "User-Agent", "Id
 // Upstream is a configured API.
 type Upstream struct {
 	Name           string
-	Kind           string // "http"
+	Kind           string // "http", "aws" or "mcp"
 	BaseURL        *url.URL
 	Sensitive      bool
 	Timeout        time.Duration
@@ -88,6 +88,8 @@ type Upstream struct {
 	// PropagateTrace sends the broker's own trace context (traceparent of
 	// the upstream call's span) to this upstream; off by default.
 	PropagateTrace bool
+
+	Tools map[string]string // mcp: tool name → pinned digest from config
 
 	transport http.RoundTripper
 	scrub     atomic.Pointer[scrubCache]
