@@ -87,7 +87,11 @@ func (u *Upstream) build(f string, b builder) (*upstream.Upstream, error) {
 		return nil, fieldErr(f+".base_url", "must be an absolute http(s) URL")
 	}
 	fwd := map[string]bool{}
-	for _, h := range append(append([]string{}, upstream.DefaultForwardHeaders...), u.ForwardHeaders...) {
+	defaults := upstream.DefaultForwardHeaders
+	if u.Type == "mcp" {
+		defaults = nil // the MCP door builds the request's headers
+	}
+	for _, h := range append(append([]string{}, defaults...), u.ForwardHeaders...) {
 		fwd[http.CanonicalHeaderKey(h)] = true
 	}
 	up := &upstream.Upstream{
@@ -99,6 +103,7 @@ func (u *Upstream) build(f string, b builder) (*upstream.Upstream, error) {
 		Placeholder:    u.placeholder,
 		Hosts:          u.proxyHosts,
 		PropagateTrace: u.PropagateTrace,
+		Tools:          u.pinnedTools(),
 
 		AllowPathSemicolons: u.AllowPathSemicolons,
 	}

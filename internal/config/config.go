@@ -98,6 +98,10 @@ type Approval struct {
 	// ProxyWait is how long the proxy door holds a gated call's connection
 	// for the decision (default 55s); then it answers 202 pending.
 	ProxyWait time.Duration `yaml:"proxy_wait"`
+	// MCPWait is how long the MCP door holds a gated tools/call for the
+	// decision (default 45s; 0: answer pending at once). Never nil after
+	// Validate.
+	MCPWait *time.Duration `yaml:"mcp_wait"`
 	// ExecutionLease: how long an executing action's claim holds unless
 	// the replica executing it renews it (default 15s); after it, any
 	// replica on the database fails the action, never re-sent.
@@ -119,8 +123,8 @@ type UI struct {
 // Upstream configures one upstream.
 type Upstream struct {
 	Name           string        `yaml:"name"`
-	Type           string        `yaml:"type"`     // http (default) or aws
-	BaseURL        string        `yaml:"base_url"` // http upstreams (an aws one's calls go to Endpoint)
+	Type           string        `yaml:"type"`     // http (default), aws or mcp
+	BaseURL        string        `yaml:"base_url"` // http upstreams; mcp: the server's Streamable HTTP endpoint (an aws one's calls go to Endpoint)
 	Sensitive      *bool         `yaml:"sensitive"`
 	Timeout        time.Duration `yaml:"timeout"`
 	MaxBody        int64         `yaml:"max_body"`
@@ -164,6 +168,18 @@ type Upstream struct {
 	// AllowDotKeys (aws only) lets object keys hold "." / ".." / empty
 	// segments, raw or percent-encoded; refused by default.
 	AllowDotKeys bool `yaml:"allow_dot_keys"`
+
+	// Tools (mcp only) pins tools' digests: a tool served with another
+	// digest is quarantined from the start (default: the digest each
+	// session first sees).
+	Tools map[string]ToolPin `yaml:"tools"`
+}
+
+// ToolPin fixes an MCP tool's digest: "sha256:" and the lowercase hex
+// SHA-256 of the RFC 8785 (JCS) form of the tool's {name, description,
+// inputSchema, annotations}.
+type ToolPin struct {
+	Digest string `yaml:"digest"`
 }
 
 // Vault says how to reach and log in to Vault.

@@ -21,6 +21,9 @@ const (
 	// DefaultAWSMaxBody bounds request bodies to aws upstreams (object uploads).
 	DefaultAWSMaxBody = 64 << 20
 	DefaultProxyWait  = 55 * time.Second
+	// DefaultMCPWait is how long the MCP door holds a gated tool call
+	// (approval.mcp_wait).
+	DefaultMCPWait = 45 * time.Second
 	// DefaultApprovalTimeout is how long a pending action waits (approval.timeout).
 	DefaultApprovalTimeout = 15 * time.Minute
 	// DefaultUISessionTTL is a reviewer login's lifetime (ui.session_ttl).
@@ -72,6 +75,7 @@ func (c *Config) applyDefaults() {
 	setDefault(&c.Approval.Timeout, DefaultApprovalTimeout)
 	setDefault(&c.Approval.MaxPendingPerSession, gate.DefaultMaxPending)
 	setDefault(&c.Approval.ProxyWait, DefaultProxyWait)
+	setDefault(&c.Approval.MCPWait, ptr(DefaultMCPWait))
 	// approval.execution_lease stays 0: the broker's default (15s).
 	if c.RateLimit.PerSession > 0 {
 		setDefault(&c.RateLimit.Burst, int(c.RateLimit.PerSession+0.999))
@@ -106,7 +110,7 @@ func (u *Upstream) applyDefaults(grace time.Duration) {
 		if serviceRE.MatchString(u.Service) && regionRE.MatchString(u.Region) {
 			setDefault(&u.Endpoint, "https://"+u.Service+"."+u.Region+".amazonaws.com")
 		}
-	case "http":
+	case "http", "mcp":
 		setDefault(&u.MaxBody, DefaultMaxBody)
 		in := &u.Inject
 		switch {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"maps"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -25,6 +26,10 @@ type OAuth2Credential struct {
 	// RevocationURL (optional) is the RFC 7009 endpoint where a session's
 	// access token is revoked when the session ends.
 	RevocationURL string `yaml:"revocation_url"`
+	// Resource (optional) is the RFC 8707 resource indicator every token
+	// request names: the API the token is for (an MCP server's canonical
+	// URI, which MCP authorization requires).
+	Resource string `yaml:"resource"`
 
 	scopeRules []oauth2.ScopeRule // ScopesFor as validate parsed it, by key
 }
@@ -32,6 +37,13 @@ type OAuth2Credential struct {
 func (*OAuth2Credential) Source() string { return "oauth2" }
 
 func validScope(s string) bool { return s != "" && !strings.ContainsAny(s, " \"\\") }
+
+// resourceURI says whether s is an RFC 8707 resource indicator: an
+// absolute URI with no fragment.
+func resourceURI(s string) bool {
+	u, err := url.Parse(s)
+	return err == nil && u.IsAbs() && !strings.ContainsAny(s, "# \t\r\n")
+}
 
 func (c *OAuth2Credential) validate(f string, hasVault bool) error {
 	var e errs
@@ -43,6 +55,9 @@ func (c *OAuth2Credential) validate(f string, hasVault bool) error {
 	}
 	if c.RevocationURL != "" && !httpURL(c.RevocationURL, true) {
 		e.add(f+".revocation_url", "must be an absolute http(s) URL without fragment or user info")
+	}
+	if c.Resource != "" && !resourceURI(c.Resource) {
+		e.add(f+".resource", "must be an absolute URI without fragment (RFC 8707), e.g. the MCP server's https URL")
 	}
 	for _, s := range c.Scopes {
 		if !validScope(s) {

@@ -123,12 +123,12 @@ func (c *OAuth2Credential) build(f string, b *builder) (built, error) {
 		}
 		m = &oauth2.Refresh{
 			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Initial: rt,
-			Scopes: c.Scopes, ScopesFor: c.scopeRules, RevocationURL: ru, Client: tokenClient(b.tls),
+			Scopes: c.Scopes, ScopesFor: c.scopeRules, Resource: c.Resource, RevocationURL: ru, Client: tokenClient(b.tls),
 		}
 	} else {
 		m = &oauth2.ClientCredentials{
 			TokenURL: tu, ClientID: c.ClientID, ClientSecret: secret, Scopes: c.Scopes, ScopesFor: c.scopeRules,
-			RevocationURL: ru, Client: tokenClient(b.tls),
+			Resource: c.Resource, RevocationURL: ru, Client: tokenClient(b.tls),
 		}
 	}
 	return built{source: upstream.MintedSource(m), minter: m}, nil

@@ -54,13 +54,18 @@ func (u *Upstream) validate(f string, hasVault bool) error {
 		}
 	}
 	e.join(u.validatePlaceholder(f))
+	if u.Type != "mcp" && len(u.Tools) > 0 {
+		e.add(f+".tools", "applies to mcp upstreams only")
+	}
 	switch u.Type {
 	case "http":
 		e.join(u.validateHTTP(f))
 	case "aws":
 		e.join(u.validateAWS(f))
+	case "mcp":
+		e.join(u.validateMCP(f))
 	default:
-		e.add(f+".type", "must be http or aws")
+		e.add(f+".type", "must be http, aws or mcp")
 		return e.err()
 	}
 	e.join(u.Credential.validateIn(f+".credential", sourcesFor(u.Type), hasVault))

@@ -154,6 +154,9 @@ func (a *Approval) validate(f string) error {
 	if a.ProxyWait < 0 || a.ProxyWait > 15*time.Minute {
 		e.add(f+".proxy_wait", "must be between 1s and 15m")
 	}
+	if w := a.MCPWait; w != nil && (*w < 0 || *w > 15*time.Minute) {
+		e.add(f+".mcp_wait", "must be between 0 (answer pending at once) and 15m")
+	}
 	e.join(a.Webhook.validate(f + ".webhook"))
 	return e.err()
 }

@@ -38,6 +38,9 @@ type ClientCredentials struct {
 	ClientSecret upstream.Source
 	Scopes       []string
 	ScopesFor    []ScopeRule // narrows Scopes to the session's rules (none: Scopes)
+	// Resource, when set, is the RFC 8707 resource indicator each token
+	// request names (an MCP server's canonical URI).
+	Resource string
 	// RevocationURL is the server's RFC 7009 endpoint, or nil.
 	RevocationURL *url.URL
 	Client        *http.Client
@@ -61,6 +64,9 @@ func (o *ClientCredentials) Mint(ctx context.Context, sc upstream.Scope) (upstre
 	form := url.Values{"grant_type": {"client_credentials"}}
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
+	}
+	if o.Resource != "" {
+		form.Set("resource", o.Resource)
 	}
 	out, err := requestToken(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
 	if err != nil {

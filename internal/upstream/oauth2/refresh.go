@@ -33,6 +33,9 @@ type Refresh struct {
 	Initial      upstream.Source // the refresh token the operator configured
 	Scopes       []string
 	ScopesFor    []ScopeRule
+	// Resource, when set, is the RFC 8707 resource indicator each token
+	// request names (an MCP server's canonical URI).
+	Resource string
 	// RevocationURL is the server's RFC 7009 endpoint, or nil; only a
 	// session's access token is revoked there, never the shared chain.
 	RevocationURL *url.URL
@@ -128,6 +131,9 @@ func (o *Refresh) refresh(ctx context.Context, secret, rt upstream.Secret, scope
 	form := url.Values{"grant_type": {"refresh_token"}, "refresh_token": {rt.Reveal()}}
 	if len(scopes) > 0 {
 		form.Set("scope", strings.Join(scopes, " "))
+	}
+	if o.Resource != "" {
+		form.Set("resource", o.Resource)
 	}
 	return requestToken(ctx, o.Client, o.TokenURL, o.ClientID, secret, form)
 }
