@@ -107,6 +107,7 @@ type WireError struct {
 	Data    any
 }
 
+// Error is the error's code and message, so a WireError is an error.
 func (e *WireError) Error() string { return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message) }
 
 // IsRequest reports whether m is a request (a call awaiting a response).
