@@ -68,6 +68,13 @@ func TestMCPDoorBothEras(t *testing.T) {
 		t.Run("version="+version, func(t *testing.T) {
 			cs := mcpClient(t, b, "issues", s.Token, version)
 			ctx := context.Background()
+			want := version
+			if want == "" {
+				want = "2026-07-28" // the go-sdk's default: server/discover, stateless
+			}
+			if got := cs.InitializeResult().ProtocolVersion; got != want {
+				t.Fatalf("protocol version %q, want %q", got, want)
+			}
 			list, err := cs.ListTools(ctx, nil)
 			if err != nil {
 				t.Fatal(err)
@@ -127,6 +134,25 @@ func TestMCPDoorBothEras(t *testing.T) {
 				t.Errorf("delete_repo: %d %q, want -32010 no_matching_grant", code, airlock)
 			}
 		})
+	}
+	// The audit: each allowed call with its tool, the arguments' digest and
+	// the constrained values only; an unconstrained value never.
+	cs := mcpClient(t, b, "issues", s.Token, "2025-11-25")
+	if _, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "search", Arguments: map[string]any{"query": "unconstrained-secret-looking-query"}}); err != nil {
+		t.Fatal(err)
+	}
+	var audit []byte
+	brokertest.Eventually(t, 5*time.Second, func() bool {
+		audit = b.AuditExport()
+		return bytes.Contains(audit, []byte(`"type":"mcp.call.completed"`)) && bytes.Count(audit, []byte(`"tool":"search"`)) >= 2
+	})
+	if bytes.Contains(audit, []byte("unconstrained-secret-looking-query")) {
+		t.Error("an unconstrained argument's value is in the audit log")
+	}
+	for _, want := range []string{`"type":"mcp.call.allowed"`, `"args_sha256":"`, `"constrained":{"args.labels.*":"[\"bug\"]","args.repo":"\"acme/web\"","args.title":"\"crash\""}`, `"type":"mcp.call.denied"`, `"type":"mcp.list"`} {
+		if !bytes.Contains(audit, []byte(want)) {
+			t.Errorf("the audit log has no %s", want)
+		}
 	}
 	up.mu.Lock()
 	defer up.mu.Unlock()

@@ -97,7 +97,7 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 		return err
 	}
 	defer b.Close()
-	api, err := httpapi.New(b, log.With("component", "http"), httpapi.UIOptions{SessionTTL: cfg.UI.SessionTTL, SecureCookies: *cfg.UI.Secure, Registry: reg, Pprof: cfg.Debug.Pprof, BodyIdleTimeout: cfg.BodyIdleTimeout, MCPWait: cfg.Approval.MCPWait})
+	api, err := httpapi.New(b, log.With("component", "http"), httpapi.UIOptions{SessionTTL: cfg.UI.SessionTTL, SecureCookies: *cfg.UI.Secure, Registry: reg, Pprof: cfg.Debug.Pprof, BodyIdleTimeout: cfg.BodyIdleTimeout, MCPWait: *cfg.Approval.MCPWait})
 	if err != nil {
 		return err
 	}

@@ -217,7 +217,7 @@ func (c *call) mcpOutbound(req *Request, d *grants.Decision) (*upstream.Outbound
 	}
 	c.mcp.args = sum
 	c.mcp.id = c.b.mcp.nextID()
-	body, err := mcp.EncodeRequest(c.mcp.id, mcpToolsCall, map[string]any{"name": req.Tool, "arguments": args}, nil)
+	body, err := mcp.EncodeRequest(c.mcp.id, mcpToolsCall, mcp.ToolCallParams(req.Tool, args), nil)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the call cannot be encoded", grants.ErrBadRequest)
 	}

@@ -292,6 +292,9 @@ func (x *mcpExchange) match(ctx context.Context, data []byte, id mcp.ID) (*mcp.M
 			return nil, errNotTheAnswer
 		}
 		return msg, nil
+	case msg.IsRequest() && msg.Method == mcp.MethodPing:
+		x.reply(ctx, msg.ID, nil) // a liveness check, answered: no input of the client's
+		return nil, errNotTheAnswer
 	case msg.IsRequest():
 		x.refuseRequest(ctx, msg)
 		x.b.mcpBlocked(x, msg.Method)
@@ -303,7 +306,20 @@ func (x *mcpExchange) match(ctx context.Context, data []byte, id mcp.ID) (*mcp.M
 // refuseRequest answers a request the server made of the client with an
 // error (the broker declared no capability that would allow it).
 func (x *mcpExchange) refuseRequest(ctx context.Context, msg *mcp.Message) {
-	body, err := mcp.EncodeError(msg.ID, mcp.CodeMethodNotFound, "the client does not serve this request", nil)
+	x.reply(ctx, msg.ID, &mcp.WireError{Code: mcp.CodeMethodNotFound, Message: "the client does not serve this request"})
+}
+
+// reply answers a request of the server's: an empty result, or werr.
+func (x *mcpExchange) reply(ctx context.Context, id mcp.ID, werr *mcp.WireError) {
+	var (
+		body []byte
+		err  error
+	)
+	if werr != nil {
+		body, err = mcp.EncodeError(id, werr.Code, werr.Message, nil)
+	} else {
+		body, err = mcp.EncodeResult(id, map[string]any{})
+	}
 	if err != nil {
 		return
 	}

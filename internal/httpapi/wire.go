@@ -74,6 +74,7 @@ type ruleRequest struct {
 	Irreversible *bool                        `json:"irreversible"`
 	DenyUnknown  bool                         `json:"deny_unknown"`
 	WebSocket    bool                         `json:"websocket"`
+	Tool         string                       `json:"tool"`
 	Constraints  map[string]constraintRequest `json:"constraints"`
 }
 
@@ -108,7 +109,7 @@ func (g grantRequest) spec(field string) (grants.Spec, error) {
 	}
 	for i, r := range g.Rules {
 		rule := grants.Rule{Method: r.Method, Path: r.Path, Action: r.Action, Resource: r.Resource,
-			Irreversible: r.Irreversible, DenyUnknown: r.DenyUnknown, WebSocket: r.WebSocket}
+			Irreversible: r.Irreversible, DenyUnknown: r.DenyUnknown, WebSocket: r.WebSocket, Tool: r.Tool}
 		if len(r.Constraints) > 0 {
 			rule.Constraints = map[string]grants.Constraint{}
 		}
@@ -208,6 +209,7 @@ type ruleJSON struct {
 	Irreversible bool                      `json:"irreversible"`
 	DenyUnknown  bool                      `json:"deny_unknown,omitempty"`
 	WebSocket    bool                      `json:"websocket,omitempty"`
+	Tool         string                    `json:"tool,omitempty"`
 	Constraints  map[string]constraintJSON `json:"constraints,omitempty"`
 }
 
@@ -287,7 +289,7 @@ func toGrantJSON(v sessions.GrantView) grantJSON {
 		}
 	}
 	for _, r := range g.Rules {
-		rj := ruleJSON{Method: r.Method, Path: r.Path, Action: r.Action, Resource: r.Resource, Irreversible: r.IsIrreversible(), DenyUnknown: r.DenyUnknown, WebSocket: r.WebSocket}
+		rj := ruleJSON{Method: r.Method, Path: r.Path, Action: r.Action, Resource: r.Resource, Irreversible: r.IsIrreversible(), DenyUnknown: r.DenyUnknown, WebSocket: r.WebSocket, Tool: r.Tool}
 		for k, c := range r.Constraints {
 			if rj.Constraints == nil {
 				rj.Constraints = map[string]constraintJSON{}

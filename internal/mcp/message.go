@@ -107,6 +107,7 @@ type WireError struct {
 	Data    any
 }
 
+// Error is the error's code and message, so a WireError is an error.
 func (e *WireError) Error() string { return fmt.Sprintf("JSON-RPC error %d: %s", e.Code, e.Message) }
 
 // IsRequest reports whether m is a request (a call awaiting a response).
@@ -311,10 +312,20 @@ func invalidParams(format string, args ...any) error {
 // ToolCall is a tools/call request's tool name and arguments: params.name
 // a non-empty string, params.arguments an object, or absent or null (an
 // empty map then). The map is the message's own. A malformed call is
-// ErrInvalidParams.
+// ErrInvalidParams, and so is a params member that only a case-insensitive
+// reader (Go's encoding/json) takes for name, arguments or _meta
+// ("Arguments", "NAME", "ſ" for "s"): the broker and such a server would
+// read two calls.
 func (m *Message) ToolCall() (name string, args map[string]any, err error) {
 	if m.Method != MethodToolsCall {
 		return "", nil, invalidParams("not a tools/call request")
+	}
+	for k := range m.Params {
+		for _, member := range []string{"name", "arguments", "_meta"} {
+			if k != member && strings.EqualFold(k, member) {
+				return "", nil, invalidParams("%q is not %q: a case-insensitive reader would take it for that", truncate(k, 64), member)
+			}
+		}
 	}
 	name, ok := m.Params["name"].(string)
 	if !ok || name == "" {
@@ -328,6 +339,18 @@ func (m *Message) ToolCall() (name string, args map[string]any, err error) {
 	default:
 		return "", nil, invalidParams(`"params.arguments" must be an object`)
 	}
+}
+
+// ToolCallParams are the params of the tools/call the broker forwards:
+// the name and the arguments it checked (pins filled in), and nothing
+// else of what the sandbox sent (inputResponses, requestState and the
+// like are of features the broker does not relay). EncodeRequest adds the
+// broker's _meta.
+func ToolCallParams(name string, args map[string]any) map[string]any {
+	if args == nil {
+		args = map[string]any{}
+	}
+	return map[string]any{"name": name, "arguments": args}
 }
 
 // Meta is params._meta when it is an object, else nil.

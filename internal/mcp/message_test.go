@@ -151,6 +151,10 @@ func TestToolCall(t *testing.T) {
 		{name: "no name", in: `{"arguments":{}}`, wantErr: true},
 		{name: "empty name", in: `{"name":""}`, wantErr: true},
 		{name: "name not a string", in: `{"name":["t"]}`, wantErr: true},
+		{name: "Arguments for a case-insensitive reader", in: `{"name":"t","Arguments":{"a":1}}`, wantErr: true},
+		{name: "NAME", in: `{"NAME":"u","arguments":{}}`, wantErr: true},
+		{name: "long s folds to s", in: `{"name":"t","argument\u017f":{"a":1}}`, wantErr: true},
+		{name: "_META", in: `{"name":"t","_META":{"progressToken":1}}`, wantErr: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -339,5 +343,27 @@ func TestProtocol(t *testing.T) {
 		if Stateless(tt.v) != tt.stateless || IsSupported(tt.v) != tt.supported {
 			t.Errorf("%s: Stateless %v IsSupported %v", tt.v, Stateless(tt.v), IsSupported(tt.v))
 		}
+	}
+}
+
+func TestToolCallParams(t *testing.T) {
+	m, err := Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"t","requestState":"s","inputResponses":{},"_meta":{"progressToken":1,"x":2}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, args, err := m.ToolCall()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := m.ProgressToken()
+	out, err := EncodeRequest(m.ID, MethodToolsCall, ToolCallParams(name, args), map[string]any{MetaProgressToken: tok})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":1},"arguments":{},"name":"t"}}`; string(out) != want {
+		t.Errorf("forwarded %s, want %s", out, want)
+	}
+	if got := ToolCallParams("t", nil); got["arguments"] == nil {
+		t.Error("nil arguments are not {}")
 	}
 }
