@@ -20,13 +20,13 @@ var ErrUnavailable = fault.Hidden(fault.AuditUnavailable, "audit log unavailable
 
 // Event types.
 const (
-	TypeSessionCreated  = "session.created"
-	TypeSessionRevoked  = "session.revoked"
-	TypeGrantCreated    = "grant.created"
-	TypeGrantRevoked    = "grant.revoked"
-	TypeCallAllowed     = "call.allowed"
-	TypeCallDenied      = "call.denied"
-	TypeCallCompleted   = "call.completed"
+	TypeSessionCreated = "session.created"
+	TypeSessionRevoked = "session.revoked"
+	TypeGrantCreated   = "grant.created"
+	TypeGrantRevoked   = "grant.revoked"
+	TypeCallAllowed    = "call.allowed"
+	TypeCallDenied     = "call.denied"
+	TypeCallCompleted  = "call.completed"
 	// MCP calls (DESIGN §10): a tools/call's decision and completion, a
 	// listing, a tool that changed, a request of the server's refused.
 	TypeMCPCallAllowed          = "mcp.call.allowed"
@@ -35,13 +35,13 @@ const (
 	TypeMCPList                 = "mcp.list"
 	TypeMCPToolChanged          = "mcp.tool_changed"
 	TypeMCPServerRequestBlocked = "mcp.server_request_blocked"
-	TypeEgressDenied    = "egress.denied" // the proxy door refused a destination (its host:port in Path)
-	TypeKillswitch      = "killswitch.engaged"
-	TypeKillswitchOff   = "killswitch.released"
-	TypeTokenCreated    = "token.created"
-	TypeTokenRevoked    = "token.revoked"
-	TypeBrokerStarted   = "broker.started"
-	TypeCredentialFetch = "credential.fetched"
+	TypeEgressDenied            = "egress.denied" // the proxy door refused a destination (its host:port in Path)
+	TypeKillswitch              = "killswitch.engaged"
+	TypeKillswitchOff           = "killswitch.released"
+	TypeTokenCreated            = "token.created"
+	TypeTokenRevoked            = "token.revoked"
+	TypeBrokerStarted           = "broker.started"
+	TypeCredentialFetch         = "credential.fetched"
 	// A credential minted per session (upstream.Minter): the lease id only
 	// as an HMAC, never a value.
 	TypeCredentialMinted  = "credential.minted"

@@ -238,7 +238,9 @@ func (c *call) mcpView() *approval.MCPCall {
 
 // mcpJoin is the key identical retries of the call share: upstream, tool
 // and the arguments' digest (the session is the gate's part of the key).
-func (c *call) mcpJoin() string { return c.rec.Upstream + "\x00" + c.mcp.tool.Name + "\x00" + c.mcp.args }
+func (c *call) mcpJoin() string {
+	return c.rec.Upstream + "\x00" + c.mcp.tool.Name + "\x00" + c.mcp.args
+}
 
 // mcpReady opens the link's upstream session for a tools/call about to be
 // sent (a live call's or an approved action's) and sets its headers on

@@ -336,7 +336,9 @@ func (x *mcpExchange) reply(ctx context.Context, id mcp.ID, werr *mcp.WireError)
 // mcpError is a JSON-RPC error the upstream answered.
 type mcpError struct{ wire *mcp.WireError }
 
-func (e *mcpError) Error() string { return "the MCP server answered error " + strconv.Itoa(e.wire.Code) }
+func (e *mcpError) Error() string {
+	return "the MCP server answered error " + strconv.Itoa(e.wire.Code)
+}
 
 // printableClip bounds and escapes text an upstream chose, for an error.
 func printableClip(s string) string { return clip(s, 64) }

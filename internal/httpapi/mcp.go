@@ -158,8 +158,8 @@ type mcpExchange struct {
 	// admSession and admUpstream are the admitted caller's session and
 	// the upstream, for the session an initialize opens.
 	admSession, admUpstream string
-	cancel  context.CancelFunc
-	untrack func()
+	cancel                  context.CancelFunc
+	untrack                 func()
 
 	mu       sync.Mutex // guards the stream against the keep-alive
 	stream   *mcp.SSEWriter
@@ -545,4 +545,3 @@ func toolError(text string, airlock map[string]any) map[string]any {
 		"_meta":   map[string]any{"airlock": airlock},
 	}
 }
-
