@@ -321,11 +321,11 @@ func (x *mcpExchange) held(actionID string) {
 	_ = x.stream.Comment("held for a human reviewer")
 	x.stopKeep = make(chan struct{})
 	token, hasToken := x.msg.ProgressToken()
-	go x.keepAlive(actionID, token, hasToken)
+	go x.keepAlive(x.stopKeep, actionID, token, hasToken)
 }
 
 // keepAlive writes keep-alives (and progress) until stop.
-func (x *mcpExchange) keepAlive(actionID string, token any, hasToken bool) {
+func (x *mcpExchange) keepAlive(stop <-chan struct{}, actionID string, token any, hasToken bool) {
 	t := time.NewTicker(mcpKeepAlive)
 	defer t.Stop()
 	n := 0
@@ -349,7 +349,7 @@ func (x *mcpExchange) keepAlive(actionID string, token any, hasToken bool) {
 				_ = x.stream.Comment("keep-alive")
 			}
 			x.mu.Unlock()
-		case <-x.stopKeep:
+		case <-stop:
 			return
 		}
 	}
