@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -165,4 +167,32 @@ func mcpClient(t *testing.T, b *brokertest.Proc, upstream, token, version string
 	}
 	t.Cleanup(func() { cs.Close() })
 	return cs
+}
+
+// seenBodies is a client transport that keeps every answer's body (for the
+// canary scan over everything a sandbox client received).
+type seenBodies struct {
+	base   http.RoundTripper
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func (s *seenBodies) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := s.base.RoundTrip(r)
+	if err != nil {
+		return nil, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	s.mu.Lock()
+	s.bodies = append(s.bodies, body)
+	s.mu.Unlock()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	return resp, nil
+}
+
+func (s *seenBodies) all() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([][]byte(nil), s.bodies...)
 }
