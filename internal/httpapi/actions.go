@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"encoding/json"
 	"net/http"
 	"strconv"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/go-chi/chi/v5"
 
 	"github.com/airlock-broker/airlock/internal/approval"
+	"github.com/airlock-broker/airlock/internal/approval/web"
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/gate"
 	"github.com/airlock-broker/airlock/internal/sessions"
@@ -55,6 +57,32 @@ type actionJSON struct {
 	RuleOfTwo         *standing   `json:"rule_of_two,omitempty"`
 	Decisions         []decision  `json:"decisions,omitempty"`
 	Result            *resultJSON `json:"result,omitempty"`
+	MCP               *mcpJSON    `json:"mcp,omitempty"`
+}
+
+// mcpJSON is a held MCP tool call as its reviewers see it; the server's
+// description and annotations are the server's claims, untrusted.
+type mcpJSON struct {
+	Tool              string                     `json:"tool"`
+	Digest            string                     `json:"digest,omitempty"`
+	Arguments         map[string]json.RawMessage `json:"arguments"`
+	PinnedArguments   []string                   `json:"pinned_arguments"`
+	ModelArguments    []string                   `json:"model_arguments"`
+	ServerDescription string                     `json:"server_description,omitempty"`
+	ServerAnnotations json.RawMessage            `json:"server_annotations,omitempty"`
+}
+
+func toMCPJSON(a approval.Action) *mcpJSON {
+	v := web.MCPOf(a)
+	if v == nil {
+		return nil
+	}
+	out := &mcpJSON{Tool: v.Tool, Digest: v.Digest, Arguments: map[string]json.RawMessage{}, PinnedArguments: v.PinnedNames(),
+		ModelArguments: v.ModelNames(), ServerDescription: v.Description, ServerAnnotations: v.Annotations}
+	for _, arg := range v.Arguments {
+		out.Arguments[arg.Name] = arg.Value
+	}
+	return out
 }
 
 type reqJSON struct {
@@ -105,6 +133,7 @@ func toActionJSON(a approval.Action, full bool) actionJSON {
 	out.Request = &reqJSON{Method: a.Request.Method, Path: a.Request.Path, Query: a.Request.Query, Header: a.Request.Header, Body: string(a.Request.Body)}
 	out.Pinned, out.Filled = a.Pinned, a.Filled
 	out.RuleOfTwo = &standing{a.Standing.UntrustedInput, a.Standing.SensitiveAccess, a.Standing.ExternalAction}
+	out.MCP = toMCPJSON(a)
 	for _, d := range a.Decisions {
 		out.Decisions = append(out.Decisions, decision{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At})
 	}

@@ -162,6 +162,7 @@ func NewUI(b Backend, o Options) (*UI, error) {
 		"ts":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"join":  strings.Join,
 		"url":   b.ActionURL,
+		"mcp":   MCPOf,
 	}
 	for _, page := range []string{"login", "pending", "action", "sessions", "session", "killswitch", "message"} {
 		t, err := template.New("layout.html").Funcs(funcs).ParseFS(uiFiles, "templates/layout.html", "templates/"+page+".html")
@@ -505,7 +506,7 @@ func (u *UI) ActionPage(w http.ResponseWriter, r *http.Request) {
 		}
 		u.render(w, http.StatusOK, "action", pageData{Title: "Action " + a.ID, User: &s.p, CSRF: s.csrf,
 			Notice: r.URL.Query().Get("notice"),
-			Content: map[string]any{"A": a, "Params": params(a), "Body": prettyBody(a.Request.Body),
+			Content: map[string]any{"A": a, "Params": params(a), "MCP": MCPOf(a), "Body": prettyBody(a.Request.Body),
 				"Needed": max(1, a.ApprovalsRequired), "Own": a.SessionCreatedBy == s.p.ID}})
 	})(w, r)
 }

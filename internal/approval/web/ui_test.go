@@ -47,7 +47,8 @@ type uiFake struct {
 	Backend
 	auth *auth.Authenticator
 
-	decideErr error // what DecideAction fails with, if not nil
+	decideErr error            // what DecideAction fails with, if not nil
+	action    *approval.Action // the one action, uiAction when nil
 
 	mu        sync.Mutex
 	decisions int
@@ -63,9 +64,15 @@ func (f *uiFake) RecordLogout(_ context.Context, p auth.Principal, reason string
 	f.logouts = append(f.logouts, p.ID+": "+reason)
 }
 func (f *uiFake) Actions(context.Context, approval.Status, int) ([]approval.Action, error) {
-	return []approval.Action{uiAction}, nil
+	return []approval.Action{f.the()}, nil
 }
-func (f *uiFake) Action(context.Context, string) (approval.Action, error) { return uiAction, nil }
+func (f *uiFake) Action(context.Context, string) (approval.Action, error) { return f.the(), nil }
+func (f *uiFake) the() approval.Action {
+	if f.action != nil {
+		return *f.action
+	}
+	return uiAction
+}
 func (f *uiFake) ActionURL(a approval.Action) string {
 	return "https://api.example.com/v2" + a.Request.Path + "?" + a.Request.Query
 }
