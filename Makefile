@@ -55,6 +55,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzS3Operation$$' -fuzztime $(FUZZCOUNT) ./internal/upstream
 	$(GO) test -run '^$$' -fuzz '^FuzzScrub$$' -fuzztime 2000x ./internal/upstream
 	$(GO) test -run '^$$' -fuzz '^FuzzRecordSessionID$$' -fuzztime $(FUZZCOUNT) ./internal/store/boltstore
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZCOUNT) ./internal/mcp
 
 # Hot-path benchmarks (figures in docs/performance.md).
 bench:
