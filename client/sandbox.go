@@ -195,3 +195,17 @@ func AWSEnv(s *Session, sandboxAddr, upstream, region string) ([]EnvVar, error) 
 		{"AWS_REGION", region}, {"AWS_DEFAULT_REGION", region},
 	}, nil
 }
+
+// MCPServer is what a stock MCP client (the official SDKs, an agent's
+// mcpServers config) needs to call the MCP door of the sandbox plane at
+// sandboxAddr for an upstream of type mcp: the Streamable HTTP endpoint
+// (/v1/mcp/{upstream}) and the header carrying the session token. The
+// client speaks MCP itself (both protocol eras); see docs/mcp.md.
+//
+// operationId: mcpPost, mcpGet, mcpDelete
+func MCPServer(sandboxAddr, upstream, token string) (endpoint string, header http.Header) {
+	if !strings.Contains(sandboxAddr, "://") {
+		sandboxAddr = "http://" + sandboxAddr
+	}
+	return strings.TrimSuffix(sandboxAddr, "/") + "/v1/mcp/" + url.PathEscape(upstream), http.Header{"Authorization": {"Bearer " + token}}
+}

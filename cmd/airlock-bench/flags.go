@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -21,6 +22,7 @@ type options struct {
 	durabilities []string
 	variant      string // run only the variants whose name contains this
 	profile      string // write the broker's CPU profile of every point here
+	breakdown    bool   // profile each measured round for the per-stage CPU breakdown
 	rounds       int    // alternations of bare proxy and broker per point
 	store        string // bbolt (the default run) or postgres (replicas beside bbolt)
 	replicas     []int  // postgres: broker processes per cluster measured, e.g. 1,3
@@ -28,6 +30,18 @@ type options struct {
 }
 
 func (o options) wants(variant string) bool { return strings.Contains(variant, o.variant) }
+
+// pprof says whether the proxies serve their profiles (debug.pprof).
+func (o options) pprof() bool { return o.breakdown || o.profile != "" }
+
+// profilePath is where a point's profiles go (NAME.allocs.pprof,
+// NAME.rN.cpu.pprof), "" without --profile.
+func (o options) profilePath(name string) string {
+	if o.profile == "" {
+		return ""
+	}
+	return filepath.Join(o.profile, strings.NewReplacer(" ", "_", ",", "", "/", "_").Replace(name))
+}
 
 // parseOptions parses and checks the command line; it creates the profile
 // directory when one is asked for.
@@ -42,7 +56,8 @@ func parseOptions(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.out, "out", "", "also write the report (markdown) to this file")
 	fs.IntVar(&o.rounds, "rounds", 5, "alternate bare proxy and broker this many times per point")
 	fs.StringVar(&o.variant, "variant", "", "run only the variants whose name contains this (e.g. GET, session, approve)")
-	fs.StringVar(&o.profile, "profile", "", "directory for the broker's CPU profile of every point (enables debug.pprof; perturbs the figures)")
+	fs.StringVar(&o.profile, "profile", "", "directory for the profiles of every point: the broker's and the bare proxy's CPU per round (NAME.rN.cpu.pprof) and allocations (NAME.allocs.pprof)")
+	fs.BoolVar(&o.breakdown, "breakdown", true, "take a CPU profile of each measured round of both proxies (debug.pprof) for the per-stage CPU breakdown")
 	fs.StringVar(&o.store, "store", "bbolt", "bbolt: the broker beside the bare proxy; postgres: also brokers sharing one PostgreSQL (--replicas)")
 	reps := fs.String("replicas", "1,3", "with --store postgres: broker processes on one database, per cluster measured")
 	fs.StringVar(&o.pgDSN, "pg-dsn", "", "with --store postgres: use this database (else a PostgreSQL of the bench's own, from /usr/lib/postgresql)")

@@ -66,6 +66,16 @@ type tally struct {
 	elapsed time.Duration
 	cpu     time.Duration
 	dbCPU   time.Duration
+
+	// Of the rounds run with a probe (runProbed): allocations and context
+	// switches (each -1 once unknown), and CPU per stage from the profiles.
+	probed    int
+	probedN   int // calls of the probed rounds
+	mallocs   float64
+	ctxsw     int64
+	stageNS   map[string]int64
+	profileOK bool
+	profErr   error
 }
 
 // run adds one round: n closed-loop callers for d against rq, and the CPU
@@ -93,9 +103,68 @@ func (t *tally) runCPU(n int, d time.Duration, rq request, cpu, db func() time.D
 	t.errs += errs
 }
 
+// runProbed is run, also reading p's counters around the round and, when
+// p has pprof, a CPU profile of the round (its first whole seconds).
+func (t *tally) runProbed(n int, d time.Duration, rq request, p *probe) {
+	type prof struct {
+		stages map[string]int64
+		err    error
+	}
+	var profiled chan prof
+	if p.pprof != "" {
+		profiled = make(chan prof, 1)
+		round := t.probed
+		go func() {
+			st, err := p.cpuProfile(max(1, int(d/time.Second)), round)
+			profiled <- prof{st, err}
+		}()
+	}
+	c0 := p.read()
+	before := len(t.lats)
+	t.run(n, d, rq, p.pid)
+	c1 := p.read()
+	if t.probed == 0 {
+		t.stageNS = map[string]int64{}
+	}
+	t.probed++
+	t.probedN += len(t.lats) - before
+	if c0.mallocs < 0 || c1.mallocs < 0 || t.mallocs < 0 {
+		t.mallocs = -1
+	} else {
+		t.mallocs += c1.mallocs - c0.mallocs
+	}
+	if c0.ctxsw < 0 || c1.ctxsw < 0 || t.ctxsw < 0 {
+		t.ctxsw = -1
+	} else {
+		t.ctxsw += c1.ctxsw - c0.ctxsw
+	}
+	if profiled != nil {
+		pr := <-profiled
+		if pr.err != nil {
+			t.profErr = pr.err
+			return
+		}
+		t.profileOK = true
+		for k, v := range pr.stages {
+			t.stageNS[k] += v
+		}
+	}
+}
+
 func (t *tally) result(n int) result {
 	slices.Sort(t.lats)
-	r := result{Concurrency: n, Requests: len(t.lats), Errors: t.errs, CPU: t.cpu, DBCPU: t.dbCPU}
+	r := result{Concurrency: n, Requests: len(t.lats), Errors: t.errs, CPU: t.cpu, DBCPU: t.dbCPU, Allocs: -1, CtxSw: -1}
+	if t.probed > 0 && t.probedN > 0 {
+		if t.mallocs >= 0 {
+			r.Allocs = t.mallocs / float64(t.probedN)
+		}
+		if t.ctxsw >= 0 {
+			r.CtxSw = float64(t.ctxsw) / float64(t.probedN)
+		}
+		if t.profileOK {
+			r.StageNS = t.stageNS
+		}
+	}
 	if t.elapsed > 0 {
 		r.RPS = float64(len(t.lats)) / t.elapsed.Seconds()
 	}

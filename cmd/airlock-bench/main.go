@@ -63,7 +63,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 		return write(rep.haMarkdown(), o.out, stdout)
 	}
-	bare, err := startBareProxy(ctx, up.URL(), o.profile != "", "", caDir)
+	bare, err := startBareProxy(ctx, up.URL(), o.pprof(), "", caDir)
 	if err != nil {
 		return err
 	}

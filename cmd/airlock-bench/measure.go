@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -32,6 +31,37 @@ type result struct {
 	P50, P99    time.Duration
 	CPU         time.Duration // CPU the proxy's process used during the point
 	DBCPU       time.Duration // CPU the database's processes used (postgres mode, own server)
+	Allocs      float64       // heap allocations per call (-1: not measured)
+	CtxSw       float64       // context switches per call, all threads (-1: not measured)
+	// StageNS is the CPU of the point's profiles per stage (stages.go), in
+	// ns of samples; nil when not profiled.
+	StageNS map[string]int64
+}
+
+// cpuUS is the CPU per call in µs, 0 if unknown.
+func (r result) cpuUS() float64 {
+	if r.CPU <= 0 || r.Requests == 0 {
+		return 0
+	}
+	return float64(r.CPU.Nanoseconds()) / float64(r.Requests) / 1e3
+}
+
+// stageUS is the CPU per call (µs) of each stage: its share of the
+// profiles' samples times the CPU per call measured from /proc.
+func (r result) stageUS() map[string]float64 {
+	var total int64
+	for _, v := range r.StageNS {
+		total += v
+	}
+	if total == 0 || r.cpuUS() == 0 {
+		return nil
+	}
+	per := r.cpuUS()
+	out := map[string]float64{}
+	for k, v := range r.StageNS {
+		out[k] = per * float64(v) / float64(total)
+	}
+	return out
 }
 
 // cpuPerCall is the proxy's CPU time per answered call, "—" if unknown.
@@ -43,7 +73,7 @@ func (r result) cpuPerCall() string {
 }
 
 func measureMode(ctx context.Context, o options, durability string, up *upstream, bare, bareSync *bareProxy, rep *report, stderr io.Writer) error {
-	b, err := startBroker(ctx, o.broker, durability, up.URL(), o.profile != "", "", stderr)
+	b, err := startBroker(ctx, o.broker, durability, up.URL(), o.pprof(), "", stderr)
 	if err != nil {
 		return err
 	}
@@ -131,18 +161,27 @@ func measurePoint(o options, durability, variant string, n int, broker, base req
 	if base.url != "" {
 		stopBare = profile(o, bare.URL(), "", "bare-"+name, span)
 	}
+	kp := &probe{pid: b.cmd.Process.Pid, metrics: b.control + "/metrics"}
+	bp := &probe{pid: bare.cmd.Process.Pid}
+	if o.pprof() {
+		kp.pprof, kp.token, kp.save = b.control+"/debug/pprof", b.admin, o.profilePath(name)
+		bp.metrics, bp.pprof, bp.save = bare.URL()+"/metrics", bare.URL()+"/debug/pprof", o.profilePath("bare-"+name)
+	}
 	round := o.duration / time.Duration(o.rounds)
 	for range o.rounds {
 		if base.url != "" {
-			bt.run(n, round, base, bare.cmd.Process.Pid)
+			bt.runProbed(n, round, base, bp)
 		}
-		kt.run(n, round, broker, b.cmd.Process.Pid)
+		kt.runProbed(n, round, broker, kp)
 		if withSync {
 			st.run(n, round, synced, bareSync.cmd.Process.Pid)
 		}
 		if err := rep.sampleFsync(b.dir, 10); err != nil {
 			return err
 		}
+	}
+	if err := errors.Join(kt.profErr, bt.profErr); err != nil {
+		return err
 	}
 	if err := errors.Join(stop(), stopBare()); err != nil {
 		return err
@@ -162,17 +201,17 @@ func measurePoint(o options, durability, variant string, n int, broker, base req
 	return nil
 }
 
-// profile starts fetching a proxy's CPU and allocation profiles for the
-// coming point, if asked; the returned func waits for them and writes them
-// out (NAME.cpu.pprof, NAME.allocs.pprof).
+// profile starts fetching a proxy's allocation profile for the coming
+// point, if asked; the returned func waits for it and writes it out
+// (NAME.allocs.pprof). The CPU profiles are the rounds' (probe).
 func profile(o options, addr, token, name string, span time.Duration) func() error {
 	if o.profile == "" {
 		return func() error { return nil }
 	}
 	secs := max(1, int(span/time.Second)-1)
-	base := filepath.Join(o.profile, strings.NewReplacer(" ", "_", ",", "", "/", "_").Replace(name))
+	base := o.profilePath(name)
 	var g errgroup.Group
-	for _, kind := range []string{"profile", "allocs"} {
+	for _, kind := range []string{"allocs"} {
 		g.Go(func() error {
 			req, _ := http.NewRequest(http.MethodGet, fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", addr, kind, secs), nil)
 			if token != "" {
@@ -190,7 +229,7 @@ func profile(o options, addr, token, name string, span time.Duration) func() err
 			if resp.StatusCode != http.StatusOK {
 				return fmt.Errorf("%s profile: %d %s", kind, resp.StatusCode, data)
 			}
-			return os.WriteFile(base+"."+strings.Replace(kind, "profile", "cpu", 1)+".pprof", data, 0o644)
+			return os.WriteFile(base+"."+kind+".pprof", data, 0o644)
 		})
 	}
 	return g.Wait

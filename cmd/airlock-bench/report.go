@@ -52,6 +52,8 @@ func (r *report) markdown() string {
 		fmt.Fprintf(&b, "| %s | %s | %d | %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %d |\n",
 			x.Durability, x.Variant, x.Concurrency, bRPS, x.RPS, ratio, bP50, ms(x.P50), bP99, ms(x.P99), bCPU, x.cpuPerCall(), x.Errors)
 	}
+	b.WriteString(r.perCallTable())
+	b.WriteString(r.stageTable())
 	b.WriteString("\n| durability | variant | callers | bare proxy + one fdatasync per call: req/s | p50 | p99 | its CPU/call |\n| --- | --- | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, x := range r.results {
 		if x.Target == "bare proxy + fsync" {
@@ -123,4 +125,67 @@ func (r *report) budget() string {
 		}
 	}
 	return b.String()
+}
+
+// perCallTable puts each point's cost per call beside its ratio: CPU,
+// allocations and context switches of both proxies.
+func (r *report) perCallTable() string {
+	var b strings.Builder
+	b.WriteString("\n### Per call, beside the ratios\n\nCPU from /proc; allocations from each process's `go_memstats_mallocs_total`; context switches (voluntary and not) summed over every thread of the process (/proc/PID/task/*/status).\n\n")
+	b.WriteString("| durability | variant | callers | ratio | bare CPU/call | broker CPU/call | CPU ×bare | bare allocs/call | broker allocs/call | bare ctx sw/call | broker ctx sw/call |\n")
+	b.WriteString("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, x := range r.results {
+		if x.Target != "broker" || x.Variant == "session creation" {
+			continue
+		}
+		base, ok := r.find("bare proxy", x.Variant, x.Durability, x.Concurrency)
+		ratio, cpuRatio, bCPU, bAllocs, bSw := "—", "—", "—", "—", "—"
+		if ok {
+			ratio, bCPU, bAllocs, bSw = fmt.Sprintf("%.2f", x.RPS/base.RPS), base.cpuPerCall(), perCall(base.Allocs, 0), perCall(base.CtxSw, 2)
+			if bc, kc := base.cpuUS(), x.cpuUS(); bc > 0 && kc > 0 {
+				cpuRatio = fmt.Sprintf("%.2f", kc/bc)
+			}
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %s | %s | %s | %s | %s | %s | %s | %s |\n", x.Durability, x.Variant, x.Concurrency,
+			ratio, bCPU, x.cpuPerCall(), cpuRatio, bAllocs, perCall(x.Allocs, 0), bSw, perCall(x.CtxSw, 2))
+	}
+	return b.String()
+}
+
+// stageTable is the CPU per call of each stage (stages.go) of the profiled
+// points, the broker's and the bare proxy's.
+func (r *report) stageTable() string {
+	names := stageNames()
+	var rows strings.Builder
+	for _, x := range r.results {
+		us := x.stageUS()
+		if us == nil || (x.Target != "broker" && x.Target != "bare proxy") {
+			continue
+		}
+		fmt.Fprintf(&rows, "| %s | %s | %d | %s | %s |", x.Durability, x.Variant, x.Concurrency, x.Target, x.cpuPerCall())
+		for _, n := range names {
+			fmt.Fprintf(&rows, " %.1f |", us[n])
+		}
+		rows.WriteString("\n")
+	}
+	if rows.Len() == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n### Where the CPU goes (µs per call, by stage)\n\nFrom a CPU profile of every measured round of each proxy (`debug.pprof`, its first whole seconds): each sample is charged to the innermost frame of its stack that a stage names (cmd/airlock-bench/stages.go), and a stage's share of the samples is scaled to the CPU per call measured from /proc. *audit record*: sealing, hashing, the journal's write and sync; *bbolt apply*: the journal's records copied into bbolt; *upstream round trip*: the HTTP client side and `internal/upstream`; *HTTP server*: net/http's server, chi and the handlers; *broker pipeline*: the rest of the broker's own code (contexts, canonicalization, sessions).\n\n")
+	b.WriteString("| durability | variant | callers | proxy | CPU/call |")
+	for _, n := range names {
+		b.WriteString(" " + n + " |")
+	}
+	b.WriteString("\n| --- | --- | ---: | --- | ---: |" + strings.Repeat(" ---: |", len(names)) + "\n")
+	b.WriteString(rows.String())
+	return b.String()
+}
+
+// perCall formats a per-call figure, "—" if unknown (negative).
+func perCall(v float64, decimals int) string {
+	if v < 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.*f", decimals, v)
 }

@@ -144,8 +144,6 @@ func mcpYAML(u *mcpUpstream, extra string) string {
 type bearerRT struct {
 	token string
 	base  http.RoundTripper
-	mu    sync.Mutex
-	seen  [][]byte // every answer body the client got, for the canary scan
 }
 
 func (b *bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -159,8 +157,16 @@ func (b *bearerRT) RoundTrip(r *http.Request) (*http.Response, error) {
 func mcpClient(t *testing.T, b *brokertest.Proc, upstream, token, version string) *sdk.ClientSession {
 	t.Helper()
 	c := sdk.NewClient(&sdk.Implementation{Name: "sandbox-agent", Version: "1"}, nil)
+	// Everything the client receives is kept, and scanned for the
+	// upstream's credential when the test ends.
+	seen := &seenBodies{base: &bearerRT{token: token, base: http.DefaultTransport}}
+	t.Cleanup(func() {
+		for _, body := range seen.all() {
+			brokertest.AssertNoCanary(t, "an MCP answer", body)
+		}
+	})
 	tr := &sdk.StreamableClientTransport{Endpoint: b.Sandbox + "/v1/mcp/" + upstream,
-		HTTPClient: &http.Client{Transport: &bearerRT{token: token, base: http.DefaultTransport}}, DisableStandaloneSSE: true}
+		HTTPClient: &http.Client{Transport: seen}, DisableStandaloneSSE: true}
 	cs, err := c.Connect(context.Background(), tr, &sdk.ClientSessionOptions{ProtocolVersion: version})
 	if err != nil {
 		t.Fatalf("connect (%q): %v", version, err)

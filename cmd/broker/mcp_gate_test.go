@@ -236,3 +236,47 @@ func TestMCPGateKillEndsAHeldCall(t *testing.T) {
 		t.Fatal("a killed session's held call reached the upstream")
 	}
 }
+
+// A tool that changes while a call to it is held fails the held call
+// unsent: the action fails with tool_changed, approving it sends nothing.
+func TestMCPGateFailsAHeldCallWhenItsToolChanges(t *testing.T) {
+	b, up, s, rev := gatedMCP(t, "0s")
+	cs := mcpClient(t, b, "issues", s.Token, "2025-11-25")
+	ctx := context.Background()
+	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "before"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pendingAction(t, res)
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "approved later"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := pendingAction(t, res)
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+later+"/approve", rev, map[string]any{}); r.Status != 200 {
+		t.Fatalf("approve: %d %s", r.Status, r.Body)
+	}
+	brokertest.Eventually(t, 10*time.Second, func() bool { return actionStatus(t, b, rev, later) == "executed" })
+	before := up.calls.Load()
+
+	up.rugPull()
+	// Approving the held call lists the tools afresh first: the change is
+	// seen, the action fails unsent.
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+id+"/approve", rev, map[string]any{}); r.Status != 200 {
+		t.Fatalf("approve: %d %s", r.Status, r.Body)
+	}
+	brokertest.Eventually(t, 10*time.Second, func() bool { return actionStatus(t, b, rev, id) == "failed" })
+	if up.calls.Load() != before {
+		t.Fatal("a held call to a changed tool was sent")
+	}
+	res, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "before"}})
+	if err == nil && !res.IsError {
+		t.Fatalf("the changed tool's call was answered: %+v", res)
+	}
+	metrics := b.Do("GET", b.Control+"/metrics", brokertest.ProcAdminToken, nil)
+	for _, want := range []string{`airlock_mcp_calls_total{outcome="hold",tool="other",upstream="issues"}`, `airlock_mcp_calls_total{outcome="allow",tool="other",upstream="issues"}`} {
+		if !bytes.Contains(metrics.Body, []byte(want)) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}

@@ -19,7 +19,7 @@ func TestJournalCutsATornTail(t *testing.T) {
 		Encode: func(side *grants.UsageUpdate) ([]byte, error) { return []byte(side.GrantID), nil },
 		Decode: func(data []byte) (*grants.UsageUpdate, error) { return &grants.UsageUpdate{GrantID: string(data)}, nil },
 	}
-	j, err := openJournal(path, 0, codec)
+	j, err := openJournal(path, 0, codec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestJournalCutsATornTail(t *testing.T) {
 	}
 	j.close()
 
-	j, err = openJournal(path, 0, codec)
+	j, err = openJournal(path, 0, codec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestJournalCutsATornTail(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.close()
-	j, err = openJournal(path, 0, codec)
+	j, err = openJournal(path, 0, codec, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestJournalCutsATornTail(t *testing.T) {
 // replayed in order and deleted once applied.
 func TestJournalSealsSegments(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "airlock.db.journal")
-	j, err := openJournal(path, 300, SideCodec{})
+	j, err := openJournal(path, 300, SideCodec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestJournalSealsSegments(t *testing.T) {
 	}
 	j.close()
 
-	j, err = openJournal(path, 300, SideCodec{})
+	j, err = openJournal(path, 300, SideCodec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,12 +120,13 @@ func TestJournalSealsSegments(t *testing.T) {
 	j.close()
 }
 
-// TestJournalPreallocates: entries overwrite zeros written out ahead (so a
-// sync has no file size to commit), replay stops at the zeros, and appends
-// after a reopen go on where the entries end.
+// TestJournalPreallocates: zeros are written out ahead of the entries off
+// the appenders' path (so a sync has no file size to commit), appends that
+// outrun them neither overwrite them nor are overwritten, replay stops at
+// the zeros, and appends after a reopen go on where the entries end.
 func TestJournalPreallocates(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "airlock.db.journal")
-	j, err := openJournal(path, 0, SideCodec{})
+	j, err := openJournal(path, 0, SideCodec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,16 +136,20 @@ func TestJournalPreallocates(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	j.mu.Lock()
+	j.waitZeros()
+	ahead, size := j.allocated-j.size, j.size
+	j.mu.Unlock()
 	st, err := os.Stat(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.Size()%allocChunk != 0 || st.Size() <= j.size {
-		t.Fatalf("file is %d bytes for %d bytes of entries: not written out ahead in %d-byte chunks", st.Size(), j.size, allocChunk)
+	if ahead < allocAhead-allocChunk || st.Size() != size+ahead {
+		t.Fatalf("file is %d bytes for %d bytes of entries, %d written out ahead: want at least %d ahead", st.Size(), size, ahead, allocAhead-allocChunk)
 	}
 	j.close() // a crash: the zeros stay
 
-	j, err = openJournal(path, 0, SideCodec{})
+	j, err = openJournal(path, 0, SideCodec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -156,7 +161,7 @@ func TestJournalPreallocates(t *testing.T) {
 		t.Fatal(err)
 	}
 	j.close()
-	j, err = openJournal(path, 0, SideCodec{})
+	j, err = openJournal(path, 0, SideCodec{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

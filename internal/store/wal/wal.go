@@ -94,7 +94,7 @@ func Open(o Options) (*Log, error) {
 	}
 	l := &Log{o: o, stop: make(chan struct{}), kick: make(chan struct{}, 1), flushes: make(chan chan error)}
 	var err error
-	if l.journal, err = openJournal(o.Path, o.Limit, o.Codec); err != nil {
+	if l.journal, err = openJournal(o.Path, o.Limit, o.Codec, o.Log); err != nil {
 		return nil, err
 	}
 	// Records acknowledged before a crash but not yet in the database are in the journal.
@@ -114,6 +114,7 @@ func Open(o Options) (*Log, error) {
 		l.journal.close()
 		return nil, fmt.Errorf("replay the audit journal: %w", err)
 	}
+	l.journal.prepare()
 	l.stopped.Add(2)
 	go l.applier()
 	go l.syncLoop()

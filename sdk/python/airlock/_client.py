@@ -255,6 +255,18 @@ class Session:
         """The session CA certificate, PEM (GET /v1/sessions/{id}/ca.pem)."""
         return self._c.sessions.ca_pem(self.id)
 
+    @operation("mcpPost", "mcpGet", "mcpDelete")
+    def mcp_server(self, upstream: str) -> Dict[str, Any]:
+        """What a stock MCP client needs to call the MCP door (`/v1/mcp/{upstream}`) for an upstream of type mcp.
+
+        `{"url": <the Streamable HTTP endpoint>, "headers": {"Authorization": "Bearer <session token>"}}`:
+        the shape of an `mcpServers` entry; the client speaks MCP itself (see docs/mcp.md).
+        """
+        if not self.token:
+            raise AirlockError("the session token is unknown (it is shown only at creation; give it to attach())")
+        return {"url": f"{self._c.sandbox_addr}/v1/mcp/{quote(upstream, safe='')}",
+                "headers": {"Authorization": "Bearer " + self.token}}
+
     @operation("awsRootGet", "awsRootHead", "awsRootOptions", "awsRootPost", "awsRootPut", "awsRootPatch",
                "awsRootDelete", "awsGet", "awsHead", "awsOptions", "awsPost", "awsPut", "awsPatch", "awsDelete")
     def aws_env(self, upstream: str, region: str = "us-east-1") -> Dict[str, str]:

@@ -165,6 +165,14 @@ class UsageUnavailable(APIError):
     CODE = "usage_unavailable"
 
 
+class ToolChanged(APIError):
+    CODE = "tool_changed"
+
+
+class ServerRequestBlocked(APIError):
+    CODE = "server_request_blocked"
+
+
 BY_CODE: Dict[str, Type[APIError]] = {c.CODE: c for c in APIError.__subclasses__() if c.CODE}
 
 

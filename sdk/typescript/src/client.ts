@@ -266,6 +266,17 @@ export class Session {
    * @operationId awsRootGet awsRootHead awsRootOptions awsRootPost awsRootPut awsRootPatch awsRootDelete
    * @operationId awsGet awsHead awsOptions awsPost awsPut awsPatch awsDelete
    */
+  /**
+   * What a stock MCP client needs to call the MCP door (`/v1/mcp/{upstream}`) for an upstream of
+   * type mcp: the Streamable HTTP endpoint and the header carrying the session token (the shape of
+   * an `mcpServers` entry; the client speaks MCP itself, see docs/mcp.md).
+   * @operationId mcpPost mcpGet mcpDelete
+   */
+  mcpServer(upstream: string): { url: string; headers: Record<string, string> } {
+    if (!this.token) throw new AirlockError("the session token is unknown (it is shown only at creation; give it to attach())");
+    return { url: `${this.client.sandboxAddr}/v1/mcp/${encodeURIComponent(upstream)}`, headers: { Authorization: `Bearer ${this.token}` } };
+  }
+
   awsEnv(upstream: string, region = "us-east-1"): Record<string, string> {
     const c = this.data.aws_credentials;
     if (!c) throw new AirlockError("the session answer has no aws_credentials (only the creation answer of a session with an aws grant)");

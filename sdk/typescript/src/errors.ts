@@ -148,6 +148,12 @@ export class EgressDenied extends APIError {
 export class UsageUnavailable extends APIError {
   static override readonly code = "usage_unavailable";
 }
+export class ToolChanged extends APIError {
+  static override readonly code = "tool_changed";
+}
+export class ServerRequestBlocked extends APIError {
+  static override readonly code = "server_request_blocked";
+}
 
 type ErrorClass = new (status: number, code: string | undefined, problem: Problem, headers: Headers, detail?: string) => APIError;
 
@@ -159,7 +165,7 @@ export const BY_CODE: Readonly<Record<string, ErrorClass>> = Object.freeze(
       ConstraintViolated, GrantExpired, GrantRevoked, GrantExhausted, BudgetExceeded, ApprovalDenied,
       ApprovalExpired, IsolationTooWeak, BadRequest, Forbidden, NotFound, Conflict, CredentialUnavailable,
       AuditUnavailable, UpstreamError, UpstreamTimeout, RateLimited, TooManyPending, Internal, EgressDenied,
-      UsageUnavailable,
+      UsageUnavailable, ToolChanged, ServerRequestBlocked,
     ].map((c) => [c.code, c]),
   ),
 );
