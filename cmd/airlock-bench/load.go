@@ -47,7 +47,7 @@ func sessionRequest(gated bool) map[string]any {
 				"body.sku": map[string]any{"pattern": "[A-Z]{3}-[0-9]{4}"}, "body.qty": map[string]any{"min": 1, "max": 10},
 				"body.to": map[string]any{"pin": "acme"}}},
 			map[string]any{"method": "POST", "path": "/approve-probe"},
-		}}},
+		}}, mcpGrant()},
 	}
 }
 
@@ -57,6 +57,8 @@ type request struct {
 	urls                     []string // if set, instead of url: round-robin over these (replicas)
 	want                     int
 	client                   *http.Client // nil: the shared client (no proxy)
+	header                   http.Header  // sent besides (an MCP message's headers)
+	contains                 []byte       // the answer must hold it (an MCP result: 200 is also a JSON-RPC error's status)
 }
 
 // tally accumulates the rounds of one measurement.
@@ -214,14 +216,22 @@ func load(n int, d time.Duration, rq request) ([]time.Duration, int) {
 				if rq.body != "" {
 					req.Header.Set("Content-Type", "application/json")
 				}
+				for k, v := range rq.header {
+					req.Header[k] = v
+				}
 				t := time.Now()
 				resp, err := c.Do(req)
+				held := true
 				if err == nil {
+					if rq.contains != nil {
+						got, _ := io.ReadAll(resp.Body)
+						held = bytes.Contains(got, rq.contains)
+					}
 					_, _ = io.Copy(io.Discard, resp.Body)
 					resp.Body.Close()
 				}
 				local = append(local, time.Since(t))
-				if err != nil || resp.StatusCode != rq.want {
+				if err != nil || resp.StatusCode != rq.want || !held {
 					bad++
 				}
 			}

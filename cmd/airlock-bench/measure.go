@@ -116,6 +116,8 @@ func measureMode(ctx context.Context, o options, durability string, up *upstream
 		{"denied (no matching grant)", request{method: "DELETE", url: b.sandbox + "/v1/proxy/api/items", token: s.Token, want: 403}, request{}},
 		{proxyVariant, request{method: "GET", url: "https://" + proxyHost + "/items", client: viaBroker, want: 200},
 			request{method: "GET", url: "https://" + proxyHost + "/items", client: viaBare, want: 200}},
+		{mcpVariant, request{method: "POST", url: b.sandbox + "/v1/mcp/tools", token: s.Token, body: mcpCall, header: mcpHeader(), want: 200, contains: mcpWant},
+			request{method: "POST", url: bare.URL() + "/mcp", body: mcpCall, header: mcpHeader(), want: 200, contains: mcpWant}},
 	}
 	for _, v := range variants {
 		if !o.wants(v.name) {

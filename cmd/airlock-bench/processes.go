@@ -42,7 +42,12 @@ func startUpstream() (*upstream, error) {
 	}
 	u := &upstream{ln: ln, hits: make(chan time.Time, 1)}
 	body := []byte(`{"items":[{"id":1,"name":"widget","price":12.5},{"id":2,"name":"gadget","price":7.25}],"next":null}`)
+	tools := mcpHandler()
 	u.srv = &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/mcp" {
+			tools.ServeHTTP(w, r)
+			return
+		}
 		if u.want.Load() && r.URL.Path == "/approve-probe" {
 			select {
 			case u.hits <- time.Now():
@@ -331,6 +336,10 @@ upstreams:
     base_url: %s
     hosts: [%s]
     sensitive: true
+    credential: {source: env, name: BENCH_UPSTREAM_KEY}
+  - name: tools
+    type: mcp
+    base_url: %[4]s/mcp
     credential: {source: env, name: BENCH_UPSTREAM_KEY}
 `, filepath.Join(dir, "data"), admin, durability, upstreamURL, proxyHost)
 	if pprof {
