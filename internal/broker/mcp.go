@@ -111,17 +111,24 @@ func (p *pipe) mcpStart(req *Request) (done bool) {
 		return true
 	}
 	c.mcp.tool.Name = req.Tool
-	x, err := p.exchange()
-	if err != nil {
-		p.refuse(err)
-		return true
+	link := c.b.mcp.link(c.l.Session.ID, c.u)
+	link.mu.Lock()
+	listed := link.cat.listed
+	link.mu.Unlock()
+	x := &mcpExchange{b: c.b, u: c.u, link: link, l: c.l}
+	if !listed { // the tools are read first, with the credential (the call's own is fetched when it is sent)
+		var err error
+		if x, err = p.exchange(); err != nil {
+			p.refuse(err)
+			return true
+		}
 	}
 	t, err := c.b.toolFor(p.ctx, c.l, x, req.Tool)
 	if err != nil {
 		p.refuse(err)
 		return true
 	}
-	c.mcp.tool, c.mcp.x = t, x
+	c.mcp.tool = t
 	return false
 }
 
