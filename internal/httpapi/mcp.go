@@ -58,20 +58,45 @@ type mcpSession struct {
 	airlock  string // the Airlock session id
 	upstream string
 	version  string
+	opened   time.Time
 	inflight map[string]context.CancelFunc // the calls in flight, by their JSON-RPC id, for notifications/cancelled
 }
+
+// Bounds of the door's sessions: a sandbox that initializes again and
+// again keeps its newest maxMCPSessions per Airlock session; none outlives
+// the longest session lifetime a broker grants.
+const (
+	maxMCPSessions = 32
+	mcpSessionLife = 24 * time.Hour
+)
 
 // open makes a session for an initialize of Airlock session airlock.
 func (m *mcpSessions) open(airlock, upstreamName, version string) string {
 	var b [18]byte
 	_, _ = rand.Read(b[:])
 	id := "mcs_" + base64.RawURLEncoding.EncodeToString(b[:])
+	now := time.Now()
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.byID == nil {
 		m.byID = map[string]*mcpSession{}
 	}
-	m.byID[id] = &mcpSession{airlock: airlock, upstream: upstreamName, version: version, inflight: map[string]context.CancelFunc{}}
+	oldest, n := "", 0
+	for k, s := range m.byID {
+		switch {
+		case now.Sub(s.opened) > mcpSessionLife:
+			delete(m.byID, k)
+		case s.airlock == airlock:
+			n++
+			if oldest == "" || s.opened.Before(m.byID[oldest].opened) {
+				oldest = k
+			}
+		}
+	}
+	if n >= maxMCPSessions {
+		delete(m.byID, oldest)
+	}
+	m.byID[id] = &mcpSession{airlock: airlock, upstream: upstreamName, version: version, opened: now, inflight: map[string]context.CancelFunc{}}
 	return id
 }
 
