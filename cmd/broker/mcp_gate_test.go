@@ -204,8 +204,22 @@ func TestMCPGateWithdrawsALeftCall(t *testing.T) {
 	}
 }
 
-// Killing the session ends its held calls: nothing is sent.
+// Killing the session, or engaging the kill-switch, ends its held calls:
+// nothing is sent.
 func TestMCPGateKillEndsAHeldCall(t *testing.T) {
+	t.Run("session", func(t *testing.T) {
+		testMCPKill(t, func(b *brokertest.Proc, s brokertest.Created) brokertest.Response {
+			return b.Do("DELETE", b.Control+"/v1/sessions/"+s.ID, brokertest.ProcAdminToken, nil)
+		})
+	})
+	t.Run("killswitch", func(t *testing.T) {
+		testMCPKill(t, func(b *brokertest.Proc, s brokertest.Created) brokertest.Response {
+			return b.Do("POST", b.Control+"/v1/killswitch", brokertest.ProcAdminToken, map[string]any{"reason": "incident"})
+		})
+	})
+}
+
+func testMCPKill(t *testing.T, kill func(*brokertest.Proc, brokertest.Created) brokertest.Response) {
 	b, up, s, _ := gatedMCP(t, "30s")
 	defer func() {
 		if t.Failed() {
@@ -224,7 +238,7 @@ func TestMCPGateKillEndsAHeldCall(t *testing.T) {
 	brokertest.Eventually(t, 10*time.Second, func() bool { // the call is held (no decision comes)
 		return bytes.Contains(b.AuditExport(), []byte(`"type":"action.pending"`))
 	})
-	if r := b.Do("DELETE", b.Control+"/v1/sessions/"+s.ID, brokertest.ProcAdminToken, nil); r.Status/100 != 2 {
+	if r := kill(b, s); r.Status/100 != 2 {
 		t.Fatalf("kill: %d %s", r.Status, r.Body)
 	}
 	select {
