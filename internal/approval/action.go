@@ -123,6 +123,10 @@ type MCPCall struct {
 	Description string
 	Annotations string // the server's annotations object as JSON text, or ""
 	Join        string
+	// Constrained are the values of the arguments the grant's rule
+	// constrains, each as its RFC 8785 JSON text (what the executed call's
+	// audit record says, as a live call's does).
+	Constrained map[string]string
 }
 
 // Approvals counts approving decisions.

@@ -78,8 +78,11 @@ type callMCP struct {
 	id     mcp.ID   // the broker's JSON-RPC id upstream
 	x      *mcpExchange
 	held   func(string)
-	isErr  bool
-	redact int
+	// constrained are the constrained arguments' values as JCS text (the
+	// decision's, or an executed action's as held).
+	constrained map[string]string
+	isErr       bool
+	redact      int
 }
 
 // mcpStart runs an MCP message's own steps after the door's parse: every
@@ -222,7 +225,7 @@ func (c *call) mcpOutbound(req *Request, d *grants.Decision) (*upstream.Outbound
 	if err != nil {
 		return nil, fmt.Errorf("%w: the arguments cannot be canonicalized", grants.ErrBadRequest)
 	}
-	c.mcp.args = sum
+	c.mcp.args, c.mcp.constrained = sum, constrainedText(d.Constrained())
 	c.mcp.id = c.b.mcp.nextID()
 	body, err := mcp.EncodeRequest(c.mcp.id, mcpToolsCall, mcp.ToolCallParams(req.Tool, args), nil)
 	if err != nil {
@@ -240,7 +243,7 @@ func (c *call) mcpView() *approval.MCPCall {
 	t := c.mcp.tool
 	desc, _ := t.Raw["description"].(string)
 	return &approval.MCPCall{Tool: t.Name, Digest: t.Digest, Description: desc, Annotations: jsonText(t.Raw["annotations"]),
-		Join: c.mcpJoin()}
+		Join: c.mcpJoin(), Constrained: c.mcp.constrained}
 }
 
 // mcpJoin is the key identical retries of the call share: upstream, tool
@@ -348,10 +351,7 @@ func (c *call) mcpRecord(ev *audit.Event) {
 	switch ev.Type {
 	case audit.TypeCallAllowed:
 		ev.Type = audit.TypeMCPCallAllowed
-		m.ArgsSHA256, m.Digest = c.mcp.args, c.mcp.tool.Digest
-		if c.d != nil {
-			m.Constrained = constrainedText(c.d.Constrained())
-		}
+		m.ArgsSHA256, m.Digest, m.Constrained = c.mcp.args, c.mcp.tool.Digest, c.mcp.constrained
 	case audit.TypeCallDenied:
 		ev.Type = audit.TypeMCPCallDenied
 	case audit.TypeCallCompleted:
@@ -450,7 +450,7 @@ func (b *Broker) runMCPAction(p *pipe, a approval.Action) (*approval.Result, boo
 	var err error
 	p.write = func(o *Outcome) Written { err = o.Err; return Written{} }
 	// The stored request is the message sent: its id is the answer's.
-	c.mcp = &callMCP{method: mcpToolsCall, tool: mcp.Tool{Name: a.MCP.Tool, Digest: a.MCP.Digest}}
+	c.mcp = &callMCP{method: mcpToolsCall, tool: mcp.Tool{Name: a.MCP.Tool, Digest: a.MCP.Digest}, constrained: a.MCP.Constrained}
 	c.rec.Method = mcpToolsCall
 	if msg, perr := mcp.Parse(c.out.Body); perr == nil {
 		c.mcp.id, c.mcp.args = msg.ID, argsOf(msg)

@@ -312,11 +312,12 @@ type actionRecord struct {
 }
 
 type mcpCallRecord struct {
-	Tool        string `json:"Tool"`
-	Digest      string `json:"Digest"`
-	Description string `json:"Description"`
-	Annotations string `json:"Annotations"`
-	Join        string `json:"Join"`
+	Tool        string            `json:"Tool"`
+	Digest      string            `json:"Digest"`
+	Description string            `json:"Description"`
+	Annotations string            `json:"Annotations"`
+	Join        string            `json:"Join"`
+	Constrained map[string]string `json:"Constrained,omitempty"`
 }
 
 type requestRecord struct {
@@ -370,7 +371,7 @@ func encodeAction(a *approval.Action) ([]byte, error) {
 		r.Decisions[i] = decisionRecord{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
 	}
 	if m := a.MCP; m != nil {
-		r.MCP = &mcpCallRecord{Tool: m.Tool, Digest: m.Digest, Description: m.Description, Annotations: m.Annotations, Join: m.Join}
+		r.MCP = &mcpCallRecord{Tool: m.Tool, Digest: m.Digest, Description: m.Description, Annotations: m.Annotations, Join: m.Join, Constrained: m.Constrained}
 	}
 	if x := a.Result; x != nil {
 		r.Result = &resultRecord{Status: x.Status, Header: x.Header, Body: x.Body, Truncated: x.Truncated,
@@ -405,7 +406,7 @@ func decodeAction(data []byte) (approval.Action, error) {
 		a.Decisions[i] = approval.Review{Reviewer: d.Reviewer, Name: d.Name, Verdict: d.Verdict, Comment: d.Comment, At: d.At}
 	}
 	if m := r.MCP; m != nil {
-		a.MCP = &approval.MCPCall{Tool: m.Tool, Digest: m.Digest, Description: m.Description, Annotations: m.Annotations, Join: m.Join}
+		a.MCP = &approval.MCPCall{Tool: m.Tool, Digest: m.Digest, Description: m.Description, Annotations: m.Annotations, Join: m.Join, Constrained: m.Constrained}
 	}
 	if x := r.Result; x != nil {
 		a.Result = &approval.Result{Status: x.Status, Header: http.Header(x.Header), Body: x.Body, Truncated: x.Truncated,

@@ -378,7 +378,8 @@ func sampleAction(id string, status approval.Status, created time.Time) approval
 		Pinned: []string{"path.account"}, Filled: []string{"path.account"},
 		Standing:          approval.Standing{UntrustedInput: true, SensitiveAccess: true, ExternalAction: true},
 		ApprovalsRequired: 2, Amounts: map[string]float64{"body.amount": 50}, PermitGrants: []string{"grt_2"},
-		MCP: &approval.MCPCall{Tool: "create_issue", Digest: "sha256:ab", Description: "Creates an issue <b>", Annotations: `{"destructiveHint":true}`, Join: "issues/create_issue/00ff"},
+		MCP: &approval.MCPCall{Tool: "create_issue", Digest: "sha256:ab", Description: "Creates an issue <b>", Annotations: `{"destructiveHint":true}`, Join: "issues/create_issue/00ff",
+			Constrained: map[string]string{"args.repo": `"acme/web"`}},
 	}
 }
 
