@@ -114,6 +114,12 @@ func (p *pipe) mcpStart(req *Request) (done bool) {
 		return true
 	}
 	c.mcp.tool.Name = req.Tool
+	if !namesTool(c.b.toolRules(c.l, c.u.Name), req.Tool) {
+		// Refused before the server is asked anything: a tool no rule
+		// names is not told apart from one the server does not have.
+		p.refuse(grants.ErrNoMatchingGrant)
+		return true
+	}
 	link := c.b.mcp.link(c.l.Session.ID, c.u)
 	link.mu.Lock()
 	listed := link.cat.listed
@@ -132,6 +138,16 @@ func (p *pipe) mcpStart(req *Request) (done bool) {
 		return true
 	}
 	c.mcp.tool = t
+	return false
+}
+
+// namesTool reports whether a rule names tool.
+func namesTool(rules []grants.ToolRule, tool string) bool {
+	for _, r := range rules {
+		if r.Tool == tool {
+			return true
+		}
+	}
 	return false
 }
 
@@ -378,7 +394,7 @@ func constrainedText(vals map[string]any) map[string]string {
 // mcpBlocked audits a request the server made of the client, refused.
 func (b *Broker) mcpBlocked(x *mcpExchange, method string) {
 	ev := audit.Event{Type: audit.TypeMCPServerRequestBlocked, Actor: audit.Actor{Kind: "system"}, Upstream: x.u.Name,
-		Code: fault.ServerRequestBlocked.Code(), MCP: &audit.MCP{Request: clip(method, 64)}}
+		Code: fault.ServerRequestBlocked.Code(), MCP: &audit.MCP{Request: x.serverText(method)}}
 	if x.l != nil {
 		ev.SessionID, ev.TaskID = x.l.Session.ID, x.l.Session.TaskID
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"mime"
 	"net/http"
@@ -60,6 +61,16 @@ type mcpLinks struct {
 	mu    sync.Mutex
 	links map[mcpKey]*mcpLink
 	seq   atomic.Uint64 // the broker's own JSON-RPC ids upstream
+	// holds serialize holding gated calls by their join key (striped), so
+	// that identical calls arriving together join one action.
+	holds [64]sync.Mutex
+}
+
+// holdLock is the lock of join key k.
+func (m *mcpLinks) holdLock(k string) *sync.Mutex {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(k))
+	return &m.holds[h.Sum32()%uint32(len(m.holds))]
 }
 
 // link returns the link of session on upstream u, made on first use.
@@ -241,7 +252,11 @@ func (x *mcpExchange) answer(ctx context.Context, resp *http.Response, id mcp.ID
 		if int64(len(data)) > limit {
 			return nil, fmt.Errorf("%w: the answer exceeds max_body", ErrMCPUpstream)
 		}
-		return x.match(ctx, data, id)
+		msg, err := x.match(ctx, data, id)
+		if errors.Is(err, errNotTheAnswer) {
+			return nil, fmt.Errorf("%w: the answer is not the request's", ErrMCPUpstream)
+		}
+		return msg, err
 	}
 	sse := mcp.NewSSEReader(resp.Body, int(limit))
 	var blocked error
@@ -338,6 +353,18 @@ type mcpError struct{ wire *mcp.WireError }
 
 func (e *mcpError) Error() string {
 	return "the MCP server answered error " + strconv.Itoa(e.wire.Code)
+}
+
+// serverText is text the server chose (a tool's name, a method), made fit
+// for a record or a log line: scrubbed of every secret the broker holds
+// (a hostile server may name a tool after its credential), escaped and cut.
+func (x *mcpExchange) serverText(s string) string {
+	if x.cred.Scrub != nil {
+		s = x.cred.Scrub.String(s)
+	} else if sc := x.b.creds.Secrets(); sc != nil {
+		s = sc.Scrubber().String(s)
+	}
+	return clip(s, 128)
 }
 
 // printableClip bounds and escapes text an upstream chose, for an error.

@@ -121,11 +121,12 @@ func (b *Broker) listTools(ctx context.Context, l *sessions.LiveSession, x *mcpE
 
 // toolChanged audits a changed tool and fails its held actions unsent.
 func (b *Broker) toolChanged(ctx context.Context, l *sessions.LiveSession, x *mcpExchange, ch toolChange) {
+	name := x.serverText(ch.tool)
 	ev := audit.Event{Type: audit.TypeMCPToolChanged, Actor: audit.Actor{Kind: "system"}, SessionID: l.Session.ID, TaskID: l.Session.TaskID,
 		Upstream: x.u.Name, Code: fault.ToolChanged.Code(),
-		MCP: &audit.MCP{Tool: clip(ch.tool, 128), Digest: ch.now, Recorded: ch.recorded}}
+		MCP: &audit.MCP{Tool: name, Digest: ch.now, Recorded: ch.recorded}}
 	b.audit.AppendAsync(ev)
-	b.log.Warn("mcp tool changed: quarantined", "session_id", l.Session.ID, "upstream", x.u.Name, "tool", clip(ch.tool, 128),
+	b.log.Warn("mcp tool changed: quarantined", "session_id", l.Session.ID, "upstream", x.u.Name, "tool", name,
 		"recorded", ch.recorded, "served", ch.now)
 	b.appr.FailTool(context.WithoutCancel(ctx), l.Session.ID, x.u.Name, ch.tool, "the tool changed since it was held ("+ch.recorded+" → "+ch.now+")")
 }
@@ -184,7 +185,7 @@ func (b *Broker) shownTools(x *mcpExchange, rules []grants.ToolRule) (shown []ma
 			}
 		}
 		if _, bad := changed[t.Name]; bad || rule == nil {
-			hidden = append(hidden, clip(t.Name, 128))
+			hidden = append(hidden, x.serverText(t.Name))
 			continue
 		}
 		narrowed := mcp.Narrow(t.Raw, narrowings(rule), rule.DenyUnknown)

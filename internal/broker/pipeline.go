@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -261,6 +262,9 @@ type pipe struct {
 	c      *call
 	write  func(*Outcome) Written
 	waited time.Duration // how long a held call could wait for the decision
+	// unlockHold releases the lock an MCP call holds while it is held or
+	// joined (mcpLinks.holdLock), or is nil.
+	unlockHold func()
 }
 
 // Open admits a proxy-door tunnel (CONNECT): the caller, its destination
@@ -399,6 +403,13 @@ func (p *pipe) failSent(err error, decision string, held bool, status int) {
 // its decision: the executed answer, the refusal, or still pending.
 func (p *pipe) hold(wait time.Duration) {
 	c, b := p.c, p.b
+	if c.mcp != nil {
+		mu := b.mcp.holdLock(c.l.Session.ID + "\x00" + c.mcpJoin())
+		mu.Lock()
+		unlock := sync.OnceFunc(mu.Unlock)
+		defer unlock()
+		p.unlockHold = unlock
+	}
 	a, joined := c.mcpJoined(p.ctx)
 	if !joined {
 		var err error
@@ -411,6 +422,9 @@ func (p *pipe) hold(wait time.Duration) {
 			p.fail(err, "deny", false)
 			return
 		}
+	}
+	if p.unlockHold != nil {
+		p.unlockHold() // held (or joined): the next identical call finds it
 	}
 	b.calls.observe(c.rec.Upstream, "hold", "", c.elapsed())
 	b.mcpCount(c, "hold")

@@ -87,7 +87,9 @@ func (s *Service) Hold(ctx context.Context, l Sandbox, d *grants.Decision, out *
 	}
 	ev := call
 	ev.Type, ev.ActionID, ev.GrantID, ev.Decision = typeActionPending, a.ID, a.GrantID, "hold"
-	if _, err := s.audit.Append(ctx, ev, nil); err != nil {
+	// The action is stored: its record is written even if the caller
+	// leaves meanwhile (a client that gives up withdraws it, later).
+	if _, err := s.audit.Append(context.WithoutCancel(ctx), ev, nil); err != nil {
 		// A reviewer may have decided meanwhile: then that decision released it.
 		if _, uerr := s.store.UpdateAction(context.Background(), a.ID, func(x *approval.Action) error {
 			if x.Status != approval.Pending {

@@ -12,7 +12,9 @@ import (
 // ErrToolsList is a tools/list result that is not one: tools not an array
 // of objects each with a non-empty string name, a name served twice, a
 // nextCursor that is not a string. It is an upstream error.
-var ErrToolsList = fault.New(fault.UpstreamError, "the MCP server answered a malformed tools/list result")
+// Its text, which may quote what the server served, is never shown: the
+// sandbox is told the kind's title.
+var ErrToolsList = fault.Hidden(fault.UpstreamError, "the MCP server answered a malformed tools/list result")
 
 // Tool is one tool of a tools/list result: its name, the object as served,
 // and its pinning digest (ToolDigest of Raw).
