@@ -241,18 +241,13 @@ func (c *call) authorize(req *Request) error {
 		return err
 	}
 	u := c.b.upstreams[c.name]
-	if req.MCP != nil {
-		out, err := c.mcpOutbound(req, d)
-		if err != nil {
-			d.Release()
-			return err
-		}
-		c.u, c.d, c.grant, c.out = u, d, d.Grant, out
-		c.step = stepAuthorized
-		return nil
-	}
 	if req.AWS == nil {
-		out, err := restOutbound(u, req, d)
+		var out *upstream.Outbound
+		if req.MCP != nil {
+			out, err = c.mcpOutbound(req, d)
+		} else {
+			out, err = restOutbound(u, req, d)
+		}
 		if err != nil {
 			d.Release()
 			return err

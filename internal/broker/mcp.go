@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"time"
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/audit"
@@ -339,11 +340,8 @@ func (c *call) mcpResult(ctx context.Context, resp *response) (*MCPAnswer, error
 func (p *pipe) answerMCP(resp *response) {
 	c, b := p.c, p.b
 	defer resp.Close()
-	ans, err := c.mcpResult(p.ctx, resp)
-	upDur := resp.UpstreamTime()
-	b.calls.upstream(p.ctx, c.rec.Upstream, resp.StatusCode, upDur)
-	if err != nil {
-		p.failSent(err, "error", false, fault.Of(err).Status())
+	ans, upDur := p.mcpAnswer(resp)
+	if ans == nil {
 		return
 	}
 	c.answer = Answer{Status: http.StatusOK, MCP: ans, resp: resp, requestID: c.rec.RequestID}
@@ -355,6 +353,19 @@ func (p *pipe) answerMCP(resp *response) {
 	c.complete(http.StatusOK, w.Bytes, code)
 	b.calls.observe(c.rec.Upstream, "allow", "", c.elapsed()-upDur)
 	b.mcpCount(c, "allow")
+}
+
+// mcpAnswer reads a sent tools/call's answer (mcpResult) and counts the
+// upstream's time; a failure is given to the writer and recorded (nil).
+func (p *pipe) mcpAnswer(resp *response) (*MCPAnswer, time.Duration) {
+	ans, err := p.c.mcpResult(p.ctx, resp)
+	upDur := resp.UpstreamTime()
+	p.b.calls.upstream(p.ctx, p.c.rec.Upstream, resp.StatusCode, upDur)
+	if err != nil {
+		p.failSent(err, "error", false, fault.Of(err).Status())
+		return nil, upDur
+	}
+	return ans, upDur
 }
 
 // mcpRecord fills an MCP call's part of its audit record: the tool, and
@@ -494,11 +505,8 @@ func (b *Broker) runMCPAction(p *pipe, a approval.Action) (*approval.Result, boo
 		return nil, true, err
 	}
 	defer resp.Close()
-	ans, rerr := c.mcpResult(p.ctx, resp)
-	upDur := resp.UpstreamTime()
-	b.calls.upstream(p.ctx, c.rec.Upstream, resp.StatusCode, upDur)
-	if rerr != nil {
-		p.failSent(rerr, "error", false, fault.Of(rerr).Status())
+	ans, upDur := p.mcpAnswer(resp)
+	if ans == nil {
 		return nil, true, err
 	}
 	body := mcpStored(ans)
