@@ -19,3 +19,12 @@ def test_a_problem_without_the_header_and_an_answer_without_a_problem():
 def test_class_names_are_the_codes_in_camel_case():
     for code, cls in BY_CODE.items():
         assert cls.__name__ == "".join(w.capitalize() for w in code.split("_"))
+
+
+def test_one_class_per_code_of_the_contract():
+    import pathlib
+    import re
+    spec = (pathlib.Path(__file__).parents[3] / "api" / "openapi.yaml").read_text()
+    m = re.search(r"enum: \[(invalid_token[^\]]*)\]", spec)
+    assert m, "api/openapi.yaml names the problem codes"
+    assert sorted(BY_CODE) == sorted(c.strip() for c in m.group(1).split(","))
