@@ -40,6 +40,10 @@ type MCPRequest struct {
 	// Held, when set, is told the action id once a tools/call is held for
 	// a human (the door may then keep the client's stream alive).
 	Held func(actionID string)
+	// Progress, when set, is told a tools/call's progress as the server
+	// reports it (the client gave a progressToken): the broker asks the
+	// server for it under a token of its own.
+	Progress func(Progress)
 }
 
 // MCPAnswer is an MCP answer for the sandbox, scrubbed: a result or a
@@ -48,6 +52,10 @@ type MCPRequest struct {
 type MCPAnswer struct {
 	Result map[string]any
 	Error  *mcp.WireError
+	// Changes, for the GET stream (MCPListen), tells each change of the
+	// tools the session may list, until Done.
+	Changes <-chan struct{}
+	Done    <-chan struct{}
 }
 
 // The MCP methods the pipeline knows.
@@ -79,6 +87,8 @@ type callMCP struct {
 	id     mcp.ID   // the broker's JSON-RPC id upstream
 	x      *mcpExchange
 	held   func(string)
+	// progress is told the call's progress (MCPRequest.Progress).
+	progress func(Progress)
 	// constrained are the constrained arguments' values as JCS text (the
 	// decision's, or an executed action's as held).
 	constrained map[string]string
@@ -97,8 +107,11 @@ func (p *pipe) mcpStart(req *Request) (done bool) {
 		p.refuse(errNotMCP)
 		return true
 	}
-	c.mcp = &callMCP{method: m.Method, held: m.Held}
+	c.mcp = &callMCP{method: m.Method, held: m.Held, progress: m.Progress}
 	switch m.Method {
+	case MCPListen:
+		p.mcpListen()
+		return true
 	case mcpInitialize, mcpPing, mcpDiscover:
 		p.give(Outcome{RequestID: c.rec.RequestID, Answer: p.mcpLocal(m)})
 		return true
@@ -166,14 +179,15 @@ func (p *pipe) exchange() (*mcpExchange, error) {
 
 // mcpLocal is the broker's own answer to initialize, ping and
 // server/discover: it is the server the sandbox talks to, and declares
-// tools alone (no list_changed, no sampling, elicitation or roots asked of
-// the client).
+// tools alone (no sampling, elicitation or roots asked of the client); the
+// session era's tools list changes on the GET stream (mcpnotify.go).
 func (p *pipe) mcpLocal(m *MCPRequest) *Answer {
 	info := map[string]any{"name": "airlock", "version": mcpServerVersion}
 	caps := map[string]any{"tools": map[string]any{}}
 	var result map[string]any
 	switch m.Method {
 	case mcpInitialize:
+		caps = map[string]any{"tools": map[string]any{"listChanged": true}}
 		result = map[string]any{"protocolVersion": mcp.Negotiate(m.Version), "capabilities": caps, "serverInfo": info}
 	case mcpDiscover:
 		result = mcp.DiscoverResult(caps, info)
@@ -244,7 +258,11 @@ func (c *call) mcpOutbound(req *Request, d *grants.Decision) (*upstream.Outbound
 	}
 	c.mcp.args, c.mcp.constrained = sum, constrainedText(d.Constrained())
 	c.mcp.id = c.b.mcp.nextID()
-	body, err := mcp.EncodeRequest(c.mcp.id, mcpToolsCall, mcp.ToolCallParams(req.Tool, args), nil)
+	var meta map[string]any
+	if c.mcp.progress != nil { // the broker's own token: the call's id upstream
+		meta = map[string]any{"progressToken": json.Number(c.mcp.id.String())}
+	}
+	body, err := mcp.EncodeRequest(c.mcp.id, mcpToolsCall, mcp.ToolCallParams(req.Tool, args), meta)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the call cannot be encoded", grants.ErrBadRequest)
 	}
@@ -284,6 +302,7 @@ func (c *call) mcpReady(ctx context.Context, cred upstream.Credential) error {
 	for k, v := range h {
 		c.out.Header[k] = v
 	}
+	x.progress, x.token = c.mcp.progress, c.mcp.id
 	c.mcp.x = x
 	return nil
 }

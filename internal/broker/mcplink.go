@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
-	"mime"
 	"net/http"
 	"strconv"
 	"sync"
@@ -54,6 +53,8 @@ type mcpLink struct {
 	version string // the protocol version the upstream agreed
 
 	cat catalogue
+	// listen are the sandbox's GET streams on the link (mcpnotify.go).
+	listen listeners
 }
 
 // mcpLinks holds the links of this replica.
@@ -95,6 +96,7 @@ func (m *mcpLinks) drop(session string) {
 	defer m.mu.Unlock()
 	for k := range m.links {
 		if k.session == session {
+			m.links[k].listen.stop()
 			delete(m.links, k)
 		}
 	}
@@ -110,6 +112,10 @@ type mcpExchange struct {
 	u    *upstream.Upstream
 	cred upstream.Credential
 	link *mcpLink
+	// progress, for a tools/call whose client asked for its progress, is
+	// told the server's progress notifications for token (mcpnotify.go).
+	progress func(Progress)
+	token    mcp.ID
 }
 
 // headers are the headers of a message to the upstream on the link.
@@ -243,8 +249,7 @@ func (x *mcpExchange) answer(ctx context.Context, resp *http.Response, id mcp.ID
 		return nil, fmt.Errorf("%w: HTTP status %d", ErrMCPUpstream, resp.StatusCode)
 	}
 	limit := x.u.MaxBody
-	mt, _, _ := mime.ParseMediaType(resp.Header.Get("Content-Type"))
-	if mt != "text/event-stream" {
+	if !isEventStream(resp.Header.Get("Content-Type")) {
 		data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 		if err != nil {
 			return nil, upstream.ReadFailed(err)
@@ -314,6 +319,8 @@ func (x *mcpExchange) match(ctx context.Context, data []byte, id mcp.ID) (*mcp.M
 		x.refuseRequest(ctx, msg)
 		x.b.mcpBlocked(x, msg.Method)
 		return nil, ErrServerRequestBlocked
+	case msg.IsNotification():
+		x.notified(msg)
 	}
 	return nil, errNotTheAnswer
 }

@@ -126,6 +126,7 @@ func (b *Broker) toolChanged(ctx context.Context, l *sessions.LiveSession, x *mc
 		Upstream: x.u.Name, Code: fault.ToolChanged.Code(),
 		MCP: &audit.MCP{Tool: name, Digest: ch.now, Recorded: ch.recorded}}
 	b.audit.AppendAsync(ev)
+	x.link.listen.changed() // what tools/list shows changed: the tool is hidden
 	b.log.Warn("mcp tool changed: quarantined", "session_id", l.Session.ID, "upstream", x.u.Name, "tool", name,
 		"recorded", ch.recorded, "served", ch.now)
 	b.appr.FailTool(context.WithoutCancel(ctx), l.Session.ID, x.u.Name, ch.tool, "the tool changed since it was held ("+ch.recorded+" → "+ch.now+")")

@@ -40,7 +40,8 @@ var (
 	errMCPSession      = fault.Hidden(fault.NotFound, "unknown MCP session: initialize again")
 	errMCPMediaType    = fault.New(fault.BadRequest, "an MCP message is sent as application/json")
 	errMCPHeader       = fault.New(fault.BadRequest, "the Mcp-Method or Mcp-Name header does not match the message")
-	errMCPGetStream    = fault.Hidden(fault.MethodNotAllowed, "the broker offers no GET stream")
+	errMCPGetStream    = fault.Hidden(fault.MethodNotAllowed, "the broker offers a GET stream only on a session (Mcp-Session-Id)")
+	errMCPAcceptStream = fault.New(fault.BadRequest, "a GET stream is asked for with Accept: text/event-stream")
 	errMCPNotification = errors.New("notification")
 )
 
@@ -156,12 +157,16 @@ func (s *Server) mcpDelete(w http.ResponseWriter, r *http.Request) {
 	s.mcpServe(w, r, chi.URLParam(r, "upstream"), nil, bearerCaller)
 }
 
-// mcpGet is GET /v1/mcp/{upstream}: the broker offers no stream of its
-// own (405, which clients take as no stream); it relays no notification
-// but what a call's answer carries.
+// mcpGet is GET /v1/mcp/{upstream}: on a broker MCP session, the stream
+// of the session's tool list changes (notifications/tools/list_changed
+// alone); without one, 405, which clients take as no stream.
 func (s *Server) mcpGet(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Allow", "POST, DELETE")
-	writeProblemOf(w, errMCPGetStream, "")
+	if r.Header.Get(mcp.HeaderSessionID) == "" {
+		w.Header().Set("Allow", "POST, DELETE")
+		writeProblemOf(w, errMCPGetStream, "")
+		return
+	}
+	s.mcpServe(w, r, chi.URLParam(r, "upstream"), nil, bearerCaller)
 }
 
 // bearerCaller is the caller of a bearer-token request, or its refusal.
@@ -208,8 +213,11 @@ func (s *Server) mcpServe(w http.ResponseWriter, r *http.Request, name string, e
 
 // parse reads the admitted request's message (see readMCP).
 func (x *mcpExchange) parse(a *broker.Admitted) (*broker.Request, error) {
-	if x.r.Method == http.MethodDelete {
+	switch x.r.Method {
+	case http.MethodDelete:
 		return x.deleteSession(a)
+	case http.MethodGet:
+		return x.listenSession(a)
 	}
 	msg, err := readMCP(x.r, a.Upstream().MaxBody)
 	if err != nil {
@@ -237,6 +245,9 @@ func (x *mcpExchange) parse(a *broker.Admitted) (*broker.Request, error) {
 			return nil, mcpBad(err)
 		}
 		req.Tool, req.Body, req.BodyJSON, req.HasBody = tool, args, true, true
+		if _, ok := msg.ProgressToken(); ok && acceptsSSE(x.r) {
+			m.Progress = x.progress
+		}
 	case msg.Method == "tools/list":
 		m.Cursor, _ = msg.Params["cursor"].(string)
 	}
@@ -284,6 +295,26 @@ func (x *mcpExchange) deleteSession(a *broker.Admitted) (*broker.Request, error)
 	}
 	x.s.mcp.end(id)
 	return &broker.Request{MCP: &broker.MCPRequest{}}, nil
+}
+
+// listenSession opens the request's broker MCP session's GET stream: the
+// session must be the caller's, and the client must take an SSE stream.
+// A DELETE of the session ends the stream.
+func (x *mcpExchange) listenSession(a *broker.Admitted) (*broker.Request, error) {
+	id := x.r.Header.Get(mcp.HeaderSessionID)
+	if id == "" { // the stateless era has no GET stream (the proxy door's request)
+		x.w.Header().Set("Allow", "POST, DELETE")
+		return nil, errMCPGetStream
+	}
+	if !acceptsSSE(x.r) {
+		return nil, errMCPAcceptStream
+	}
+	sess, ok := x.s.mcp.get(id, a.SessionID(), a.Upstream().Name)
+	if !ok {
+		return nil, errMCPSession
+	}
+	x.untrack = x.s.mcp.track(sess, fmt.Sprintf("listen %p", x), x.cancel)
+	return &broker.Request{MCP: &broker.MCPRequest{Method: broker.MCPListen, Version: sess.version}}, nil
 }
 
 // readMCP reads one strictly parsed JSON-RPC message of at most limit
@@ -337,16 +368,86 @@ func (x *mcpExchange) held(actionID string) {
 	if x.stream != nil || x.done {
 		return
 	}
+	x.w.Header().Set("X-Airlock-Action-Id", actionID)
+	x.startStream("held for a human reviewer")
+	x.stopKeep = make(chan struct{})
+	token, hasToken := x.msg.ProgressToken()
+	go x.keepAlive(x.stopKeep, actionID, token, hasToken)
+}
+
+// startStream answers the request with an SSE stream, its first comment
+// saying why. The caller holds x.mu.
+func (x *mcpExchange) startStream(why string) {
 	h := x.w.Header()
-	h.Set("X-Airlock-Action-Id", actionID)
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-store")
 	x.w.WriteHeader(http.StatusOK)
 	x.stream = mcp.NewSSEWriter(x.w)
-	_ = x.stream.Comment("held for a human reviewer")
-	x.stopKeep = make(chan struct{})
-	token, hasToken := x.msg.ProgressToken()
-	go x.keepAlive(x.stopKeep, actionID, token, hasToken)
+	_ = x.stream.Comment(why)
+}
+
+// progress relays a tools/call's progress as the server reported it
+// (scrubbed) under the client's own progressToken, on the answer's SSE
+// stream (started by the first).
+func (x *mcpExchange) progress(p broker.Progress) {
+	token, ok := x.msg.ProgressToken()
+	if !ok {
+		return
+	}
+	params := map[string]any{"progressToken": token, "progress": p.Progress}
+	if p.Total > 0 {
+		params["total"] = p.Total
+	}
+	if p.Message != "" {
+		params["message"] = p.Message
+	}
+	note, err := mcp.EncodeNotification("notifications/progress", params)
+	if err != nil {
+		return
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.done {
+		return
+	}
+	if x.stream == nil {
+		x.startStream("the tool reports its progress")
+	}
+	_ = x.stream.Event(note)
+}
+
+// listen writes the GET stream: notifications/tools/list_changed for each
+// change, a keep-alive every mcpKeepAlive, until the session's standing
+// ends, the session is deleted or the client leaves.
+func (x *mcpExchange) listen(a *broker.MCPAnswer) broker.Written {
+	note, err := mcp.EncodeNotification("notifications/tools/list_changed", nil)
+	if err != nil {
+		return broker.Written{Err: err}
+	}
+	x.mu.Lock()
+	x.startStream("tool list changes")
+	stream := x.stream
+	x.mu.Unlock()
+	t := time.NewTicker(mcpKeepAlive)
+	defer t.Stop()
+	var n int64
+	for {
+		var err error
+		select {
+		case <-a.Changes:
+			err = stream.Event(note)
+			n += int64(len(note))
+		case <-t.C:
+			err = stream.Comment("keep-alive")
+		case <-a.Done:
+			return broker.Written{Bytes: n}
+		case <-x.r.Context().Done():
+			return broker.Written{Bytes: n}
+		}
+		if err != nil {
+			return broker.Written{Bytes: n, Err: err}
+		}
+	}
 }
 
 // keepAlive writes keep-alives (and progress) until stop.
@@ -422,6 +523,9 @@ func (x *mcpExchange) write(out *broker.Outcome) broker.Written {
 		return x.answer(ans)
 	}
 	a := out.Answer
+	if a.MCP != nil && a.MCP.Changes != nil {
+		return x.listen(a.MCP)
+	}
 	if a.Status == http.StatusAccepted || x.msg == nil { // a notification, a DELETE
 		status := http.StatusAccepted
 		if x.r.Method == http.MethodDelete {
