@@ -126,6 +126,8 @@ type Broker struct {
 	// answer is scrubbed of.
 	creds *credentials.Service
 	mcp   mcpLinks // the sessions' MCP sessions on MCP upstreams (mcplink.go)
+	// mcpIDs are the MCP door's session ids (mcpsession.go).
+	mcpIDs mcpSessionIDs
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -162,6 +164,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		health: o.Health, audit: w, tokens: tokens,
 		upstreams: o.Upstreams, now: o.Clock.Now, log: o.Log,
 		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
+		mcpIDs:    mcpSessionIDs{key: key.derive("mcp-session-id"), now: o.Clock.Now},
 		maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
 	}
 	if err := b.build(ctx, o, key); err != nil {

@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
@@ -48,99 +46,95 @@ var (
 // mcpKeepAlive is how often a held call's stream gets a keep-alive.
 const mcpKeepAlive = 15 * time.Second
 
-// mcpSessions are the broker's own MCP sessions (the session era's
-// Mcp-Session-Id), each bound to the Airlock session that initialized it.
+// mcpSessions is this replica's part of the door's sessions (the session
+// era's Mcp-Session-Id, which the broker makes and reads alike on every
+// replica: broker.OpenMCPSession): the ids a DELETE ended here, until
+// they would have expired, and the calls in flight on each, for
+// notifications/cancelled.
 type mcpSessions struct {
-	mu   sync.Mutex
-	byID map[string]*mcpSession
+	mu       sync.Mutex
+	ended    map[string]time.Time
+	inflight map[string]map[string]context.CancelFunc // by session id, then by JSON-RPC id
 }
 
+// mcpSession is a door session a request is on.
 type mcpSession struct {
-	airlock  string // the Airlock session id
-	upstream string
-	version  string
-	opened   time.Time
-	inflight map[string]context.CancelFunc // the calls in flight, by their JSON-RPC id, for notifications/cancelled
+	id, version string
+	expires     time.Time
 }
 
-// Bounds of the door's sessions: a sandbox that initializes again and
-// again keeps its newest maxMCPSessions per Airlock session; none outlives
-// the longest session lifetime a broker grants.
-const (
-	maxMCPSessions = 32
-	mcpSessionLife = 24 * time.Hour
-)
+// maxEnded bounds the ended ids kept: past it, the oldest are forgotten
+// (an ended id is no credential: a request on it still needs its session
+// token).
+const maxEnded = 1 << 16
 
-// open makes a session for an initialize of Airlock session airlock.
-func (m *mcpSessions) open(airlock, upstreamName, version string) string {
-	var b [18]byte
-	_, _ = rand.Read(b[:])
-	id := "mcs_" + base64.RawURLEncoding.EncodeToString(b[:])
-	now := time.Now()
+// get is session id if it belongs to Airlock session airlock on upstream
+// and was not ended here.
+func (m *mcpSessions) get(b *broker.Broker, id, airlock, upstreamName string) (*mcpSession, bool) {
+	version, expires, ok := b.MCPSession(id, airlock, upstreamName)
+	if !ok {
+		return nil, false
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.byID == nil {
-		m.byID = map[string]*mcpSession{}
+	if _, gone := m.ended[id]; gone {
+		return nil, false
 	}
-	oldest, n := "", 0
-	for k, s := range m.byID {
-		switch {
-		case now.Sub(s.opened) > mcpSessionLife:
-			delete(m.byID, k)
-		case s.airlock == airlock:
-			n++
-			if oldest == "" || s.opened.Before(m.byID[oldest].opened) {
-				oldest = k
+	return &mcpSession{id: id, version: version, expires: expires}, true
+}
+
+// end ends session s (DELETE): its calls in flight here are cancelled.
+func (m *mcpSessions) end(s *mcpSession) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.ended == nil {
+		m.ended = map[string]time.Time{}
+	}
+	if len(m.ended) >= maxEnded {
+		now := time.Now()
+		for id, exp := range m.ended {
+			if now.After(exp) || len(m.ended) >= maxEnded {
+				delete(m.ended, id)
 			}
 		}
 	}
-	if n >= maxMCPSessions {
-		delete(m.byID, oldest)
+	m.ended[s.id] = s.expires
+	for _, cancel := range m.inflight[s.id] {
+		cancel()
 	}
-	m.byID[id] = &mcpSession{airlock: airlock, upstream: upstreamName, version: version, opened: now, inflight: map[string]context.CancelFunc{}}
-	return id
-}
-
-// get is session id if it belongs to Airlock session airlock on upstream.
-func (m *mcpSessions) get(id, airlock, upstreamName string) (*mcpSession, bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s, ok := m.byID[id]
-	if !ok || s.airlock != airlock || s.upstream != upstreamName {
-		return nil, false
-	}
-	return s, true
-}
-
-// end ends session id (DELETE).
-func (m *mcpSessions) end(id string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if s, ok := m.byID[id]; ok {
-		for _, cancel := range s.inflight {
-			cancel()
-		}
-		delete(m.byID, id)
-	}
+	delete(m.inflight, s.id)
 }
 
 // track registers a call in flight on the session, for its cancellation;
 // the returned func forgets it.
 func (m *mcpSessions) track(s *mcpSession, id string, cancel context.CancelFunc) func() {
 	m.mu.Lock()
-	s.inflight[id] = cancel
+	if m.inflight == nil {
+		m.inflight = map[string]map[string]context.CancelFunc{}
+	}
+	calls := m.inflight[s.id]
+	if calls == nil {
+		calls = map[string]context.CancelFunc{}
+		m.inflight[s.id] = calls
+	}
+	calls[id] = cancel
 	m.mu.Unlock()
 	return func() {
 		m.mu.Lock()
-		delete(s.inflight, id)
-		m.mu.Unlock()
+		defer m.mu.Unlock()
+		if calls := m.inflight[s.id]; calls != nil {
+			delete(calls, id)
+			if len(calls) == 0 {
+				delete(m.inflight, s.id)
+			}
+		}
 	}
 }
 
-// cancel cancels the call id in flight on the session.
+// cancel cancels the call id in flight on the session (on this replica).
 func (m *mcpSessions) cancel(s *mcpSession, id string) {
 	m.mu.Lock()
-	cancel := s.inflight[id]
+	cancel := m.inflight[s.id][id]
 	m.mu.Unlock()
 	if cancel != nil {
 		cancel()
@@ -279,7 +273,7 @@ func (x *mcpExchange) era(a *broker.Admitted, msg *mcp.Message) (string, error) 
 	if id == "" {
 		return "", errMCPNoSession
 	}
-	sess, ok := x.s.mcp.get(id, a.SessionID(), a.Upstream().Name)
+	sess, ok := x.s.mcp.get(x.s.b, id, a.SessionID(), a.Upstream().Name)
 	if !ok {
 		return "", errMCPSession
 	}
@@ -290,10 +284,11 @@ func (x *mcpExchange) era(a *broker.Admitted, msg *mcp.Message) (string, error) 
 // deleteSession ends the request's broker MCP session (DELETE).
 func (x *mcpExchange) deleteSession(a *broker.Admitted) (*broker.Request, error) {
 	id := x.r.Header.Get(mcp.HeaderSessionID)
-	if _, ok := x.s.mcp.get(id, a.SessionID(), a.Upstream().Name); !ok {
+	sess, ok := x.s.mcp.get(x.s.b, id, a.SessionID(), a.Upstream().Name)
+	if !ok {
 		return nil, errMCPSession
 	}
-	x.s.mcp.end(id)
+	x.s.mcp.end(sess)
 	return &broker.Request{MCP: &broker.MCPRequest{}}, nil
 }
 
@@ -309,7 +304,7 @@ func (x *mcpExchange) listenSession(a *broker.Admitted) (*broker.Request, error)
 	if !acceptsSSE(x.r) {
 		return nil, errMCPAcceptStream
 	}
-	sess, ok := x.s.mcp.get(id, a.SessionID(), a.Upstream().Name)
+	sess, ok := x.s.mcp.get(x.s.b, id, a.SessionID(), a.Upstream().Name)
 	if !ok {
 		return nil, errMCPSession
 	}
@@ -536,7 +531,7 @@ func (x *mcpExchange) write(out *broker.Outcome) broker.Written {
 	}
 	if x.msg.Method == "initialize" && a.MCP.Result != nil {
 		version, _ := a.MCP.Result["protocolVersion"].(string)
-		id := x.s.mcp.open(x.admSession, x.admUpstream, version)
+		id := x.s.b.OpenMCPSession(x.admSession, x.admUpstream, version)
 		h.Set(mcp.HeaderSessionID, id)
 	}
 	return x.answer(a.MCP)

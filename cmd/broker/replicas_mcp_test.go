@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/airlock-broker/airlock/internal/brokertest"
+	"github.com/airlock-broker/airlock/internal/pgtest"
+)
+
+// roundRobin sends each request of a client to the next of the replicas'
+// sandbox planes, as a load balancer without affinity would.
+type roundRobin struct {
+	targets []*url.URL
+	n       atomic.Int64
+	base    http.RoundTripper
+}
+
+func (rr *roundRobin) RoundTrip(r *http.Request) (*http.Response, error) {
+	t := rr.targets[int(rr.n.Add(1))%len(rr.targets)]
+	r = r.Clone(r.Context())
+	r.URL.Scheme, r.URL.Host, r.Host = t.Scheme, t.Host, t.Host
+	return rr.base.RoundTrip(r)
+}
+
+// TestMCPSessionOnEveryReplica: two real brokers on one PostgreSQL behind
+// a round-robin balancer. A stock client of the session era initializes on
+// one and goes on, message by message, on both: the broker's
+// Mcp-Session-Id is read alike by every replica (DESIGN §9), another
+// session's is refused on each, and a DELETE ends it.
+func TestMCPSessionOnEveryReplica(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	up := startMCPUpstream(t)
+	yaml := mcpYAML(up, "") + "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n"
+	start := func() *brokertest.Proc {
+		return startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", DataDir: filepath.Join(t.TempDir(), "data"),
+			ExtraYAML: yaml, Env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
+	}
+	a, b := start(), start()
+	s := a.Session(brokertest.TrustedSession(issuesGrant(nil)))
+	other := a.Session(brokertest.TrustedSession(issuesGrant(nil)))
+
+	var targets []*url.URL
+	for _, p := range []*brokertest.Proc{a, b} {
+		u, err := url.Parse(p.Sandbox)
+		if err != nil {
+			t.Fatal(err)
+		}
+		targets = append(targets, u)
+	}
+	rr := &roundRobin{targets: targets, base: &bearerRT{token: s.Token, base: http.DefaultTransport}}
+	c := sdk.NewClient(&sdk.Implementation{Name: "sandbox-agent", Version: "1"}, nil)
+	cs, err := c.Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: a.Sandbox + "/v1/mcp/issues",
+		HTTPClient: &http.Client{Transport: rr}, DisableStandaloneSSE: true}, &sdk.ClientSessionOptions{ProtocolVersion: "2025-11-25"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	ctx := context.Background()
+	for i := range 4 { // every message lands on the other replica than the one before
+		if _, err := cs.ListTools(ctx, nil); err != nil {
+			t.Fatalf("tools/list %d: %v", i, err)
+		}
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "search", Arguments: map[string]any{"query": "crash"}})
+		if err != nil || res.IsError {
+			t.Fatalf("tools/call %d: %v %+v", i, err, res)
+		}
+	}
+	sid := cs.ID()
+	if sid == "" {
+		t.Fatal("the session era's client has no Mcp-Session-Id")
+	}
+	call := `{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"search","arguments":{"query":"x"}}}`
+	for _, p := range []*brokertest.Proc{a, b} {
+		if r := rawMCP(p, other.Token, call, "Mcp-Session-Id", sid); r.Status != http.StatusNotFound {
+			t.Errorf("another session's Mcp-Session-Id on %s: %d %s, want 404", p.Sandbox, r.Status, r.Body)
+		}
+		if r := rawMCP(p, s.Token, call, "Mcp-Session-Id", sid+"x"); r.Status != http.StatusNotFound {
+			t.Errorf("a tampered Mcp-Session-Id on %s: %d %s, want 404", p.Sandbox, r.Status, r.Body)
+		}
+	}
+	if r := b.Do("DELETE", b.Sandbox+"/v1/mcp/issues", s.Token, nil, "Mcp-Session-Id", sid); r.Status != http.StatusNoContent {
+		t.Fatalf("DELETE on B: %d %s", r.Status, r.Body)
+	}
+	if r := rawMCP(b, s.Token, call, "Mcp-Session-Id", sid); r.Status != http.StatusNotFound {
+		t.Errorf("the deleted session on B: %d %s, want 404", r.Status, r.Body)
+	}
+}
