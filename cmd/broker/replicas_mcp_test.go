@@ -35,14 +35,8 @@ func (rr *roundRobin) RoundTrip(r *http.Request) (*http.Response, error) {
 // Mcp-Session-Id is read alike by every replica (DESIGN §9), another
 // session's is refused on each, and a DELETE ends it.
 func TestMCPSessionOnEveryReplica(t *testing.T) {
-	dsn := pgtest.DSN(t)
 	up := startMCPUpstream(t)
-	yaml := mcpYAML(up, "") + "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n"
-	start := func() *brokertest.Proc {
-		return startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", DataDir: filepath.Join(t.TempDir(), "data"),
-			ExtraYAML: yaml, Env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
-	}
-	a, b := start(), start()
+	a, b := startMCPReplicas(t, up)
 	s := a.Session(brokertest.TrustedSession(issuesGrant(nil)))
 	other := a.Session(brokertest.TrustedSession(issuesGrant(nil)))
 
@@ -90,5 +84,52 @@ func TestMCPSessionOnEveryReplica(t *testing.T) {
 	}
 	if r := rawMCP(b, s.Token, call, "Mcp-Session-Id", sid); r.Status != http.StatusNotFound {
 		t.Errorf("the deleted session on B: %d %s, want 404", r.Status, r.Body)
+	}
+}
+
+// startMCPReplicas starts two brokers on one PostgreSQL, the issues MCP
+// upstream at up.
+func startMCPReplicas(t *testing.T, up *mcpUpstream) (*brokertest.Proc, *brokertest.Proc) {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	yaml := mcpYAML(up, "") + "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n"
+	start := func() *brokertest.Proc {
+		return startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", DataDir: filepath.Join(t.TempDir(), "data"),
+			ExtraYAML: yaml, Env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
+	}
+	return start(), start()
+}
+
+// TestMCPToolPinnedAcrossReplicas: a session lists its tools on replica
+// A; the server then changes create_issue; the same session's first
+// listing on replica B compares with the digest A recorded (the store's),
+// not with what B sees first: the tool is quarantined there too.
+func TestMCPToolPinnedAcrossReplicas(t *testing.T) {
+	up := startMCPUpstream(t)
+	a, b := startMCPReplicas(t, up)
+	s := a.Session(brokertest.TrustedSession(issuesGrant(nil)))
+	ctx := context.Background()
+	if _, err := mcpClient(t, a, "issues", s.Token, "2025-11-25").ListTools(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	up.rugPull()
+	cs := mcpClient(t, b, "issues", s.Token, "")
+	list, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tool := range list.Tools {
+		if tool.Name == "create_issue" {
+			t.Fatalf("replica B shows the tool changed since A listed it: %+v", tool)
+		}
+	}
+	_, err = cs.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "x"}})
+	if code, airlock := rpcErr(t, err); code != -32010 || airlock != "tool_changed" {
+		t.Fatalf("the changed tool on B: %d %q, want -32010 tool_changed", code, airlock)
+	}
+	// Another session sees the changed tool first: it is its first sight.
+	s2 := b.Session(brokertest.TrustedSession(issuesGrant(nil)))
+	if _, err := mcpClient(t, a, "issues", s2.Token, "").CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "x"}}); err != nil {
+		t.Fatalf("a new session's call of the tool as it is now: %v", err)
 	}
 }

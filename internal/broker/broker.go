@@ -128,6 +128,9 @@ type Broker struct {
 	mcp   mcpLinks // the sessions' MCP sessions on MCP upstreams (mcplink.go)
 	// mcpIDs are the MCP door's session ids (mcpsession.go).
 	mcpIDs mcpSessionIDs
+	// toolDigests keeps the MCP tools' digests first seen by any replica
+	// (mcptools.go).
+	toolDigests meta.Store
 }
 
 // Now is the broker's clock: every expiry is decided by it (see Options.Clock).
@@ -164,7 +167,7 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 		health: o.Health, audit: w, tokens: tokens,
 		upstreams: o.Upstreams, now: o.Clock.Now, log: o.Log,
 		names: auditNames{key: key.derive("audit-hmac")}, feed: feed,
-		mcpIDs:    mcpSessionIDs{key: key.derive("mcp-session-id"), now: o.Clock.Now},
+		mcpIDs: mcpSessionIDs{key: key.derive("mcp-session-id"), now: o.Clock.Now}, toolDigests: o.Meta,
 		maxStream: int64(max(o.MaxStreams, 0)), tracer: tracerOf(o.Tracer),
 	}
 	if err := b.build(ctx, o, key); err != nil {

@@ -2,7 +2,9 @@ package broker
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -39,12 +41,13 @@ type catalogue struct {
 	fixed    map[string]string // digests fixed in config
 	recorded map[string]string // tool → digest first seen
 	changed  map[string]string // quarantined tool → the digest it changed to
+	shared   map[string]bool   // tools whose recorded digest is the store's (shareDigests)
 	tools    []mcp.Tool        // as last listed, in the server's order
 	listed   bool
 }
 
 func newCatalogue(fixed map[string]string) catalogue {
-	return catalogue{fixed: fixed, recorded: map[string]string{}, changed: map[string]string{}}
+	return catalogue{fixed: fixed, recorded: map[string]string{}, changed: map[string]string{}, shared: map[string]bool{}}
 }
 
 // toolChange is a tool seen to differ from its recorded digest.
@@ -110,6 +113,9 @@ func (b *Broker) listTools(ctx context.Context, l *sessions.LiveSession, x *mcpE
 		}
 		cursor = next
 	}
+	if err := b.shareDigests(ctx, l, x, all); err != nil {
+		return err
+	}
 	x.link.mu.Lock()
 	changes := x.link.cat.see(all)
 	x.link.mu.Unlock()
@@ -117,6 +123,45 @@ func (b *Broker) listTools(ctx context.Context, l *sessions.LiveSession, x *mcpE
 		b.toolChanged(ctx, l, x, ch)
 	}
 	return nil
+}
+
+// errToolDigests: the store could not say which digest the session first
+// saw of a tool: the listing fails closed.
+var errToolDigests = fault.Hidden(fault.BrokerUnavailable, "the MCP tools' first-seen digests could not be read or recorded")
+
+// shareDigests makes the digest of each listed tool a rule of the
+// session names the first one any replica saw: the store keeps the first
+// digest recorded (meta CreateMeta, one key per session, upstream and
+// tool), and every replica compares with it. Tools no rule names are
+// never shown nor called: they are recorded by the link alone.
+func (b *Broker) shareDigests(ctx context.Context, l *sessions.LiveSession, x *mcpExchange, all []mcp.Tool) error {
+	rules := b.toolRules(l, x.u.Name)
+	x.link.mu.Lock()
+	var todo []mcp.Tool
+	for _, t := range all {
+		if _, fixed := x.link.cat.fixed[t.Name]; !fixed && !x.link.cat.shared[t.Name] && namesTool(rules, t.Name) {
+			todo = append(todo, t)
+		}
+	}
+	x.link.mu.Unlock()
+	for _, t := range todo {
+		first, err := b.toolDigests.CreateMeta(ctx, toolDigestKey(l.Session.ID, x.u.Name, t.Name), []byte(t.Digest))
+		if err != nil {
+			b.log.Error("mcp tool digest not recorded", "session_id", l.Session.ID, "upstream", x.u.Name, "cause", err)
+			return errToolDigests
+		}
+		x.link.mu.Lock()
+		x.link.cat.recorded[t.Name] = string(first)
+		x.link.cat.shared[t.Name] = true
+		x.link.mu.Unlock()
+	}
+	return nil
+}
+
+// toolDigestKey is the meta key of a session's first-seen digest of a tool.
+func toolDigestKey(session, upstream, tool string) string {
+	sum := sha256.Sum256([]byte(tool))
+	return "mcp_tool_digest/" + session + "/" + upstream + "/" + hex.EncodeToString(sum[:16])
 }
 
 // toolChanged audits a changed tool and fails its held actions unsent.
