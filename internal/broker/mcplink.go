@@ -263,7 +263,9 @@ func (x *mcpExchange) answer(ctx context.Context, resp *http.Response, id mcp.ID
 		}
 		return msg, err
 	}
-	sse := mcp.NewSSEReader(resp.Body, int(limit))
+	// The whole stream is bounded, comments and notifications included: a
+	// server that streams forever is cut at max_body.
+	sse := mcp.NewSSEReader(&boundedBody{r: resp.Body, left: limit}, int(limit))
 	var blocked error
 	for {
 		ev, err := sse.Next()
@@ -273,6 +275,9 @@ func (x *mcpExchange) answer(ctx context.Context, resp *http.Response, id mcp.ID
 			}
 			if errors.Is(err, io.EOF) {
 				return nil, fmt.Errorf("%w: the stream ended without an answer", ErrMCPUpstream)
+			}
+			if errors.Is(err, errStreamTooLong) {
+				return nil, fmt.Errorf("%w: the answer's stream exceeds max_body", ErrMCPUpstream)
 			}
 			return nil, upstream.ReadFailed(err)
 		}
@@ -387,4 +392,25 @@ func jsonText(v any) string {
 		return ""
 	}
 	return string(b)
+}
+
+// errStreamTooLong: an answer's stream went past its bound.
+var errStreamTooLong = errors.New("the stream exceeds its bound")
+
+// boundedBody reads at most left bytes of r, then fails errStreamTooLong.
+type boundedBody struct {
+	r    io.Reader
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, errStreamTooLong
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.r.Read(p)
+	b.left -= int64(n)
+	return n, err
 }

@@ -257,10 +257,13 @@ func (x *mcpExchange) parse(a *broker.Admitted) (*broker.Request, error) {
 // of this Airlock session.
 func (x *mcpExchange) era(a *broker.Admitted, msg *mcp.Message) (string, error) {
 	if v, _ := msg.MetaVersion(); mcp.Stateless(v) || mcp.Stateless(x.r.Header.Get(mcp.HeaderProtocolVersion)) {
-		if got := x.r.Header.Get(mcp.HeaderMethod); got != msg.Method {
+		// Each header once: a reader in front of the broker that takes
+		// another of repeated values than the first would see another call.
+		if got := x.r.Header.Values(mcp.HeaderMethod); len(got) != 1 || got[0] != msg.Method {
 			return "", errMCPHeader
 		}
-		if want, named := msg.HeaderName(); named && x.r.Header.Get(mcp.HeaderName) != want {
+		names := x.r.Header.Values(mcp.HeaderName)
+		if want, named := msg.HeaderName(); named && (len(names) != 1 || names[0] != want) {
 			return "", errMCPHeader
 		}
 		return mcp.V20260728, nil
@@ -348,7 +351,7 @@ func mcpBad(err error) error {
 	if fault.Find(err) != nil {
 		return err
 	}
-	return fmt.Errorf("%w: %v", grants.ErrBadRequest, err)
+	return fmt.Errorf("%w: %w", grants.ErrBadRequest, err)
 }
 
 // held starts, once a call is held for a human, the SSE stream that keeps
@@ -609,8 +612,8 @@ func (x *mcpExchange) jsonrpcError(status int, err error, requestID string) brok
 		code = mcp.CodeHeaderMismatch
 	case p.kind == fault.ConstraintViolated:
 		code = mcp.CodeArgument
-	case x.msg == nil && p.kind == fault.BadRequest:
-		code = mcp.CodeInvalidRequest
+	case p.kind == fault.BadRequest && (x.msg == nil || errors.Is(err, mcp.ErrInvalidParams) || errors.Is(err, mcp.ErrInvalidRequest)):
+		code = mcp.CodeInvalidRequest // a malformed message
 	}
 	data := map[string]any{"code": p.Code}
 	if requestID != "" {
