@@ -26,12 +26,7 @@ import (
 func gatedMCP(t *testing.T, wait string) (*brokertest.Proc, *mcpUpstream, brokertest.Created, string) {
 	t.Helper()
 	b, up := startMCPBroker(t, "approval: {mcp_wait: "+wait+"}\n")
-	tok := func(role, name string) string {
-		var out struct{ Token string }
-		_ = json.Unmarshal(b.Do("POST", b.Control+"/v1/tokens", brokertest.ProcAdminToken, map[string]any{"role": role, "name": name}).Body, &out)
-		return out.Token
-	}
-	op, rev := tok("operator", "orchestrator"), tok("reviewer", "rita")
+	op, rev := b.NewToken("operator", "orchestrator"), b.NewToken("reviewer", "rita")
 	r := b.Do("POST", b.Control+"/v1/sessions", op, map[string]any{"task_id": "t-mcp-gate", "isolation": "microvm", "grants": []any{issuesGrant(nil)}})
 	var s brokertest.Created
 	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {

@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"path/filepath"
+	"strings"
+	"sync"
+	"time"
 	"sync/atomic"
 	"testing"
 
@@ -89,10 +93,10 @@ func TestMCPSessionOnEveryReplica(t *testing.T) {
 
 // startMCPReplicas starts two brokers on one PostgreSQL, the issues MCP
 // upstream at up.
-func startMCPReplicas(t *testing.T, up *mcpUpstream) (*brokertest.Proc, *brokertest.Proc) {
+func startMCPReplicas(t *testing.T, up *mcpUpstream, extraYAML ...string) (*brokertest.Proc, *brokertest.Proc) {
 	t.Helper()
 	dsn := pgtest.DSN(t)
-	yaml := mcpYAML(up, "") + "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n"
+	yaml := mcpYAML(up, "") + "store: {driver: postgres, dsn: \"${AIRLOCK_PG_DSN}\"}\n" + strings.Join(extraYAML, "")
 	start := func() *brokertest.Proc {
 		return startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", DataDir: filepath.Join(t.TempDir(), "data"),
 			ExtraYAML: yaml, Env: map[string]string{"AIRLOCK_PG_DSN": dsn}})
@@ -131,5 +135,54 @@ func TestMCPToolPinnedAcrossReplicas(t *testing.T) {
 	s2 := b.Session(brokertest.TrustedSession(issuesGrant(nil)))
 	if _, err := mcpClient(t, a, "issues", s2.Token, "").CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "x"}}); err != nil {
 		t.Fatalf("a new session's call of the tool as it is now: %v", err)
+	}
+}
+
+// TestMCPGateAcrossReplicas: a gated tools/call held on replica A is
+// joined by its identical retry on replica B at once (B reads the pending
+// action from the store);
+// approved on B, it executes once, and identical retries on either
+// replica get that one execution's result.
+func TestMCPGateAcrossReplicas(t *testing.T) {
+	up := startMCPUpstream(t)
+	a, b := startMCPReplicas(t, up, "approval: {mcp_wait: 0s}\n")
+	op, rev := a.NewToken("operator", "orchestrator"), a.NewToken("reviewer", "rita")
+	r := a.Do("POST", a.Control+"/v1/sessions", op, map[string]any{"task_id": "t-mcp-ha", "isolation": "microvm", "grants": []any{issuesGrant(nil)}})
+	var s brokertest.Created
+	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
+		t.Fatalf("gated session: %d %s", r.Status, r.Body)
+	}
+	ctx := context.Background()
+	args := map[string]any{"title": "held", "labels": []any{"bug"}}
+	onA, onB := mcpClient(t, a, "issues", s.Token, "2025-11-25"), mcpClient(t, b, "issues", s.Token, "")
+	res, err := onA.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := pendingAction(t, res)
+	// At once: B finds the pending action in the store, before A's change
+	// reaches it by the feed.
+	res, err = onB.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: args})
+	if err != nil || pendingAction(t, res) != id {
+		t.Fatalf("the identical retry on B did not join %s: %v %+v", id, err, res)
+	}
+	if r := b.Do("POST", b.Control+"/v1/approvals/"+id+"/approve", rev, map[string]any{}); r.Status != 200 {
+		t.Fatalf("approve on B: %d %s", r.Status, r.Body)
+	}
+	brokertest.Eventually(t, 10*time.Second, func() bool { return actionStatus(t, a, rev, id) == "executed" })
+	var wg sync.WaitGroup
+	for i, cs := range []*sdk.ClientSession{onA, onB, onA, onB} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: args})
+			if err != nil || res.IsError || res.Content[0].(*sdk.TextContent).Text != "created in acme/web: held" {
+				t.Errorf("retry %d after approval: %v %+v", i, err, res)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := up.calls.Load(); n != 1 {
+		t.Fatalf("the upstream got %d calls, want exactly 1", n)
 	}
 }

@@ -25,13 +25,15 @@ func (s *Service) index(a approval.Action) {
 
 // Joined returns the action an identical retry of session sessionID joins:
 // the one held under join, unless it expired, failed, or was withdrawn.
-// An action held on another replica is found once its change reached this
-// one (ApplyChange indexes it).
+// An action held on another replica is found in the store while it is
+// pending, and in this replica's index once its change reached this one
+// (ApplyChange indexes it). Two identical calls arriving at once on two
+// replicas may each hold an action (each runs at most once).
 func (s *Service) Joined(ctx context.Context, sessionID, join string) (approval.Action, bool) {
 	key := joinKey(sessionID, join)
 	id, ok := s.joins.Load(key)
 	if !ok {
-		return approval.Action{}, false
+		return s.pendingJoin(ctx, sessionID, join)
 	}
 	a, err := s.store.Action(ctx, id.(string))
 	if err != nil || a.MCP == nil || a.MCP.Join != join || a.SessionID != sessionID || !s.now().Before(a.ExpiresAt) ||
@@ -40,6 +42,23 @@ func (s *Service) Joined(ctx context.Context, sessionID, join string) (approval.
 		return approval.Action{}, false
 	}
 	return a, true
+}
+
+// pendingJoin finds in the store a pending action of session sessionID
+// held under join (by another replica, whose change has not reached this
+// one yet), and indexes it.
+func (s *Service) pendingJoin(ctx context.Context, sessionID, join string) (approval.Action, bool) {
+	pending, err := s.store.Actions(ctx, approval.Pending, 0)
+	if err != nil {
+		return approval.Action{}, false
+	}
+	for _, a := range pending {
+		if a.SessionID == sessionID && a.MCP != nil && a.MCP.Join == join && s.now().Before(a.ExpiresAt) {
+			s.index(a)
+			return a, true
+		}
+	}
+	return approval.Action{}, false
 }
 
 // reasonWithdrawn is the reason of an action whose call was withdrawn.
