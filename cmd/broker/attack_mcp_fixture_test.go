@@ -12,8 +12,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -698,29 +696,8 @@ func startProxyDoorMCP(t *testing.T) *proxyDoorMCP {
 	t.Helper()
 	up := startMCPUpstream(t)
 	log := recordMessages(t, up)
-	handler := up.srv.Config.Handler
-	up.srv.Close()
-	dir := t.TempDir()
-	ca := brokertest.NewCA(t)
-	caFile := filepath.Join(dir, "upstream-ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(handler)
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, mcpHost)}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	yaml := fmt.Sprintf(`  - name: issues
-    type: mcp
-    base_url: %s/mcp
-    hosts: [%s]
-    ca_cert: %s
-    credential: {source: env, name: CANARY_TOKEN}
-    inject: {header: Authorization, format: "Bearer {secret}"}
-proxy_listen: 127.0.0.1:0
-`, srv.URL, mcpHost, caFile)
-	b := startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", ExtraYAML: yaml})
-	return &proxyDoorMCP{b: b, up: up, log: log, proxy: proxyDoorAddr(t, b)}
+	b, proxy := startMCPProxyBroker(t, up)
+	return &proxyDoorMCP{b: b, up: up, log: log, proxy: proxy}
 }
 
 // poster is a sandbox of session s behind HTTPS_PROXY (its CA trusted,

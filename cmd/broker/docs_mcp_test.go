@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -170,15 +169,7 @@ func approveInPage(t *testing.T, control, token, id string) {
 // identical retry gets the result without a second upstream call.
 func TestMCPGatedCallAuditsConstrainedValues(t *testing.T) {
 	b, up := startMCPBroker(t, "approval: {mcp_wait: 0s}\n")
-	op := b.NewToken("operator", "orchestrator")
-	rev := b.NewToken("reviewer", "rita")
-	r := b.Do("POST", b.Control+"/v1/sessions", op, map[string]any{"task_id": "t-mcp-gate", "isolation": "microvm",
-		"grants": []any{issuesGrant(nil)}})
-	if r.Status != 201 {
-		t.Fatalf("gated session: %d %s", r.Status, r.Body)
-	}
-	var s brokertest.Created
-	_ = json.Unmarshal(r.Body, &s)
+	s, rev := gatedSession(t, b, "t-mcp-gate")
 	cs := mcpClient(t, b, "issues", s.Token, "2025-11-25")
 	ctx := context.Background()
 	args := map[string]any{"title": "crash", "labels": []any{"bug"}}
@@ -227,15 +218,7 @@ func TestMCPGatedCallAuditsConstrainedValues(t *testing.T) {
 func TestMCPPageMarksPinnedArgument(t *testing.T) {
 	ctx := browser(t)
 	b, _ := startMCPBroker(t, "approval: {mcp_wait: 0s}\n")
-	op := b.NewToken("operator", "orchestrator")
-	rev := b.NewToken("reviewer", "rita")
-	r := b.Do("POST", b.Control+"/v1/sessions", op, map[string]any{"task_id": "t-mcp-page", "isolation": "microvm",
-		"grants": []any{issuesGrant(nil)}})
-	if r.Status != 201 {
-		t.Fatalf("gated session: %d %s", r.Status, r.Body)
-	}
-	var s brokertest.Created
-	_ = json.Unmarshal(r.Body, &s)
+	s, rev := gatedSession(t, b, "t-mcp-page")
 	cs := mcpClient(t, b, "issues", s.Token, "2025-11-25")
 	res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "crash"}})
 	if err != nil || !res.IsError {

@@ -26,13 +26,22 @@ import (
 func gatedMCP(t *testing.T, wait string) (*brokertest.Proc, *mcpUpstream, brokertest.Created, string) {
 	t.Helper()
 	b, up := startMCPBroker(t, "approval: {mcp_wait: "+wait+"}\n")
+	s, rev := gatedSession(t, b, "t-mcp-gate")
+	return b, up, s, rev
+}
+
+// gatedSession is a gated session on the issues upstream (untrusted
+// input, the sensitive upstream, an irreversible tool) created by an
+// operator of b's, for task, and a reviewer's token.
+func gatedSession(t *testing.T, b *brokertest.Proc, task string) (brokertest.Created, string) {
+	t.Helper()
 	op, rev := b.NewToken("operator", "orchestrator"), b.NewToken("reviewer", "rita")
-	r := b.Do("POST", b.Control+"/v1/sessions", op, map[string]any{"task_id": "t-mcp-gate", "isolation": "microvm", "grants": []any{issuesGrant(nil)}})
+	r := b.Do("POST", b.Control+"/v1/sessions", op, map[string]any{"task_id": task, "isolation": "microvm", "grants": []any{issuesGrant(nil)}})
 	var s brokertest.Created
 	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
 		t.Fatalf("gated session: %d %s", r.Status, r.Body)
 	}
-	return b, up, s, rev
+	return s, rev
 }
 
 var actionIDPattern = regexp.MustCompile(`act_[0-9a-z]+`)

@@ -25,28 +25,7 @@ const mcpHost = "mcp.issues.test"
 // credential injected and scrubbed from the answer.
 func TestMCPThroughTheProxyDoor(t *testing.T) {
 	up := startMCPUpstream(t)
-	up.srv.Close() // served again over TLS, as the host mcp.issues.test
-	dir := t.TempDir()
-	ca := brokertest.NewCA(t)
-	caFile := filepath.Join(dir, "upstream-ca.pem")
-	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(up.srv.Config.Handler)
-	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, mcpHost)}}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	yaml := fmt.Sprintf(`  - name: issues
-    type: mcp
-    base_url: %s/mcp
-    hosts: [%s]
-    ca_cert: %s
-    credential: {source: env, name: CANARY_TOKEN}
-    inject: {header: Authorization, format: "Bearer {secret}"}
-proxy_listen: 127.0.0.1:0
-`, srv.URL, mcpHost, caFile)
-	b := startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", ExtraYAML: yaml})
-	proxy := proxyDoorAddr(t, b)
+	b, proxy := startMCPProxyBroker(t, up)
 	s := b.Session(brokertest.TrustedSession(issuesGrant(nil)))
 	r := b.Do("GET", b.Control+"/v1/sessions/"+s.ID+"/ca.pem", brokertest.ProcAdminToken, nil)
 	roots := x509.NewCertPool()
@@ -88,4 +67,34 @@ proxy_listen: 127.0.0.1:0
 	for _, body := range seen.all() {
 		brokertest.AssertNoCanary(t, "an answer through the proxy door", body)
 	}
+}
+
+// startMCPProxyBroker serves up's handler again over TLS as the host
+// mcpHost (up's own loopback server closed) and starts a broker with the
+// proxy door whose issues upstream is it; it returns the broker and its
+// proxy door's address.
+func startMCPProxyBroker(t *testing.T, up *mcpUpstream) (*brokertest.Proc, string) {
+	t.Helper()
+	handler := up.srv.Config.Handler
+	up.srv.Close()
+	ca := brokertest.NewCA(t)
+	caFile := filepath.Join(t.TempDir(), "upstream-ca.pem")
+	if err := os.WriteFile(caFile, ca.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewUnstartedServer(handler)
+	srv.TLS = &tls.Config{Certificates: []tls.Certificate{ca.Leaf(t, mcpHost)}}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	yaml := fmt.Sprintf(`  - name: issues
+    type: mcp
+    base_url: %s/mcp
+    hosts: [%s]
+    ca_cert: %s
+    credential: {source: env, name: CANARY_TOKEN}
+    inject: {header: Authorization, format: "Bearer {secret}"}
+proxy_listen: 127.0.0.1:0
+`, srv.URL, mcpHost, caFile)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", ExtraYAML: yaml})
+	return b, proxyDoorAddr(t, b)
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"net/http"
 	"net/url"
 	"path/filepath"
@@ -146,12 +145,7 @@ func TestMCPToolPinnedAcrossReplicas(t *testing.T) {
 func TestMCPGateAcrossReplicas(t *testing.T) {
 	up := startMCPUpstream(t)
 	a, b := startMCPReplicas(t, up, "approval: {mcp_wait: 0s}\n")
-	op, rev := a.NewToken("operator", "orchestrator"), a.NewToken("reviewer", "rita")
-	r := a.Do("POST", a.Control+"/v1/sessions", op, map[string]any{"task_id": "t-mcp-ha", "isolation": "microvm", "grants": []any{issuesGrant(nil)}})
-	var s brokertest.Created
-	if err := json.Unmarshal(r.Body, &s); err != nil || r.Status != 201 {
-		t.Fatalf("gated session: %d %s", r.Status, r.Body)
-	}
+	s, rev := gatedSession(t, a, "t-mcp-ha")
 	ctx := context.Background()
 	args := map[string]any{"title": "held", "labels": []any{"bug"}}
 	onA, onB := mcpClient(t, a, "issues", s.Token, "2025-11-25"), mcpClient(t, b, "issues", s.Token, "")
