@@ -109,10 +109,11 @@ type call struct {
 	dest Destination    // the proxy door's destination (egress)
 	wait *time.Duration // how long a gated call waits, when the door's parse set it
 
-	resp    response // send's answer
-	answer  Answer   // the door's view of it (Do)
-	outcome Outcome  // what Do gave the door
-	adm     Admitted // what the door's parse sees, kept here: no allocation of its own
+	bind    sessions.Binding // send's context's attachment to the grant's standing
+	resp    response         // send's answer
+	answer  Answer           // the door's view of it (Do)
+	outcome Outcome          // what Do gave the door
+	adm     Admitted         // what the door's parse sees, kept here: no allocation of its own
 
 	step callStep  // how far the call got: the steps run only in order
 	tr   callTrace // the call's span, nil when tracing is off (trace.go)
@@ -401,8 +402,8 @@ type response struct {
 	bound  context.Context
 	sent   time.Time
 	cancel context.CancelFunc
-	stop   func()
-	span   trace.Span // the upstream attempt's, ended with the answer (nil: not traced)
+	stop   *sessions.Binding // bound's
+	span   trace.Span        // the upstream attempt's, ended with the answer (nil: not traced)
 }
 
 // CopyHeader copies the answer's headers for the sandbox (see
@@ -428,7 +429,7 @@ func (r *response) UpstreamTime() time.Duration { return time.Since(r.sent) }
 func (r *response) Close() {
 	r.Response.Body.Close()
 	r.cancel()
-	r.stop()
+	r.stop.Stop()
 	endUpstream(r.span, r.StatusCode, nil)
 }
 
@@ -449,11 +450,11 @@ func (c *call) send(parent context.Context) (*response, error) {
 		return nil, &stepError{step: ErrNotSent, cause: ErrOutOfOrder}
 	}
 	c.step = stepSent
-	bound, stop := c.b.BoundTo(parent, c.l, c.grant)
+	bound := c.b.sess.Bind(parent, c.l, c.grant, &c.bind) // BoundTo's context, its binding kept on the call
 	ctx, cancel := context.WithTimeout(bound, c.u.Timeout)
 	fail := func(step, cause error) (*response, error) {
 		cancel()
-		stop()
+		c.bind.Stop()
 		return nil, &stepError{step: step, cause: cause}
 	}
 	credCtx, span := c.startCredential(ctx)
@@ -506,7 +507,7 @@ func (c *call) send(parent context.Context) (*response, error) {
 		endUpstream(span, 0, err)
 		return fail(ErrNoAnswer, err)
 	}
-	c.resp = response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop, span: span}
+	c.resp = response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: &c.bind, span: span}
 	return &c.resp, nil
 }
 
