@@ -380,12 +380,28 @@ func ResponseHeader(dst, src http.Header, s *Scrubber) {
 			named[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
 		}
 	}
+	n := 0
+	for _, vs := range src {
+		n += len(vs)
+	}
+	vals := make([]string, 0, n) // one array for every value passed on
 	for k, vs := range src {
 		if hopHeaders[k] || named[k] || s.NameHasSecret(k) {
 			continue
 		}
+		ck := http.CanonicalHeaderKey(k)
+		if _, had := dst[ck]; had {
+			for _, v := range vs {
+				dst.Add(ck, s.String(v))
+			}
+			continue
+		}
+		i := len(vals)
 		for _, v := range vs {
-			dst.Add(k, s.String(v))
+			vals = append(vals, s.String(v))
+		}
+		if len(vals) > i {
+			dst[ck] = vals[i:len(vals):len(vals)] // capped: an Add to it copies, never writes the next header's values
 		}
 	}
 }
