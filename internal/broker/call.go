@@ -97,6 +97,8 @@ type call struct {
 	d       *grants.Decision   // the decision that reserved the call's use (not for an executed action)
 	permits []*grants.Decision // further permissions the request needs (AWS)
 	out     *upstream.Outbound
+	// outbound is where restOutbound builds out (a call's own, as resp is).
+	outbound upstream.Outbound
 
 	// An approved action's execution: the grant its use was consumed on
 	// (refunded with amounts when the call is not sent), and its id.
@@ -247,7 +249,7 @@ func (c *call) authorize(req *Request) error {
 		if req.MCP != nil {
 			out, err = c.mcpOutbound(req, d)
 		} else {
-			out, err = restOutbound(u, req, d)
+			out, err = restOutbound(u, req, d, &c.outbound)
 		}
 		if err != nil {
 			d.Release()
@@ -282,8 +284,9 @@ func (c *call) authorize(req *Request) error {
 
 // restOutbound builds the request to send from what was checked: canonical
 // path, re-encoded query, allowlisted headers plus the rule's checked or
-// pinned ones, and the checked (or re-serialized) body.
-func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision) (*upstream.Outbound, error) {
+// pinned ones, and the checked (or re-serialized) body. It is built in out
+// (the call's own: no allocation of its own), and returned.
+func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision, out *upstream.Outbound) (*upstream.Outbound, error) {
 	h := make(http.Header, len(u.ForwardHeaders)+len(d.Header))
 	for name := range u.ForwardHeaders {
 		if vs, ok := req.Header[name]; ok {
@@ -305,7 +308,7 @@ func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision) (*upst
 		}
 		query = kept
 	}
-	out := &upstream.Outbound{Method: req.Method, Path: grants.JoinPath(req.Segments), Query: grants.EncodeQuery(query), Header: h}
+	*out = upstream.Outbound{Method: req.Method, Path: grants.JoinPath(req.Segments), Query: grants.EncodeQuery(query), Header: h}
 	if req.WebSocket {
 		// The handshake (RFC 6455 §4.1), checked by the door; never
 		// Sec-WebSocket-Extensions: compressed frames could not be scrubbed.
