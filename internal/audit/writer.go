@@ -103,6 +103,25 @@ func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.L
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
 
+// asyncPool holds the pendings of records nobody waits for (AppendAsync):
+// their done is nil, as pendingPool's never is, so a pending's kind never
+// changes. One goes back once its batch is written (see recycleAsync).
+var asyncPool = sync.Pool{New: func() any { return new(pending) }}
+
+// recycleAsync gives back the pendings of batch's records nobody waits
+// for, once the batch was committed or failed: no list holds them (only
+// waited-for ones join unsynced), and the entries written were encoded
+// apart. It reads only done of the others, which no one writes after New:
+// a caller answered already may have reused its pending.
+func recycleAsync(batch []*pending) {
+	for _, p := range batch {
+		if p.done == nil {
+			*p = pending{}
+			asyncPool.Put(p)
+		}
+	}
+}
+
 // Append writes ev durably and returns it sealed (Seq, Time, hashes set).
 // side, if not nil, is persisted by the sink in the same transaction.
 // Any failure is wrapped in ErrUnavailable.
@@ -196,7 +215,9 @@ func (w *Writer) AppendAsync(ev Event) {
 		w.log.Error("audit record lost", "type", ev.Type, "err", err)
 		return
 	}
-	w.queue = append(w.queue, &pending{ev: ev})
+	p := asyncPool.Get().(*pending)
+	p.ev = ev
+	w.queue = append(w.queue, p)
 }
 
 // asyncFlush bounds how long a record nobody waits for stays in memory
@@ -252,6 +273,7 @@ func (w *Writer) write(own *pending) {
 				}
 			}
 		}
+		recycleAsync(batch)
 		// Refused records are answered last: an answered record's pending
 		// goes back to the pool at once (and may be reused), so nothing of
 		// the batch may be read after it.
