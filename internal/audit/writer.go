@@ -108,6 +108,10 @@ var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan er
 // changes. One goes back once its batch is written (see recycleAsync).
 var asyncPool = sync.Pool{New: func() any { return new(pending) }}
 
+// spareQueue is the largest written batch whose array the queue takes
+// back (a larger one is let go).
+const spareQueue = 64
+
 // recycleAsync gives back the pendings of batch's records nobody waits
 // for, once the batch was committed or failed: no list holds them (only
 // waited-for ones join unsynced), and the entries written were encoded
@@ -274,6 +278,12 @@ func (w *Writer) write(own *pending) {
 			}
 		}
 		recycleAsync(batch)
+		if w.queue == nil && cap(batch) <= spareQueue {
+			// Nothing reads the batch's array any more: the next records
+			// queue in it rather than in a new one.
+			clear(batch)
+			w.queue = batch[:0]
+		}
 		// Refused records are answered last: an answered record's pending
 		// goes back to the pool at once (and may be reused), so nothing of
 		// the batch may be read after it.
