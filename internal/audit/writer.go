@@ -103,6 +103,29 @@ func NewWriter(ctx context.Context, sink Sink, now func() time.Time, log *slog.L
 
 var pendingPool = sync.Pool{New: func() any { return &pending{done: make(chan error, 1)} }}
 
+// asyncPool holds the pendings of records nobody waits for (AppendAsync):
+// their done is nil, as pendingPool's never is, so a pending's kind never
+// changes. One goes back once its batch is written (see recycleAsync).
+var asyncPool = sync.Pool{New: func() any { return new(pending) }}
+
+// spareQueue is the largest written batch whose array the queue takes
+// back (a larger one is let go).
+const spareQueue = 64
+
+// recycleAsync gives back the pendings of batch's records nobody waits
+// for, once the batch was committed or failed: no list holds them (only
+// waited-for ones join unsynced), and the entries written were encoded
+// apart. It reads only done of the others, which no one writes after New:
+// a caller answered already may have reused its pending.
+func recycleAsync(batch []*pending) {
+	for _, p := range batch {
+		if p.done == nil {
+			*p = pending{}
+			asyncPool.Put(p)
+		}
+	}
+}
+
 // Append writes ev durably and returns it sealed (Seq, Time, hashes set).
 // side, if not nil, is persisted by the sink in the same transaction.
 // Any failure is wrapped in ErrUnavailable.
@@ -196,7 +219,9 @@ func (w *Writer) AppendAsync(ev Event) {
 		w.log.Error("audit record lost", "type", ev.Type, "err", err)
 		return
 	}
-	w.queue = append(w.queue, &pending{ev: ev})
+	p := asyncPool.Get().(*pending)
+	p.ev = ev
+	w.queue = append(w.queue, p)
 }
 
 // asyncFlush bounds how long a record nobody waits for stays in memory
@@ -251,6 +276,13 @@ func (w *Writer) write(own *pending) {
 					w.unsynced = append(w.unsynced, p)
 				}
 			}
+		}
+		recycleAsync(batch)
+		if w.queue == nil && cap(batch) <= spareQueue {
+			// Nothing reads the batch's array any more: the next records
+			// queue in it rather than in a new one.
+			clear(batch)
+			w.queue = batch[:0]
 		}
 		// Refused records are answered last: an answered record's pending
 		// goes back to the pool at once (and may be reused), so nothing of

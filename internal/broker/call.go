@@ -97,6 +97,8 @@ type call struct {
 	d       *grants.Decision   // the decision that reserved the call's use (not for an executed action)
 	permits []*grants.Decision // further permissions the request needs (AWS)
 	out     *upstream.Outbound
+	// outbound is where restOutbound builds out (a call's own, as resp is).
+	outbound upstream.Outbound
 
 	// An approved action's execution: the grant its use was consumed on
 	// (refunded with amounts when the call is not sent), and its id.
@@ -109,10 +111,11 @@ type call struct {
 	dest Destination    // the proxy door's destination (egress)
 	wait *time.Duration // how long a gated call waits, when the door's parse set it
 
-	resp    response // send's answer
-	answer  Answer   // the door's view of it (Do)
-	outcome Outcome  // what Do gave the door
-	adm     Admitted // what the door's parse sees, kept here: no allocation of its own
+	bind    sessions.Binding // send's context's attachment to the grant's standing
+	resp    response         // send's answer
+	answer  Answer           // the door's view of it (Do)
+	outcome Outcome          // what Do gave the door
+	adm     Admitted         // what the door's parse sees, kept here: no allocation of its own
 
 	step callStep  // how far the call got: the steps run only in order
 	tr   callTrace // the call's span, nil when tracing is off (trace.go)
@@ -246,7 +249,7 @@ func (c *call) authorize(req *Request) error {
 		if req.MCP != nil {
 			out, err = c.mcpOutbound(req, d)
 		} else {
-			out, err = restOutbound(u, req, d)
+			out, err = restOutbound(u, req, d, &c.outbound)
 		}
 		if err != nil {
 			d.Release()
@@ -281,8 +284,9 @@ func (c *call) authorize(req *Request) error {
 
 // restOutbound builds the request to send from what was checked: canonical
 // path, re-encoded query, allowlisted headers plus the rule's checked or
-// pinned ones, and the checked (or re-serialized) body.
-func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision) (*upstream.Outbound, error) {
+// pinned ones, and the checked (or re-serialized) body. It is built in out
+// (the call's own: no allocation of its own), and returned.
+func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision, out *upstream.Outbound) (*upstream.Outbound, error) {
 	h := make(http.Header, len(u.ForwardHeaders)+len(d.Header))
 	for name := range u.ForwardHeaders {
 		if vs, ok := req.Header[name]; ok {
@@ -304,7 +308,7 @@ func restOutbound(u *upstream.Upstream, req *Request, d *grants.Decision) (*upst
 		}
 		query = kept
 	}
-	out := &upstream.Outbound{Method: req.Method, Path: grants.JoinPath(req.Segments), Query: grants.EncodeQuery(query), Header: h}
+	*out = upstream.Outbound{Method: req.Method, Path: grants.JoinPath(req.Segments), Query: grants.EncodeQuery(query), Header: h}
 	if req.WebSocket {
 		// The handshake (RFC 6455 §4.1), checked by the door; never
 		// Sec-WebSocket-Extensions: compressed frames could not be scrubbed.
@@ -401,8 +405,8 @@ type response struct {
 	bound  context.Context
 	sent   time.Time
 	cancel context.CancelFunc
-	stop   func()
-	span   trace.Span // the upstream attempt's, ended with the answer (nil: not traced)
+	stop   *sessions.Binding // bound's
+	span   trace.Span        // the upstream attempt's, ended with the answer (nil: not traced)
 }
 
 // CopyHeader copies the answer's headers for the sandbox (see
@@ -428,7 +432,7 @@ func (r *response) UpstreamTime() time.Duration { return time.Since(r.sent) }
 func (r *response) Close() {
 	r.Response.Body.Close()
 	r.cancel()
-	r.stop()
+	r.stop.Stop()
 	endUpstream(r.span, r.StatusCode, nil)
 }
 
@@ -449,11 +453,11 @@ func (c *call) send(parent context.Context) (*response, error) {
 		return nil, &stepError{step: ErrNotSent, cause: ErrOutOfOrder}
 	}
 	c.step = stepSent
-	bound, stop := c.b.BoundTo(parent, c.l, c.grant)
+	bound := c.b.sess.Bind(parent, c.l, c.grant, &c.bind) // BoundTo's context, its binding kept on the call
 	ctx, cancel := context.WithTimeout(bound, c.u.Timeout)
 	fail := func(step, cause error) (*response, error) {
 		cancel()
-		stop()
+		c.bind.Stop()
 		return nil, &stepError{step: step, cause: cause}
 	}
 	credCtx, span := c.startCredential(ctx)
@@ -506,7 +510,7 @@ func (c *call) send(parent context.Context) (*response, error) {
 		endUpstream(span, 0, err)
 		return fail(ErrNoAnswer, err)
 	}
-	c.resp = response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: stop, span: span}
+	c.resp = response{Response: resp, Scrub: cred.Scrub, bound: bound, sent: sent, cancel: cancel, stop: &c.bind, span: span}
 	return &c.resp, nil
 }
 

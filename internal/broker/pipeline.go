@@ -161,7 +161,9 @@ func (a *Answer) CopyHeader(dst http.Header) {
 			}
 		}
 	}
-	dst["X-Airlock-Request-Id"] = []string{a.requestID} // the upstream's own is not passed on
+	if vs := dst["X-Airlock-Request-Id"]; len(vs) != 1 || vs[0] != a.requestID { // set already by a door that sets it on every answer
+		dst["X-Airlock-Request-Id"] = []string{a.requestID} // the upstream's own is not passed on
+	}
 	if a.length != "" {
 		dst["Content-Length"] = []string{a.length}
 	}

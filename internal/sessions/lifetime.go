@@ -19,7 +19,10 @@ import (
 // timer per session, and one per grant that expires before its session,
 // on the service's clock, cut them at the instant: no sweep decides. Work
 // in flight (a call's send, a relay, a wait for a reviewer) attaches to the
-// standing of the grant it depends on with one context.AfterFunc (Bound).
+// standing of the grant it depends on (Bound, Bind): to the list of the
+// standing's watch in the kill-switch's period, made once per standing and
+// period with one context.AfterFunc on each, so a call adds no AfterFunc
+// of its own.
 
 // lifetimes are a session's armed expiry timers, keyed by "" (the
 // session's) and by grant id.
@@ -119,15 +122,25 @@ func (s *Service) armGrant(l *LiveSession, g *grants.Live) {
 // or expires (session.ErrExpired), when g is revoked
 // (grants.ErrGrantRevoked) or expires (grants.ErrGrantExpired), or when
 // the global kill-switch is engaged (killswitch.ErrEngaged, the cause its
-// Period ends with). It attaches to the grant's standing, which ends with
-// the session's: one AfterFunc for the lifetimes, one for the
-// kill-switch, no timer of its own. Call stop when done.
+// Period ends with). See Bind. Call stop when done.
 func (s *Service) Bound(parent context.Context, l *LiveSession, g *grants.Live) (ctx context.Context, stop func()) {
+	b := new(Binding)
+	return s.Bind(parent, l, g, b), b.Stop
+}
+
+// Bind is Bound for a caller that keeps the binding (a call, in its own
+// struct): the context ends as Bound's does; call b.Stop when done. A
+// Binding is used for one Bind. The context is parent's child; what else
+// ends it is the watch of the grant's standing in the kill-switch's
+// current period (standingWatch), shared by every call bound to them:
+// no AfterFunc, timer or goroutine per call.
+func (s *Service) Bind(parent context.Context, l *LiveSession, g *grants.Live, b *Binding) context.Context {
 	ctx, cancel := context.WithCancelCause(parent)
+	b.cancel = cancel
 	period := s.ks.Period()
 	if period.Err() != nil || s.ks.Engaged() {
 		cancel(killswitch.ErrEngaged)
-		return ctx, func() {}
+		return ctx
 	}
 	standing := l.Context()
 	if g != nil {
@@ -135,11 +148,103 @@ func (s *Service) Bound(parent context.Context, l *LiveSession, g *grants.Live) 
 			standing = gs
 		}
 	}
-	stopLife := context.AfterFunc(standing, func() { cancel(context.Cause(standing)) })
-	stopHalt := context.AfterFunc(period, func() { cancel(killswitch.ErrEngaged) })
-	return ctx, func() {
-		stopLife()
-		stopHalt()
-		cancel(context.Canceled)
+	l.watch(standing, period).add(b)
+	return ctx
+}
+
+// Binding is a context's attachment to a standing (see Bind).
+type Binding struct {
+	cancel     context.CancelCauseFunc
+	w          *standingWatch
+	prev, next *Binding // on w's list while linked (w.mu)
+	linked     bool
+}
+
+// Stop detaches the binding and ends its context (cause context.Canceled,
+// unless it ended already).
+func (b *Binding) Stop() {
+	if w := b.w; w != nil {
+		w.mu.Lock()
+		w.unlink(b)
+		w.mu.Unlock()
 	}
+	if b.cancel != nil {
+		b.cancel(context.Canceled)
+	}
+}
+
+// standingWatch ends the contexts bound to one standing (a session's or a
+// grant's) in one kill-switch period: with the standing's cause when it
+// ends, with killswitch.ErrEngaged when the period does. It is made once
+// per standing and period, with one AfterFunc on each; calls join and
+// leave its list.
+type standingWatch struct {
+	period context.Context
+	mu     sync.Mutex
+	cause  error    // why it ended; nil while it stands
+	head   *Binding // the bindings attached
+	stops  [2]func() bool
+}
+
+func newStandingWatch(standing, period context.Context) *standingWatch {
+	w := &standingWatch{period: period}
+	w.mu.Lock() // an AfterFunc that runs at once waits for stops
+	w.stops[0] = context.AfterFunc(standing, func() { w.end(context.Cause(standing)) })
+	w.stops[1] = context.AfterFunc(period, func() { w.end(killswitch.ErrEngaged) })
+	w.mu.Unlock()
+	return w
+}
+
+// add attaches b: ended already, b's context ends now with the cause.
+func (w *standingWatch) add(b *Binding) {
+	w.mu.Lock()
+	if w.cause != nil {
+		cause := w.cause
+		w.mu.Unlock()
+		b.cancel(cause)
+		return
+	}
+	b.w, b.prev, b.next, b.linked = w, nil, w.head, true
+	if w.head != nil {
+		w.head.prev = b
+	}
+	w.head = b
+	w.mu.Unlock()
+}
+
+// unlink takes b off the list, if it is on it (w.mu held).
+func (w *standingWatch) unlink(b *Binding) {
+	if !b.linked {
+		return
+	}
+	if b.prev != nil {
+		b.prev.next = b.next
+	} else {
+		w.head = b.next
+	}
+	if b.next != nil {
+		b.next.prev = b.prev
+	}
+	b.prev, b.next, b.linked = nil, nil, false
+}
+
+// end ends every context attached, with cause (the first end counts), and
+// drops the other AfterFunc (the standing ended: the period's; the period
+// ended: the standing's).
+func (w *standingWatch) end(cause error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.cause != nil {
+		return
+	}
+	w.cause = cause
+	for b := w.head; b != nil; {
+		next := b.next
+		b.cancel(cause)
+		b.prev, b.next, b.linked = nil, nil, false
+		b = next
+	}
+	w.head = nil
+	w.stops[0]()
+	w.stops[1]()
 }

@@ -31,6 +31,28 @@ type LiveSession struct {
 	ca      atomic.Pointer[proxyca.CA]   // the session's CA once open (see OpenCA)
 	caMu    sync.Mutex                   // one opening at a time
 	resync  atomic.Pointer[rate.Limiter] // read-throughs of its grants on refusals (see AllowResync)
+	watches sync.Map                     // standing (its own or a grant's) → *standingWatch of the current period (lifetime.go)
+	watchMu sync.Mutex                   // one watch made at a time
+}
+
+// watch is the watch of standing (the session's or one of its grants') in
+// the kill-switch's period, made on first use in each period.
+func (l *LiveSession) watch(standing, period context.Context) *standingWatch {
+	if v, ok := l.watches.Load(standing); ok {
+		if w := v.(*standingWatch); w.period == period {
+			return w
+		}
+	}
+	l.watchMu.Lock()
+	defer l.watchMu.Unlock()
+	if v, ok := l.watches.Load(standing); ok {
+		if w := v.(*standingWatch); w.period == period {
+			return w
+		}
+	}
+	w := newStandingWatch(standing, period)
+	l.watches.Store(standing, w)
+	return w
 }
 
 // Context ends when the session is killed (cause session.ErrRevoked) or

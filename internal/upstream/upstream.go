@@ -108,6 +108,7 @@ type scrubKey struct{ secret, sessionToken string }
 type scrubCache struct {
 	key      scrubKey
 	values   []string // the current credential's values
+	header   string   // the injected header's value with the current credential (Inject.Format), or ""
 	retired  []retiredValues
 	expires  time.Time // when the first retired credential leaves (zero: none)
 	scrubber *Scrubber
@@ -223,6 +224,9 @@ func (u *Upstream) scrubberFor(cred Credential) *Scrubber {
 	now := u.now()
 	values := u.scrubValues(cred)
 	next := &scrubCache{key: key, values: values}
+	if u.Inject.Header != "" && u.Inject.Format != "" && u.AWS == nil {
+		next.header = strings.ReplaceAll(u.Inject.Format, "{secret}", cred.Secret.Reveal())
+	}
 	if old != nil {
 		if old.key != key && u.RotationGrace > 0 {
 			next.retired = append(next.retired, retiredValues{key: old.key, values: old.values, until: now.Add(u.RotationGrace)})
@@ -331,7 +335,7 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 	case u.Inject.BasicUser != "":
 		req.SetBasicAuth(u.Inject.BasicUser, sec.Reveal())
 	case u.Inject.Header != "":
-		req.Header.Set(u.Inject.Header, strings.ReplaceAll(u.Inject.Format, "{secret}", sec.Reveal()))
+		req.Header.Set(u.Inject.Header, u.injectedHeader(sec))
 	}
 	// Asked for explicitly (after signing, as the transport would), gzip is
 	// decoded here, where every coding of the answer is seen, and never by
@@ -354,6 +358,16 @@ func (u *Upstream) Do(ctx context.Context, out *Outbound, cred Credential) (*htt
 		return nil, err
 	}
 	return resp, nil
+}
+
+// injectedHeader is the value of the injected header carrying sec
+// (Inject.Format with the secret in): the scrubber's cache holds it while
+// sec is its current credential, else it is formatted anew.
+func (u *Upstream) injectedHeader(sec Secret) string {
+	if c := u.scrub.Load(); c != nil && c.header != "" && c.key.secret == sec.Reveal() {
+		return c.header
+	}
+	return strings.ReplaceAll(u.Inject.Format, "{secret}", sec.Reveal())
 }
 
 // hopHeaders are never passed back to the sandbox: hop-by-hop headers,
@@ -380,12 +394,28 @@ func ResponseHeader(dst, src http.Header, s *Scrubber) {
 			named[http.CanonicalHeaderKey(strings.TrimSpace(f))] = true
 		}
 	}
+	n := 0
+	for _, vs := range src {
+		n += len(vs)
+	}
+	vals := make([]string, 0, n) // one array for every value passed on
 	for k, vs := range src {
 		if hopHeaders[k] || named[k] || s.NameHasSecret(k) {
 			continue
 		}
+		ck := http.CanonicalHeaderKey(k)
+		if _, had := dst[ck]; had {
+			for _, v := range vs {
+				dst.Add(ck, s.String(v))
+			}
+			continue
+		}
+		i := len(vals)
 		for _, v := range vs {
-			dst.Add(k, s.String(v))
+			vals = append(vals, s.String(v))
+		}
+		if len(vals) > i {
+			dst[ck] = vals[i:len(vals):len(vals)] // capped: an Add to it copies, never writes the next header's values
 		}
 	}
 }
