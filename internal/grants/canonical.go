@@ -312,18 +312,19 @@ func checkKeys(data []byte) error {
 	type frame struct {
 		obj       bool
 		expectKey bool
-		keys      []string          // the first few keys, compared linearly
+		first     int               // the frame's keys are keys[first:] (the frames nest: one stack of keys serves all)
 		set       map[string]string // all keys by fold key, once there are many (no quadratic scan)
 	}
-	stack := make([]frame, 0, 8)
-	value := func() error {
-		if len(stack) > maxJSONDepth {
-			return badRequest("JSON body nested too deeply")
-		}
-		return nil
-	}
-	for i := 0; i < len(data); {
-		switch c := data[i]; c {
+	// Keys are substrings of one copy of the document (no allocation per
+	// key unless it holds escapes), kept on one stack for every frame.
+	doc := string(data)
+	var (
+		stackBuf [16]frame
+		keyBuf   [32]string
+	)
+	stack, keys := stackBuf[:0], keyBuf[:0]
+	for i := 0; i < len(doc); {
+		switch c := doc[i]; c {
 		case ' ', '\t', '\r', '\n', ':':
 			i++
 		case ',':
@@ -332,19 +333,20 @@ func checkKeys(data []byte) error {
 			}
 			i++
 		case '{', '[':
-			if err := value(); err != nil {
-				return err
+			if len(stack) > maxJSONDepth {
+				return errTooDeep
 			}
-			stack = append(stack, frame{obj: c == '{', expectKey: c == '{'})
+			stack = append(stack, frame{obj: c == '{', expectKey: c == '{', first: len(keys)})
 			i++
 		case '}', ']':
+			keys = keys[:stack[len(stack)-1].first]
 			stack = stack[:len(stack)-1]
 			i++
 		case '"':
 			j, escaped := scanString(data, i)
 			if n := len(stack); n > 0 && stack[n-1].obj && stack[n-1].expectKey {
 				top := &stack[n-1]
-				key := string(data[i+1 : j-1])
+				key := doc[i+1 : j-1]
 				if escaped {
 					if err := json.Unmarshal(data[i:j], &key); err != nil {
 						return badRequest("malformed JSON body")
@@ -356,16 +358,16 @@ func checkKeys(data []byte) error {
 					other, dup = top.set[fk]
 					top.set[fk] = key
 				} else {
-					for _, k := range top.keys {
+					for _, k := range keys[top.first:] {
 						if k == key || foldEqual(k, key) {
 							other, dup = k, true
 							break
 						}
 					}
-					top.keys = append(top.keys, key)
-					if len(top.keys) > 16 {
+					keys = append(keys, key)
+					if len(keys)-top.first > 16 {
 						top.set = make(map[string]string, 64)
-						for _, k := range top.keys {
+						for _, k := range keys[top.first:] {
 							top.set[foldKey(k)] = k
 						}
 					}
@@ -377,21 +379,24 @@ func checkKeys(data []byte) error {
 					return badRequest("ambiguous JSON key %q: it names the same field as another key to a case-insensitive reader", truncate(key, 64))
 				}
 				top.expectKey = false
-			} else if err := value(); err != nil {
-				return err
+			} else if len(stack) > maxJSONDepth {
+				return errTooDeep
 			}
 			i = j
 		default: // number, true, false, null
-			if err := value(); err != nil {
-				return err
+			if len(stack) > maxJSONDepth {
+				return errTooDeep
 			}
-			for i < len(data) && !strings.ContainsRune(",}] \t\r\n", rune(data[i])) {
+			for i < len(doc) && !strings.ContainsRune(",}] \t\r\n", rune(doc[i])) {
 				i++
 			}
 		}
 	}
 	return nil
 }
+
+// errTooDeep: a value nested deeper than maxJSONDepth.
+var errTooDeep = badRequest("JSON body nested too deeply")
 
 // scanString returns the index after the string starting at data[i] and
 // whether it holds escapes.
