@@ -38,24 +38,22 @@ func encodeCall(id ID, method string, params, meta map[string]any) ([]byte, erro
 			p["_meta"] = meta
 		}
 	}
-	buf := []byte(`{"jsonrpc":"2.0"`)
+	// One buffer for the whole message.
+	e := encoder{buf: append(make([]byte, 0, 512), `{"jsonrpc":"2.0"`...)}
 	if !id.IsZero() {
-		buf = append(append(buf, `,"id":`...), id.raw...)
+		e.buf = append(append(e.buf, `,"id":`...), id.raw...)
 	}
-	buf = append(buf, `,"method":`...)
-	m, err := marshalWire(method)
-	if err != nil {
+	e.buf = append(e.buf, `,"method":`...)
+	if err := e.string(method); err != nil {
 		return nil, err
 	}
-	buf = append(buf, m...)
 	if p != nil {
-		b, err := marshalWire(p)
-		if err != nil {
+		e.buf = append(e.buf, `,"params":`...)
+		if err := e.value(p, 0); err != nil {
 			return nil, err
 		}
-		buf = append(append(buf, `,"params":`...), b...)
 	}
-	return append(buf, '}'), nil
+	return append(e.buf, '}'), nil
 }
 
 // EncodeResult is the response with result (nil writes {}: every MCP
@@ -64,11 +62,7 @@ func EncodeResult(id ID, result any) ([]byte, error) {
 	if result == nil {
 		result = map[string]any{}
 	}
-	b, err := marshalWire(result)
-	if err != nil {
-		return nil, err
-	}
-	return encodeResponse(id, "result", b), nil
+	return encodeResponse(id, "result", result)
 }
 
 // EncodeError is the error response (the null id when id is zero); data,
@@ -78,18 +72,20 @@ func EncodeError(id ID, code int, message string, data map[string]any) ([]byte, 
 	if data != nil {
 		e["data"] = data
 	}
-	b, err := marshalWire(e)
-	if err != nil {
-		return nil, err
-	}
-	return encodeResponse(id, "error", b), nil
+	return encodeResponse(id, "error", e)
 }
 
-func encodeResponse(id ID, member string, value []byte) []byte {
+// encodeResponse is a response whose member ("result" or "error") is
+// value, written in one buffer.
+func encodeResponse(id ID, member string, value any) ([]byte, error) {
 	if id.IsZero() {
 		id = NullID
 	}
-	buf := append([]byte(`{"jsonrpc":"2.0","id":`), id.raw...)
-	buf = append(append(append(buf, `,"`...), member...), `":`...)
-	return append(append(buf, value...), '}')
+	e := encoder{buf: append(make([]byte, 0, 512), `{"jsonrpc":"2.0","id":`...)}
+	e.buf = append(e.buf, id.raw...)
+	e.buf = append(append(append(e.buf, `,"`...), member...), `":`...)
+	if err := e.value(value, 0); err != nil {
+		return nil, err
+	}
+	return append(e.buf, '}'), nil
 }

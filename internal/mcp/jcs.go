@@ -31,7 +31,7 @@ const maxEncodeDepth = 256
 // map[string]string and other values encoding/json marshals are accepted
 // through their JSON form.
 func Canonical(v any) ([]byte, error) {
-	e := encoder{canonical: true}
+	e := encoder{canonical: true, buf: make([]byte, 0, 256)}
 	if err := e.value(v, 0); err != nil {
 		return nil, err
 	}
@@ -157,7 +157,8 @@ func (e *encoder) other(v any, depth int) error {
 }
 
 func (e *encoder) object(m map[string]any, depth int) error {
-	keys := make([]string, 0, len(m))
+	var small [8]string // most objects' keys, without an allocation
+	keys := small[:0]
 	for k := range m {
 		keys = append(keys, k)
 	}

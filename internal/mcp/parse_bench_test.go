@@ -25,3 +25,44 @@ func BenchmarkParse(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncode: what the door writes of every call: the forwarded
+// tools/call, the arguments' digest, and the answer for the sandbox.
+func BenchmarkEncode(b *testing.B) {
+	call, err := Parse(benchCall)
+	if err != nil {
+		b.Fatal(err)
+	}
+	name, args, err := call.ToolCall()
+	if err != nil {
+		b.Fatal(err)
+	}
+	answer, err := Parse(benchAnswer)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("request", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := EncodeRequest(IntID(12), "tools/call", ToolCallParams(name, args), nil); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("args_sha256", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := ArgsSHA256(args); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("result", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := EncodeResult(call.ID, answer.Result); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
