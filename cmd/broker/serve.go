@@ -86,7 +86,8 @@ func serve(ctx context.Context, cfg *config.Config, getenv func(string) string, 
 	registerStoreMetrics(reg, st)
 	b, err := broker.New(ctx, broker.Options{
 		Changes: feed, ReplicaID: cfg.Store.ReplicaID, ActionLease: cfg.Approval.ExecutionLease,
-		Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Usage: usageOf(st), Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
+		Ports:     broker.Ports{Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Usage: usageOf(st)},
+		Upstreams: ups, AdminToken: cfg.AdminToken, MaxSessionTTL: cfg.MaxSessionTTL,
 		DefaultTTL: cfg.DefaultTTL, EnforceIsolation: *cfg.EnforceIsolation, ApprovalTTL: cfg.Approval.Timeout, MaxPending: cfg.Approval.MaxPendingPerSession, MaxStreams: cfg.MaxStreams,
 		RateLimit: rate.Limit(cfg.RateLimit.PerSession), RateBurst: cfg.RateLimit.Burst,
 		Webhook: hook, Metrics: reg, Clock: clock.Real(), Log: log,

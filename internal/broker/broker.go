@@ -37,7 +37,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
 	"github.com/airlock-broker/airlock/internal/sessions"
-	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/upstream"
 	"github.com/airlock-broker/airlock/internal/usage"
 )
@@ -51,18 +50,22 @@ var (
 )
 
 // Options configure a Broker.
+// Ports are the store's ports the broker's services use: every one is
+// required but Usage. The wiring (cmd/broker) fills each from the one
+// configured store; a test may give some another.
+type Ports struct {
+	Sessions   sessions.Store       // sessions and grants
+	Audit      auditlog.Store       // the audit chain and its index by session
+	Actions    approval.ActionStore // actions awaiting or after approval
+	Tokens     apitokens.Store      // API tokens' digests
+	Killswitch killswitch.Store     // the kill-switch's durable state
+	Meta       meta.Store           // the installation secret, minters' state, MCP tools' first digests
+	Health     HealthCheck          // the storage's readiness, reported by Ready as "store"
+	Usage      usage.Store          // counts grants' limits when the store is shared (nil: in memory)
+}
+
 type Options struct {
-	// Store, when set, is a convenience: it fills every port below left nil.
-	// Without it each port is required.
-	Store            store.Store
-	Sessions         sessions.Store       // sessions and grants (default Store)
-	Audit            auditlog.Store       // the audit chain and its index by session (default Store)
-	Actions          approval.ActionStore // actions awaiting or after approval (default Store)
-	Tokens           apitokens.Store      // API tokens' digests (default Store)
-	Killswitch       killswitch.Store     // the kill-switch's durable state (default Store)
-	Meta             meta.Store           // the installation secret, minters' state (default Store)
-	Health           HealthCheck          // the storage's readiness, reported by Ready as "store" (default Store)
-	Usage            usage.Store          // counts grants' limits when the store is shared (default Store's, if it has one; nil: in memory)
+	Ports            // the store's ports, each required but Usage
 	Upstreams        map[string]*upstream.Upstream
 	AdminToken       string
 	MaxSessionTTL    time.Duration
@@ -178,13 +181,13 @@ func New(ctx context.Context, o Options) (*Broker, error) {
 	return b, nil
 }
 
-// prepare fills Options' defaults: the clock, the ports from Store, the
+// prepare fills Options' defaults: the clock and the
 // replica's id.
 func (o *Options) prepare() error {
 	if o.Clock == nil {
 		o.Clock = clock.Real()
 	}
-	if err := o.fillPorts(); err != nil {
+	if err := o.Ports.check(); err != nil {
 		return err
 	}
 	if o.ReplicaID == "" {

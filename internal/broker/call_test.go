@@ -14,6 +14,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/auth"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/clock"
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
@@ -33,7 +34,7 @@ func callBroker(t *testing.T, now func() time.Time) *broker.Broker {
 		t.Fatal(err)
 	}
 	base, _ := url.Parse("http://127.0.0.1:1")
-	b, err := broker.New(context.Background(), broker.Options{Store: st, AdminToken: "admin-admin-admin-admin",
+	b, err := broker.New(context.Background(), broker.Options{Ports: brokertest.Ports(st), AdminToken: "admin-admin-admin-admin",
 		Upstreams:     map[string]*upstream.Upstream{"pay": {Name: "pay", Kind: "http", BaseURL: base}},
 		MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, RateLimit: 1, RateBurst: 1, Clock: clock.WithNow(now),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))})

@@ -35,8 +35,9 @@ func (s killswitchUnreadable) Meta(ctx context.Context, key string) ([]byte, err
 func TestKillswitchLoadFailsClosed(t *testing.T) {
 	ctx := context.Background()
 	st := brokertest.MustOpenStore(t, store.DurabilityBuffered)
-	o := broker.Options{Store: st, AdminToken: brokertest.AdminToken, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute,
-		Log: brokertest.Discard(), Killswitch: killswitchUnreadable{st}}
+	o := broker.Options{Ports: brokertest.Ports(st), AdminToken: brokertest.AdminToken, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute,
+		Log: brokertest.Discard()}
+	o.Killswitch = killswitchUnreadable{st}
 	if b, err := broker.New(ctx, o); !errors.Is(err, errMetaDown) {
 		if b != nil {
 			b.Close()

@@ -3,8 +3,6 @@ package broker
 import (
 	"context"
 	"errors"
-
-	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // HealthCheck reports whether the storage behind the ports can serve; its
@@ -13,37 +11,11 @@ type HealthCheck interface {
 	Ready(ctx context.Context) error
 }
 
-// fillPorts fills the ports left nil from Store and requires every one.
-func (o *Options) fillPorts() error {
-	if o.Store != nil {
-		if o.Sessions == nil {
-			o.Sessions = o.Store
-		}
-		if o.Audit == nil {
-			o.Audit = o.Store
-		}
-		if o.Actions == nil {
-			o.Actions = o.Store
-		}
-		if o.Tokens == nil {
-			o.Tokens = o.Store
-		}
-		if o.Killswitch == nil {
-			o.Killswitch = o.Store
-		}
-		if o.Meta == nil {
-			o.Meta = o.Store
-		}
-		if o.Health == nil {
-			o.Health = o.Store
-		}
-		if u, ok := o.Store.(usage.Store); ok && o.Usage == nil {
-			o.Usage = u
-		}
-	}
-	if o.Sessions == nil || o.Audit == nil || o.Actions == nil || o.Tokens == nil ||
-		o.Killswitch == nil || o.Meta == nil || o.Health == nil {
-		return errors.New("broker: every store port (Sessions, Audit, Actions, Tokens, Killswitch, Meta, Health) is required, or Store")
+// check requires every port but Usage.
+func (p Ports) check() error {
+	if p.Sessions == nil || p.Audit == nil || p.Actions == nil || p.Tokens == nil ||
+		p.Killswitch == nil || p.Meta == nil || p.Health == nil {
+		return errors.New("broker: every store port (Sessions, Audit, Actions, Tokens, Killswitch, Meta, Health) is required")
 	}
 	return nil
 }

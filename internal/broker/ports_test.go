@@ -9,20 +9,18 @@ import (
 	"github.com/airlock-broker/airlock/internal/store"
 )
 
-// A broker wired port by port, without Options.Store, serves; one missing
-// port (and no Store to fill it) is refused at New.
+// A broker wired port by port serves; one missing port is refused at New.
 func TestPortsWiredExplicitly(t *testing.T) {
 	st := brokertest.MustOpenStore(t, store.DurabilityBuffered)
 	k := brokertest.MustOpenBroker(t, brokertest.WithStore(st), brokertest.WithOptions(func(o *broker.Options) {
-		o.Store = nil
-		o.Sessions, o.Audit, o.Actions, o.Tokens, o.Killswitch, o.Meta, o.Health = st, st, st, st, st, st, st
+		o.Ports = broker.Ports{Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st}
 	}))
 	if got := k.Broker.Ready(context.Background()); got["store"] != nil || got["audit"] != nil {
 		t.Fatalf("Ready = %v", got)
 	}
-	o := broker.Options{Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Health: st, Log: brokertest.Discard()}
+	o := broker.Options{Ports: broker.Ports{Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Health: st}, Log: brokertest.Discard()}
 	if b, err := broker.New(context.Background(), o); err == nil {
 		b.Close()
-		t.Fatal("New without a Meta port (and no Store) succeeded")
+		t.Fatal("New without a Meta port succeeded")
 	}
 }

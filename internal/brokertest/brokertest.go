@@ -24,6 +24,7 @@ import (
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
 	"github.com/airlock-broker/airlock/internal/upstream"
+	"github.com/airlock-broker/airlock/internal/usage"
 )
 
 // AdminToken is the bootstrap admin token of a broker the kit opens,
@@ -117,7 +118,7 @@ func MustOpenBroker(tb testing.TB, opts ...Option) *Kit {
 	if st == nil {
 		st = MustOpenStore(tb, s.durability)
 	}
-	o := broker.Options{Store: st, AdminToken: AdminToken, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: Discard()}
+	o := broker.Options{Ports: Ports(st), AdminToken: AdminToken, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: Discard()}
 	if len(s.upstreams) > 0 {
 		o.Upstreams = s.upstreams
 	}
@@ -146,3 +147,9 @@ func Unreachable(name string) *upstream.Upstream {
 
 // Discard is a logger that writes nothing.
 func Discard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// Ports are st's ports for a broker (as cmd/broker wires them).
+func Ports(st store.Store) broker.Ports {
+	u, _ := st.(usage.Store)
+	return broker.Ports{Sessions: st, Audit: st, Actions: st, Tokens: st, Killswitch: st, Meta: st, Health: st, Usage: u}
+}

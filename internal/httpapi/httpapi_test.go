@@ -79,7 +79,7 @@ func newEnv(t *testing.T) *env {
 	u.SetTransport(upstream.NewTransport())
 	log := slog.New(slog.NewJSONHandler(e.logs, nil))
 	k := brokertest.MustOpenBroker(t, brokertest.WithStore(bolt), brokertest.WithUpstream(u), brokertest.WithNow(time.Now),
-		brokertest.WithOptions(func(o *broker.Options) { o.Store, o.Log = e.st, log }))
+		brokertest.WithOptions(func(o *broker.Options) { o.Ports, o.Log = brokertest.Ports(e.st), log }))
 	api, err := httpapi.New(k.Broker, log, httpapi.UIOptions{})
 	if err != nil {
 		t.Fatal(err)

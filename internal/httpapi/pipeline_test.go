@@ -33,6 +33,7 @@ import (
 
 	"github.com/airlock-broker/airlock/internal/audit"
 	"github.com/airlock-broker/airlock/internal/broker"
+	"github.com/airlock-broker/airlock/internal/brokertest"
 	"github.com/airlock-broker/airlock/internal/httpapi"
 	"github.com/airlock-broker/airlock/internal/store"
 	"github.com/airlock-broker/airlock/internal/store/boltstore"
@@ -150,7 +151,7 @@ func pipeStart(t *testing.T, opts ...func(*broker.Options)) *pipeEnv {
 	ddb.SetTransport(upstream.NewTransport())
 	logs := &bytes.Buffer{}
 	log := slog.New(slog.NewJSONHandler(logs, nil))
-	o := broker.Options{Store: e.st, Upstreams: map[string]*upstream.Upstream{"api": api, "ddb": ddb},
+	o := broker.Options{Ports: brokertest.Ports(e.st), Upstreams: map[string]*upstream.Upstream{"api": api, "ddb": ddb},
 		AdminToken: pipeAdmin, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: log, ProxyCA: true}
 	for _, opt := range opts {
 		opt(&o)

@@ -76,8 +76,8 @@ func BenchmarkCreateSession(b *testing.B) {
 			k := brokertest.MustOpenBroker(b, brokertest.WithDurability(d), brokertest.WithNow(time.Now),
 				brokertest.WithUpstream(brokertest.Unreachable("pay")),
 				brokertest.WithOptions(func(o *broker.Options) {
-					o.Store = nil
-					o.Sessions, o.Audit, o.Actions, o.Tokens, o.Killswitch, o.Meta, o.Health = pg, pg, pg, pg, pg, pg, pg
+					o.Ports = brokertest.Ports(pg)
+					o.Usage = nil // counted in memory, as on one broker
 				}))
 			f := false
 			req := sessions.SessionRequest{TaskID: "t", Isolation: "microvm", UntrustedInput: &f, Grants: []grants.Spec{{

@@ -52,7 +52,11 @@ func (p *pausedSessions) Session(ctx context.Context, id string) (session.Sessio
 
 func replica(t *testing.T, st *pgstore.PG, ss sessions.Store) *broker.Broker {
 	t.Helper()
-	b, err := broker.New(context.Background(), broker.Options{Store: st, Sessions: ss, Changes: st,
+	ports := brokertest.Ports(st)
+	if ss != nil {
+		ports.Sessions = ss
+	}
+	b, err := broker.New(context.Background(), broker.Options{Ports: ports, Changes: st,
 		AdminToken: brokertest.AdminToken, MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: brokertest.Discard()})
 	if err != nil {
 		t.Fatal(err)

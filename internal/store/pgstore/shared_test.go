@@ -35,7 +35,7 @@ func openBrokers(t *testing.T, dsn string, n int) []*broker.Broker {
 		go func() {
 			defer wg.Done()
 			<-start
-			bs[i], errs[i] = broker.New(context.Background(), broker.Options{Store: sts[i], AdminToken: brokertest.AdminToken,
+			bs[i], errs[i] = broker.New(context.Background(), broker.Options{Ports: brokertest.Ports(sts[i]), AdminToken: brokertest.AdminToken,
 				MaxSessionTTL: time.Hour, DefaultTTL: 10 * time.Minute, Log: brokertest.Discard()})
 		}()
 	}
