@@ -110,13 +110,20 @@ func (ls *listeners) stop() {
 // answer whose Changes tells each change of the tools the session may
 // list, until Done (a kill, the session's end, the kill-switch) or the
 // client leaves. A session without a tool rule on the upstream is refused
-// (no_matching_grant), as its tools/list is.
+// (no_matching_grant), as its tools/list is; each stream holds one of the
+// session's stream slots (max_streams_per_session: rate_limited past it).
 func (p *pipe) mcpListen() {
 	c := p.c
 	if len(c.b.toolRules(c.l, c.u.Name)) == 0 {
 		p.refuse(grants.ErrNoMatchingGrant)
 		return
 	}
+	release, err := c.stream() // a stream slot of the session's (max_streams_per_session)
+	if err != nil {
+		p.refuse(err)
+		return
+	}
+	defer release()
 	x, err := p.exchange()
 	if err != nil {
 		p.refuse(err)

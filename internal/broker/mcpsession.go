@@ -24,6 +24,9 @@ const mcpSessionLife = 24 * time.Hour
 // mcpSessionPrefix starts every door session id.
 const mcpSessionPrefix = "mcs_"
 
+// idEncoding writes and reads the id's parts.
+var idEncoding = base64.RawURLEncoding.Strict()
+
 // mcpSessionIDs makes and reads the door's session ids.
 type mcpSessionIDs struct {
 	key []byte
@@ -48,8 +51,7 @@ func (m mcpSessionIDs) open(airlock, upstream, version string) string {
 	binary.BigEndian.PutUint64(payload, uint64(m.now().Unix()))
 	_, _ = rand.Read(payload[8:20])
 	payload = append(payload, version...)
-	return mcpSessionPrefix + base64.RawURLEncoding.EncodeToString(payload) + "." +
-		base64.RawURLEncoding.EncodeToString(m.mac(airlock, upstream, payload))
+	return mcpSessionPrefix + idEncoding.EncodeToString(payload) + "." + idEncoding.EncodeToString(m.mac(airlock, upstream, payload))
 }
 
 func (m mcpSessionIDs) read(id, airlock, upstream string) (string, time.Time, bool) {
@@ -61,8 +63,11 @@ func (m mcpSessionIDs) read(id, airlock, upstream string) (string, time.Time, bo
 	if !ok {
 		return "", time.Time{}, false
 	}
-	payload, err1 := base64.RawURLEncoding.DecodeString(p)
-	sum, err2 := base64.RawURLEncoding.DecodeString(s)
+	// Strict: an id has one spelling (the unused bits of the last
+	// character are zero), so no other string reads as an id that was
+	// given, or outlives its DELETE as a variant.
+	payload, err1 := idEncoding.DecodeString(p)
+	sum, err2 := idEncoding.DecodeString(s)
 	if err1 != nil || err2 != nil || len(payload) < 20 || !hmac.Equal(sum, m.mac(airlock, upstream, payload)) {
 		return "", time.Time{}, false
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -42,6 +43,7 @@ type catalogue struct {
 	recorded map[string]string // tool → digest first seen
 	changed  map[string]string // quarantined tool → the digest it changed to
 	shared   map[string]bool   // tools whose recorded digest is the store's (shareDigests)
+	snapshot bool              // the session's first listing was compared with the store's
 	tools    []mcp.Tool        // as last listed, in the server's order
 	listed   bool
 }
@@ -129,17 +131,39 @@ func (b *Broker) listTools(ctx context.Context, l *sessions.LiveSession, x *mcpE
 // saw of a tool: the listing fails closed.
 var errToolDigests = fault.Hidden(fault.BrokerUnavailable, "the MCP tools' first-seen digests could not be read or recorded")
 
-// shareDigests makes the digest of each listed tool a rule of the
-// session names the first one any replica saw: the store keeps the first
-// digest recorded (meta CreateMeta, one key per session, upstream and
-// tool), and every replica compares with it. Tools no rule names are
-// never shown nor called: they are recorded by the link alone.
+// shareDigests makes the digests a link compares with the first ones
+// any replica saw for the session (meta CreateMeta): the first listing of
+// the session's on the upstream is kept whole (every tool, shown or not),
+// and every replica's first listing compares with it; a tool the server
+// adds later, once a rule names it, is kept by itself, with the digest
+// this replica saw first. Tools no rule names that the first listing did
+// not have are recorded by the link alone (never shown nor called).
 func (b *Broker) shareDigests(ctx context.Context, l *sessions.LiveSession, x *mcpExchange, all []mcp.Tool) error {
+	x.link.mu.Lock()
+	snapshot := x.link.cat.snapshot
+	x.link.mu.Unlock()
+	if !snapshot {
+		first, err := b.firstListing(ctx, l, x, all)
+		if err != nil {
+			return err
+		}
+		x.link.mu.Lock()
+		for name, digest := range first {
+			if _, fixed := x.link.cat.fixed[name]; !fixed {
+				x.link.cat.recorded[name], x.link.cat.shared[name] = digest, true
+			}
+		}
+		x.link.cat.snapshot = true
+		x.link.mu.Unlock()
+	}
 	rules := b.toolRules(l, x.u.Name)
 	x.link.mu.Lock()
 	var todo []mcp.Tool
 	for _, t := range all {
 		if _, fixed := x.link.cat.fixed[t.Name]; !fixed && !x.link.cat.shared[t.Name] && namesTool(rules, t.Name) {
+			if seen, ok := x.link.cat.recorded[t.Name]; ok {
+				t.Digest = seen // this replica saw it first so
+			}
 			todo = append(todo, t)
 		}
 	}
@@ -158,7 +182,34 @@ func (b *Broker) shareDigests(ctx context.Context, l *sessions.LiveSession, x *m
 	return nil
 }
 
-// toolDigestKey is the meta key of a session's first-seen digest of a tool.
+// firstListing is the session's first listing on the upstream as the
+// store keeps it (all, when this is the first): tool name → digest.
+func (b *Broker) firstListing(ctx context.Context, l *sessions.LiveSession, x *mcpExchange, all []mcp.Tool) (map[string]string, error) {
+	mine := make(map[string]string, len(all))
+	for _, t := range all {
+		if _, dup := mine[t.Name]; !dup {
+			mine[t.Name] = t.Digest
+		}
+	}
+	value, err := json.Marshal(mine)
+	if err != nil {
+		return nil, errToolDigests
+	}
+	stored, err := b.toolDigests.CreateMeta(ctx, "mcp_tools_first/"+l.Session.ID+"/"+x.u.Name, value)
+	if err != nil {
+		b.log.Error("mcp first listing not recorded", "session_id", l.Session.ID, "upstream", x.u.Name, "cause", err)
+		return nil, errToolDigests
+	}
+	first := map[string]string{}
+	if err := json.Unmarshal(stored, &first); err != nil {
+		b.log.Error("mcp first listing unreadable", "session_id", l.Session.ID, "upstream", x.u.Name, "cause", err)
+		return nil, errToolDigests
+	}
+	return first, nil
+}
+
+// toolDigestKey is the meta key of a session's first-seen digest of a
+// tool added after its first listing.
 func toolDigestKey(session, upstream, tool string) string {
 	sum := sha256.Sum256([]byte(tool))
 	return "mcp_tool_digest/" + session + "/" + upstream + "/" + hex.EncodeToString(sum[:16])

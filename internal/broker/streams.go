@@ -7,7 +7,7 @@ import (
 
 // ErrTooManyStreams refuses a WebSocket relay or a streamed answer beyond
 // the session's limit (max_streams_per_session): problem code rate_limited.
-var ErrTooManyStreams = fmt.Errorf("%w: the session holds as many streams (WebSocket relays, streamed answers) open as max_streams_per_session allows; close one", ErrRateLimited)
+var ErrTooManyStreams = fmt.Errorf("%w: the session holds as many streams open as max_streams_per_session allows (WebSocket relays, streamed answers, MCP GET streams); close one", ErrRateLimited)
 
 // Stream takes one of the session's stream slots for long-lived work on
 // this call (a WebSocket relay, before Send; a streamed answer, once the
