@@ -359,12 +359,15 @@ func (m *Message) Meta() map[string]any {
 	return meta
 }
 
-// ProgressToken is params._meta.progressToken when it is a string or an
-// integer (a json.Number), the only forms MCP gives it.
+// ProgressToken is params._meta.progressToken when it is a string of at
+// most maxProgressToken bytes or an integer (a json.Number), the forms MCP
+// gives it.
 func (m *Message) ProgressToken() (any, bool) {
 	switch t := m.Meta()[MetaProgressToken].(type) {
 	case string:
-		return t, true
+		if len(t) <= maxProgressToken {
+			return t, true
+		}
 	case json.Number:
 		if isInteger(string(t)) {
 			return t, true
@@ -372,6 +375,10 @@ func (m *Message) ProgressToken() (any, bool) {
 	}
 	return nil, false
 }
+
+// maxProgressToken bounds a string progress token the broker echoes (in
+// every progress notification of a call): a longer one asks for none.
+const maxProgressToken = 256
 
 // MetaVersion is the protocol version a stateless-era request names in
 // params._meta (MetaProtocolVersion).

@@ -367,3 +367,18 @@ func TestToolCallParams(t *testing.T) {
 		t.Error("nil arguments are not {}")
 	}
 }
+
+func TestProgressTokenBounded(t *testing.T) {
+	for _, tc := range []struct {
+		token string
+		ok    bool
+	}{{`"t-1"`, true}, {`7`, true}, {`1.5`, false}, {`{}`, false}, {`"` + strings.Repeat("x", maxProgressToken) + `"`, true}, {`"` + strings.Repeat("x", maxProgressToken+1) + `"`, false}} {
+		m, err := Parse([]byte(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"_meta":{"progressToken":` + tc.token + `},"name":"x"}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := m.ProgressToken(); ok != tc.ok {
+			t.Errorf("token %.20s…: ok = %v, want %v", tc.token, ok, tc.ok)
+		}
+	}
+}
