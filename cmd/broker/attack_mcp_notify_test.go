@@ -652,12 +652,13 @@ func TestAttackMCPNotifyProgressBounds(t *testing.T) {
 		t.Errorf("300 progress: %d relayed, %d %.200s", len(ok), a.Status, lastSSEData(a.Body))
 	}
 
+	// A 40 kB client token asks for no progress (it would be echoed in each
+	// of the 300 notifications: a 12 MB answer of a 64 KiB max_body).
 	big := jsonString(strings.Repeat("T", 40000))
 	a = p.post("notes", s.Token, progressCall(5, "prog_flood_ok", "x", big), hdr("prog_flood_ok")...)
-	if ok := progressOf(t, a); a.Status != 200 || resultText(a) != "flooded" || len(ok) != 300 {
-		t.Errorf("300 progress under a 40 kB token: %d relayed, %d", len(ok), a.Status)
+	if ok := progressOf(t, a); a.Status != 200 || resultText(a) != "flooded" || len(ok) != 0 || len(a.Body) > hostileMaxBody {
+		t.Errorf("a 40 kB progress token: %d progress relayed, %d, %d bytes; want the result alone", len(ok), a.Status, len(a.Body))
 	}
-	t.Logf("a 40 kB client token: the sandbox's answer is %d bytes (max_body %d)", len(a.Body), hostileMaxBody)
 	stillServes(t, e.b)
 }
 
