@@ -610,8 +610,9 @@ func TestAttackMCPNotifyProgressTypes(t *testing.T) {
 // characters (its credential past the cut never relayed); a 1 MB message
 // fails the call (upstream_error) with nothing relayed; 5000 notifications
 // (past max_body as a whole) fail it after a bounded number relayed; 300
-// (within) are all relayed. A client token of 40 kB is relayed back with
-// each: the sandbox's stream is not bounded by max_body (reported).
+// (within) are all relayed. A client token of 40 kB asks for no progress
+// (echoed in each notification, it would make the sandbox's answer far
+// larger than max_body).
 func TestAttackMCPNotifyProgressBounds(t *testing.T) {
 	e := startNoteEnv(t, "")
 	s := e.b.Session(brokertest.TrustedSession(notesGrant()))
