@@ -349,7 +349,7 @@ func (c *call) mcpResult(ctx context.Context, resp *response) (*MCPAnswer, error
 		}
 		return nil, fmt.Errorf("%w: %v", ErrMCPUpstream, err)
 	}
-	scrubbed, n := mcp.ScrubResult(result, resp.Scrub.String)
+	scrubbed, n := mcp.ScrubOwned(result, resp.Scrub.String) // the answer was just parsed: nothing else holds it
 	c.mcp.redact, c.mcp.isErr = n, mcp.IsError(scrubbed)
 	return &MCPAnswer{Result: scrubbed}, nil
 }

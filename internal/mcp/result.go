@@ -70,9 +70,33 @@ func ScrubResult(result map[string]any, scrub func(string) string) (map[string]a
 	return out, s.n
 }
 
+// ScrubOwned is ScrubResult for a result the caller owns and drops after
+// (a message it just parsed): the same output, but objects and arrays
+// are scrubbed in place where no member name changes, so a clean answer
+// costs no copy. result must not be read after, nor shared.
+func ScrubOwned(result map[string]any, scrub func(string) string) (map[string]any, int) {
+	s := scrubber{scrub: scrub, owned: true}
+	out, _ := s.value(result, "").(map[string]any)
+	if out == nil && result != nil {
+		out = map[string]any{}
+	}
+	return out, s.n
+}
+
 type scrubber struct {
 	scrub func(string) string
 	n     int
+	owned bool // scrub in place where the shape stays (ScrubOwned)
+}
+
+// keysStay reports whether no member name of m changes when scrubbed.
+func (s *scrubber) keysStay(m map[string]any) bool {
+	for k := range m {
+		if s.scrub(k) != k {
+			return false
+		}
+	}
+	return true
 }
 
 func (s *scrubber) value(v any, key string) any {
@@ -84,6 +108,12 @@ func (s *scrubber) value(v any, key string) any {
 		return s.text(v)
 	case map[string]any:
 		if v == nil {
+			return v
+		}
+		if s.owned && s.keysStay(v) {
+			for k, x := range v {
+				v[k] = s.value(x, k)
+			}
 			return v
 		}
 		out := make(map[string]any, len(v))
@@ -105,6 +135,12 @@ func (s *scrubber) value(v any, key string) any {
 		return out
 	case []any:
 		if v == nil {
+			return v
+		}
+		if s.owned {
+			for i, x := range v {
+				v[i] = s.value(x, "")
+			}
 			return v
 		}
 		out := make([]any, len(v))

@@ -68,6 +68,12 @@ func TestScrubResult(t *testing.T) {
 			if after, _ := Canonical(m.Result); string(after) != string(before) {
 				t.Error("ScrubResult changed its input")
 			}
+			// ScrubOwned gives the same, scrubbing its own input.
+			owned, _ := Parse([]byte(`{"jsonrpc":"2.0","id":1,"result":` + tt.in + `}`))
+			gotOwned, nOwned := ScrubOwned(owned.Result, redact)
+			if diff := cmp.Diff(tt.want, gotOwned); diff != "" || nOwned != tt.wantN {
+				t.Errorf("ScrubOwned (-want +got), %d replacements:\n%s", nOwned, diff)
+			}
 			out, err := EncodeResult(m.ID, got)
 			if err != nil {
 				t.Fatal(err)
