@@ -34,7 +34,7 @@ func (s portsOnly) Session(ctx context.Context, id string) (session.Session, err
 	return v, onlyPort(err, sessions.ErrNotFound)
 }
 
-func (s portsOnly) Grant(ctx context.Context, id string) (store.GrantRecord, error) {
+func (s portsOnly) Grant(ctx context.Context, id string) (sessions.GrantRecord, error) {
 	v, err := s.Bolt.Grant(ctx, id)
 	return v, onlyPort(err, sessions.ErrNotFound)
 }

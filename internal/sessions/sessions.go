@@ -27,7 +27,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/proxyca"
 	"github.com/airlock-broker/airlock/internal/session"
-	"github.com/airlock-broker/airlock/internal/store"
 )
 
 // ErrNotFound is Store.Session's and Store.Grant's error for an unknown
@@ -39,6 +38,12 @@ import (
 // them.
 var ErrNotFound = errors.New("session or grant not found")
 
+// GrantRecord is a stored grant with its usage.
+type GrantRecord struct {
+	Grant grants.Grant
+	Usage grants.Usage
+}
+
 // Store is what sessions and their grants need persisted. Session and
 // Grant return ErrNotFound for an unknown id; Sessions lists in id
 // (creation) order after after, at most limit.
@@ -48,8 +53,8 @@ type Store interface {
 	Session(ctx context.Context, id string) (session.Session, error)
 	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
 	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
-	Grant(ctx context.Context, id string) (store.GrantRecord, error)
-	SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error)
+	Grant(ctx context.Context, id string) (GrantRecord, error)
+	SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error)
 }
 
 // Audit records the sessions' and grants' changes (an *audit.Writer).

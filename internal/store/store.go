@@ -7,14 +7,12 @@ package store
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/airlock-broker/airlock/internal/apitokens"
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/auditlog"
-	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/meta"
-	"github.com/airlock-broker/airlock/internal/session"
+	"github.com/airlock-broker/airlock/internal/sessions"
 )
 
 // Durability modes of the audit log (DESIGN §7).
@@ -43,44 +41,18 @@ type portNotFound struct{ port error }
 func (e portNotFound) Error() string   { return e.port.Error() }
 func (e portNotFound) Unwrap() []error { return []error{e.port, ErrNotFound} }
 
-// GrantRecord is a stored grant with its usage.
-type GrantRecord struct {
-	Grant grants.Grant
-	Usage grants.Usage
-}
-
-// Store is everything the broker persists. Implementations must be safe for
+// Store is everything the broker persists: every port of the broker's
+// services, from one database. Implementations must be safe for
 // concurrent use.
 type Store interface {
-	auditlog.Store // the audit chain and its index by session
-	approval.ActionStore
-
-	// PutSession creates or replaces a session.
-	PutSession(ctx context.Context, s *session.Session) error
-	// CreateSession stores a new session and its grants in one transaction.
-	CreateSession(ctx context.Context, s *session.Session, gs []grants.Grant) error
-	// Session returns one session or sessions.ErrNotFound.
-	Session(ctx context.Context, id string) (session.Session, error)
-	// Sessions lists sessions with ids after `after`, in id (creation) order, at most limit.
-	Sessions(ctx context.Context, after string, limit int) ([]session.Session, error)
-
-	// PutGrant creates or replaces a grant (and its usage).
-	PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) error
-	// Grant returns one grant or sessions.ErrNotFound.
-	Grant(ctx context.Context, id string) (GrantRecord, error)
-	// SessionGrants lists the grants of a session.
-	SessionGrants(ctx context.Context, sessionID string) ([]GrantRecord, error)
-
-	// API tokens' digests (apitokens.ErrNotFound).
-	apitokens.Store
-
+	sessions.Store       // sessions and grants (sessions.ErrNotFound)
+	auditlog.Store       // the audit chain and its index by session
+	approval.ActionStore // actions awaiting or after approval (approval.ErrNotFound)
+	apitokens.Store      // API tokens' digests (apitokens.ErrNotFound)
 	// Small broker state values under a key (meta.ErrNotFound): the
-	// installation secret, the kill-switch's state.
+	// installation secret, the kill-switch's state, minters' state, the
+	// MCP tools' first digests.
 	meta.Store
-
-	// PendingSummary counts the pending actions and gives the oldest one's
-	// creation time (zero when none), without decoding them.
-	PendingSummary(ctx context.Context) (n int, oldest time.Time, err error)
 
 	// Ready reports whether the store can serve.
 	Ready(ctx context.Context) error

@@ -505,16 +505,16 @@ func putUsage(tx *bolt.Tx, grantID string, u grants.Usage) error {
 }
 
 // Grant implements Store.
-func (s *Bolt) Grant(ctx context.Context, id string) (store.GrantRecord, error) {
+func (s *Bolt) Grant(ctx context.Context, id string) (sessions.GrantRecord, error) {
 	if err := s.flushAudit(); err != nil { // usage rides with audit records
-		return store.GrantRecord{}, err
+		return sessions.GrantRecord{}, err
 	}
-	var out store.GrantRecord
+	var out sessions.GrantRecord
 	err := s.db.View(func(tx *bolt.Tx) error { return getGrant(tx, id, &out) })
 	return out, notFoundAs(err, errSessionNotFound)
 }
 
-func getGrant(tx *bolt.Tx, id string, out *store.GrantRecord) error {
+func getGrant(tx *bolt.Tx, id string, out *sessions.GrantRecord) error {
 	g, err := get(tx, bucketGrants, id, decodeGrant)
 	if err != nil {
 		return err
@@ -528,16 +528,16 @@ func getGrant(tx *bolt.Tx, id string, out *store.GrantRecord) error {
 }
 
 // SessionGrants implements Store.
-func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error) {
+func (s *Bolt) SessionGrants(ctx context.Context, sessionID string) ([]sessions.GrantRecord, error) {
 	if err := s.flushAudit(); err != nil { // usage rides with audit records
 		return nil, err
 	}
-	var out []store.GrantRecord
+	var out []sessions.GrantRecord
 	err := s.db.View(func(tx *bolt.Tx) error {
 		prefix := []byte(sessionID + "/")
 		c := tx.Bucket(bucketSessionGrants).Cursor()
 		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
-			var r store.GrantRecord
+			var r sessions.GrantRecord
 			if err := getGrant(tx, string(k[len(prefix):]), &r); err != nil {
 				return err
 			}

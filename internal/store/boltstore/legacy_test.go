@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,7 +33,7 @@ var writeLegacy = flag.Bool("store.writelegacy", false, "rewrite testdata/legacy
 // legacyData is what testdata/legacy holds.
 type legacyData struct {
 	sessions    []session.Session
-	grants      []store.GrantRecord
+	grants      []sessions.GrantRecord
 	tokens      []auth.Token
 	actions     []approval.Action // oldest first
 	checkpoints []audit.Checkpoint
@@ -59,7 +60,7 @@ func legacyFixture() legacyData {
 	revoked.RevokedAt, revoked.BindCIDR, revoked.Labels = t0.Add(time.Minute), "", nil
 	d := legacyData{
 		sessions: []session.Session{ses("ses_01", true, session.IsolationMicroVM), ses("ses_02", false, session.IsolationContainer), revoked},
-		grants: []store.GrantRecord{
+		grants: []sessions.GrantRecord{
 			{Grant: grants.Grant{ID: "grt_01", SessionID: "ses_01", TaskID: "task-ses_01", CreatedAt: t0, ExpiresAt: t0.Add(time.Hour), CreatedBy: "tok_ops",
 				Spec: grants.Spec{Upstream: "github", TTL: 30 * time.Minute, MaxUses: 10, Approval: grants.ApprovalAlways, ApprovalsRequired: 2,
 					Budget: map[string]float64{"body.amount": 100},
@@ -226,11 +227,11 @@ func TestLegacyFileLoads(t *testing.T) {
 		CheckConsistency(t, path)
 	}()
 
-	sessions, err := s.Sessions(ctx, "", 0)
+	stored, err := s.Sessions(ctx, "", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(d.sessions, sessions); diff != "" {
+	if diff := cmp.Diff(d.sessions, stored); diff != "" {
 		t.Errorf("sessions (-want +got):\n%s", diff)
 	}
 	for _, want := range d.sessions {
@@ -254,7 +255,7 @@ func TestLegacyFileLoads(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if diff := cmp.Diff([]store.GrantRecord{want}, bySession); diff != "" {
+		if diff := cmp.Diff([]sessions.GrantRecord{want}, bySession); diff != "" {
 			t.Errorf("grants of %s (-want +got):\n%s", want.Grant.SessionID, diff)
 		}
 	}

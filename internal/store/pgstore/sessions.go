@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"fmt"
+	"github.com/airlock-broker/airlock/internal/sessions"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -12,7 +13,6 @@ import (
 	"github.com/airlock-broker/airlock/internal/grants"
 	"github.com/airlock-broker/airlock/internal/killswitch"
 	"github.com/airlock-broker/airlock/internal/session"
-	"github.com/airlock-broker/airlock/internal/store"
 )
 
 const sessionColumns = `id, task_id, token_id, created_at, expires_at, revoked_at, untrusted_input, isolation, bind_cidr, labels, created_by, traceparent`
@@ -169,9 +169,9 @@ func queueUsage(b *pgx.Batch, grantID string, u grants.Usage) error {
 	return nil
 }
 
-func scanGrant(row pgx.Row) (store.GrantRecord, error) {
+func scanGrant(row pgx.Row) (sessions.GrantRecord, error) {
 	var (
-		r                         store.GrantRecord
+		r                         sessions.GrantRecord
 		g                         = &r.Grant
 		ttl                       int64
 		approvalsRequired         int32
@@ -216,20 +216,20 @@ func (s *PG) PutGrant(ctx context.Context, g *grants.Grant, u grants.Usage) erro
 }
 
 // Grant implements sessions.Store.
-func (s *PG) Grant(ctx context.Context, id string) (store.GrantRecord, error) {
+func (s *PG) Grant(ctx context.Context, id string) (sessions.GrantRecord, error) {
 	r, err := scanGrant(s.pool.QueryRow(ctx, `SELECT `+grantColumns+`
 		`+grantsFrom+` WHERE g.id = $1`, id))
 	return r, noRowsAs(err, errSessionNotFound)
 }
 
 // SessionGrants implements sessions.Store: in id order.
-func (s *PG) SessionGrants(ctx context.Context, sessionID string) ([]store.GrantRecord, error) {
+func (s *PG) SessionGrants(ctx context.Context, sessionID string) ([]sessions.GrantRecord, error) {
 	rows, err := s.pool.Query(ctx, `SELECT `+grantColumns+`
 		`+grantsFrom+` WHERE g.session_id = $1 ORDER BY g.id`, sessionID)
 	if err != nil {
 		return nil, err
 	}
-	var out []store.GrantRecord
+	var out []sessions.GrantRecord
 	for rows.Next() {
 		r, err := scanGrant(rows)
 		if err != nil {

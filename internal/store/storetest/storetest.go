@@ -178,10 +178,10 @@ func testSessions(t *testing.T, open func(t *testing.T) Ports) {
 		recs, err := p.Sessions.SessionGrants(ctx, s.ID)
 		must(t, err)
 		// In id (creation) order, with no usage yet.
-		diff(t, "session's grants", []store.GrantRecord{{Grant: g1}, {Grant: g2}}, recs)
+		diff(t, "session's grants", []sessions.GrantRecord{{Grant: g1}, {Grant: g2}}, recs)
 		r, err := p.Sessions.Grant(ctx, g1.ID)
 		must(t, err)
-		diff(t, "grant", store.GrantRecord{Grant: g1}, r)
+		diff(t, "grant", sessions.GrantRecord{Grant: g1}, r)
 	})
 
 	t.Run("PutSessionReplaces", func(t *testing.T) {
@@ -256,19 +256,19 @@ func testSessions(t *testing.T, open func(t *testing.T) Ports) {
 		must(t, p.Sessions.PutGrant(ctx, &g, u2))
 		r, err := p.Sessions.Grant(ctx, g.ID)
 		must(t, err)
-		diff(t, "grant with usage", store.GrantRecord{Grant: g, Usage: u2}, r)
+		diff(t, "grant with usage", sessions.GrantRecord{Grant: g, Usage: u2}, r)
 		// A grant write carrying an older usage snapshot (a revoke racing
 		// with calls) replaces the grant but never the newer usage.
 		g.RevokedAt = t0.Add(time.Minute)
 		must(t, p.Sessions.PutGrant(ctx, &g, grants.Usage{Uses: 1, Version: 1}))
 		r, err = p.Sessions.Grant(ctx, g.ID)
 		must(t, err)
-		diff(t, "revoked grant with an older snapshot", store.GrantRecord{Grant: g, Usage: u2}, r)
+		diff(t, "revoked grant with an older snapshot", sessions.GrantRecord{Grant: g, Usage: u2}, r)
 		u3 := grants.Usage{Uses: 3, Spent: map[string]float64{"body.amount": 90}, Version: 3}
 		must(t, p.Sessions.PutGrant(ctx, &g, u3))
 		recs, err := p.Sessions.SessionGrants(ctx, s.ID)
 		must(t, err)
-		diff(t, "session's grants with a newer snapshot", []store.GrantRecord{{Grant: g, Usage: u3}}, recs)
+		diff(t, "session's grants with a newer snapshot", []sessions.GrantRecord{{Grant: g, Usage: u3}}, recs)
 	})
 }
 
@@ -672,7 +672,7 @@ func testAudit(t *testing.T, open func(t *testing.T) Ports) {
 		diff(t, "usage after the records", u5, r.Usage)
 		recs, err := p.Sessions.SessionGrants(ctx, s.ID)
 		must(t, err)
-		diff(t, "session's grants after the records", []store.GrantRecord{{Grant: g, Usage: u5}}, recs)
+		diff(t, "session's grants after the records", []sessions.GrantRecord{{Grant: g, Usage: u5}}, recs)
 	})
 
 	t.Run("CheckpointsAndPrune", func(t *testing.T) {
