@@ -44,6 +44,8 @@ type noteServer struct {
 	gets, live atomic.Int64
 	getAt      chan time.Time
 	inits      atomic.Int64
+	// stallInit makes initialize never answer (until the request ends).
+	stallInit atomic.Bool
 	// cross are the broker's progress tokens of prog_cross calls, by q.
 	cross     map[string]json.RawMessage
 	crossBoth chan struct{}
@@ -108,6 +110,10 @@ func (n *noteServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusAccepted)
 	case m.Method == "initialize":
 		n.inits.Add(1)
+		if n.stallInit.Load() {
+			<-r.Context().Done()
+			return
+		}
 		writeJSONRPC(w, m.ID, map[string]any{"protocolVersion": "2025-11-25",
 			"capabilities": map[string]any{"tools": map[string]any{"listChanged": true}}, "serverInfo": map[string]any{"name": "notes", "version": "1"}})
 	case m.Method == "tools/list":
@@ -814,10 +820,13 @@ func wantListChanged(t *testing.T, what string, m map[string]any) {
 
 // TestAttackMCPNotifyGetStreamHostileEvents: on the broker's GET stream to
 // it, the server sends a log line, a resource update, a progress, an
-// answer to nobody, sampling, elicitation and roots requests (with its
-// credential), then a list change. Only the list change reaches the
-// sandbox; the three requests are answered upstream with an error and
-// audited; closing the sandbox's stream closes the broker's.
+// answer to nobody (with its credential), then sampling, elicitation and
+// roots requests and a list change. Nothing but list changes may reach
+// the sandbox: the notifications are dropped, and the first request is
+// answered upstream with an error, audited, and ends the broker's stream,
+// which is opened again only after a pause that doubles (a server that
+// asks again and again cannot flood the audit chain: a record per stream).
+// Closing the sandbox's stream closes the broker's.
 func TestAttackMCPNotifyGetStreamHostileEvents(t *testing.T) {
 	e := startNoteEnv(t, "")
 	e.notes.setMode("events")
@@ -828,39 +837,38 @@ func TestAttackMCPNotifyGetStreamHostileEvents(t *testing.T) {
 	if ls.status != 200 || ls.header.Get("Content-Type") != "text/event-stream" {
 		t.Fatalf("GET stream: %d %v", ls.status, ls.header)
 	}
-	wantListChanged(t, "the server's events", ls.next(t, "the server's list change"))
+	brokertest.Eventually(t, 15*time.Second, func() bool { return e.notes.gets.Load() >= 2 }) // ended by the request, opened again
 	replies := map[string]float64{}
-	brokertest.Eventually(t, 10*time.Second, func() bool {
-		for _, m := range e.notes.log.all() {
-			var r struct {
-				ID    any `json:"id"`
-				Error *struct {
-					Code float64 `json:"code"`
-				} `json:"error"`
-				Result any `json:"result"`
-			}
-			if m.Method == "" && json.Unmarshal(m.Raw, &r) == nil {
-				if r.Error == nil {
-					t.Fatalf("the broker answered the server's request %v with a result: %s", r.ID, m.Raw)
-				}
-				replies[fmt.Sprint(r.ID)] = r.Error.Code
-			}
+	for _, m := range e.notes.log.all() {
+		var r struct {
+			ID    any `json:"id"`
+			Error *struct {
+				Code float64 `json:"code"`
+			} `json:"error"`
 		}
-		return len(replies) == 3
-	})
-	for _, id := range []string{"g-1", "g-2", "g-3"} {
-		if replies[id] != -32601 {
-			t.Errorf("the server's request %s answered %v, want error -32601", id, replies[id])
+		if m.Method == "" && json.Unmarshal(m.Raw, &r) == nil {
+			if r.Error == nil {
+				t.Fatalf("the broker answered the server's request %v with a result: %s", r.ID, m.Raw)
+			}
+			replies[fmt.Sprint(r.ID)] = r.Error.Code
 		}
 	}
-	brokertest.Eventually(t, 10*time.Second, func() bool {
-		return len(auditOf(t, e.b, s.ID, "mcp.server_request_blocked")) == 3
-	})
-	for _, r := range auditOf(t, e.b, s.ID, "mcp.server_request_blocked") {
+	if replies["g-1"] != -32601 || replies["g-2"] != 0 || replies["g-3"] != 0 {
+		t.Errorf("replies to the server's requests: %v, want g-1 refused (-32601) and the stream ended before g-2", replies)
+	}
+	blocked := auditOf(t, e.b, s.ID, "mcp.server_request_blocked")
+	if n, streams := len(blocked), int(e.notes.gets.Load()); n == 0 || n > streams {
+		t.Errorf("%d mcp.server_request_blocked records for %d streams, want at most one per stream", n, streams)
+	}
+	for _, r := range blocked {
 		if r.Code != "server_request_blocked" {
 			t.Errorf("audit record %+v", r)
 		}
 	}
+	if got := ls.bytes(); strings.Contains(string(got), "data:") {
+		t.Errorf("the sandbox's GET stream relayed %q, want nothing (the list change came after the request)", got)
+	}
+	deepCanaryScan(t, "the GET stream", ls.bytes())
 	deepCanaryScan(t, "the audit export", e.b.AuditExport())
 	ls.cancel()
 	ls.ended(t, "the sandbox left")
@@ -869,12 +877,12 @@ func TestAttackMCPNotifyGetStreamHostileEvents(t *testing.T) {
 }
 
 // TestAttackMCPNotifyGetStreamRefused: a server answering its GET stream
-// 405 or 500 (with its credential in the body) is not asked again while
-// the sandbox listens, and the sandbox's stream stays open, still told the
-// broker's own list changes; a 404 (session gone) and a stream that closes
-// at once are reopened after a pause that doubles (no spinning).
+// 405 (with its credential in the body) is not asked again while the
+// sandbox listens, and the sandbox's stream stays open, still told the
+// broker's own list changes; a 500, a 404 (session gone) and a stream that
+// closes at once are reopened after a pause that doubles (no spinning).
 func TestAttackMCPNotifyGetStreamRefused(t *testing.T) {
-	for _, mode := range []string{"405", "500"} {
+	for _, mode := range []string{"405"} {
 		t.Run(mode, func(t *testing.T) {
 			e := startNoteEnv(t, "")
 			e.notes.setMode(mode)
@@ -901,7 +909,7 @@ func TestAttackMCPNotifyGetStreamRefused(t *testing.T) {
 			}
 		})
 	}
-	for _, mode := range []string{"404", "close"} {
+	for _, mode := range []string{"500", "404", "close"} {
 		t.Run(mode, func(t *testing.T) {
 			e := startNoteEnv(t, "")
 			e.notes.setMode(mode)
@@ -1183,4 +1191,39 @@ func TestAttackMCPNotifyReplicasGateRace(t *testing.T) {
 	if n := up.calls.Load(); n != int64(len(ids)) {
 		t.Errorf("the upstream got %d calls for %d approved actions", n, len(ids))
 	}
+}
+
+// TestAttackMCPNotifyStalledInitialize: the broker's GET stream to the
+// server is answered 404 (its session gone), so the broker initializes the
+// link again, and the server never answers that initialize. The link's
+// lock, which every call on it takes, is held only for the upstream's
+// timeout: a call of the session meanwhile is answered (an upstream
+// error), not stuck until its client gives up.
+func TestAttackMCPNotifyStalledInitialize(t *testing.T) {
+	up := startMCPUpstream(t)
+	n := startNoteServer(t)
+	yaml := strings.Replace(noteYAML(n), "timeout: 60s", "timeout: 2s", 1)
+	b := startBroker(t, brokertest.ProcOptions{Upstream: "http://127.0.0.1:1", ExtraYAML: mcpYAML(up, "") + yaml})
+	s := b.Session(brokertest.TrustedSession(notesGrant()))
+	p := newPoster(t, b)
+	if a := p.post("notes", s.Token, progressCall(1, "prog_others", "x", ""), statelessHeaders("tools/call", "prog_others")...); a.Status != 200 {
+		t.Fatalf("a first call: %d %s", a.Status, a.Body)
+	}
+	sid := initSession(t, p, "notes", s.Token, "2025-11-25")
+	n.setMode("404")
+	n.stallInit.Store(true)
+	inits := n.inits.Load()
+	_ = openListen(t, b, "notes", s.Token, sid)
+	brokertest.Eventually(t, 20*time.Second, func() bool { return n.inits.Load() > inits }) // the watch's initialize hangs
+	done := make(chan mcpAnswer, 1)
+	go func() {
+		done <- p.post("notes", s.Token, progressCall(2, "prog_others", "x", ""), statelessHeaders("tools/call", "prog_others")...)
+	}()
+	select {
+	case a := <-done:
+		wantRPCError(t, "a call while the link's initialize hangs", a, 200, -32010, "upstream_timeout")
+	case <-time.After(30 * time.Second):
+		t.Fatal("a call of the session is stuck behind the GET stream's hanging initialize")
+	}
+	stillServes(t, b)
 }

@@ -49,7 +49,6 @@ var (
 	ErrUnknownUpstream = fault.New(fault.NotFound, "unknown upstream")
 )
 
-// Options configure a Broker.
 // Ports are the store's ports the broker's services use: every one is
 // required but Usage. The wiring (cmd/broker) fills each from the one
 // configured store; a test may give some another.
@@ -64,6 +63,7 @@ type Ports struct {
 	Usage      usage.Store          // counts grants' limits when the store is shared (nil: in memory)
 }
 
+// Options configure a Broker.
 type Options struct {
 	Ports            // the store's ports, each required but Usage
 	Upstreams        map[string]*upstream.Upstream
@@ -189,6 +189,11 @@ func (o *Options) prepare() error {
 	}
 	if err := o.Ports.check(); err != nil {
 		return err
+	}
+	if o.Changes != nil && o.Usage == nil {
+		// Several brokers on one store: limits counted in memory would
+		// give each replica its own (DESIGN §9).
+		return errors.New("broker: a store shared by several brokers (Changes) needs its Usage port")
 	}
 	if o.ReplicaID == "" {
 		o.ReplicaID = ids.New("rep_", o.Clock.Now())

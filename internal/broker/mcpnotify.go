@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"strconv"
@@ -139,20 +141,26 @@ func (p *pipe) mcpListen() {
 
 // watchMCP keeps the link's GET stream to the server open until ctx ends,
 // reading its messages (match: a list change is told the listeners, a
-// ping answered, any other request of the server's refused and audited).
-// A server that offers no GET stream (405, or any other answer than an
-// event stream) is not asked again; a broken stream is opened again after
-// a pause that doubles up to mcpWatchRetryMax. The credential is fetched
-// anew for each stream (a minted one may have expired meanwhile).
+// ping answered, any other request of the server's refused, audited, and
+// the stream ended). A server that offers no GET stream (405, or a 200
+// that is no event stream) is not asked again; a broken stream, or
+// another error status, is asked again after a pause that doubles up to
+// mcpWatchRetryMax (back to mcpWatchRetry after a stream that stood that
+// long). The credential is fetched anew for each stream (a minted one may
+// have expired meanwhile).
 func (b *Broker) watchMCP(ctx context.Context, x *mcpExchange) {
 	pause := mcpWatchRetry
 	for ctx.Err() == nil {
+		began := time.Now()
 		offered, err := b.watchOnce(ctx, x)
 		if !offered || ctx.Err() != nil {
 			return
 		}
 		if err != nil {
 			b.log.Debug("mcp GET stream to the server ended", "upstream", x.u.Name, "cause", x.serverText(err.Error()))
+		}
+		if time.Since(began) > mcpWatchRetryMax {
+			pause = mcpWatchRetry // it had stood a while: not a server that breaks it at once
 		}
 		select {
 		case <-ctx.Done():
@@ -171,10 +179,14 @@ func (b *Broker) watchOnce(ctx context.Context, x *mcpExchange) (offered bool, e
 		return true, err
 	}
 	x = &mcpExchange{b: x.b, l: x.l, u: x.u, cred: cred, link: x.link}
+	// Initializing holds the link's lock, which every call on the link
+	// takes: bounded by the upstream's timeout, as a call's own is.
+	openCtx, cancel := context.WithTimeout(ctx, x.u.Timeout)
 	x.link.mu.Lock()
-	err = x.open(ctx)
+	err = x.open(openCtx)
 	h := x.headers()
 	x.link.mu.Unlock()
+	cancel()
 	if err != nil {
 		return true, err
 	}
@@ -192,8 +204,11 @@ func (b *Broker) watchOnce(ctx context.Context, x *mcpExchange) (offered bool, e
 		x.expired(h)
 		return true, errors.New("the server no longer knows the session")
 	}
-	if resp.StatusCode != http.StatusOK || !isEventStream(resp.Header.Get("Content-Type")) {
-		return false, nil
+	switch {
+	case resp.StatusCode == http.StatusMethodNotAllowed, resp.StatusCode == http.StatusOK && !isEventStream(resp.Header.Get("Content-Type")):
+		return false, nil // no GET stream offered
+	case resp.StatusCode != http.StatusOK:
+		return true, fmt.Errorf("the server answered the GET stream %d", resp.StatusCode) // asked again later
 	}
 	sse := mcp.NewSSEReader(resp.Body, int(x.u.MaxBody))
 	for {
@@ -204,8 +219,11 @@ func (b *Broker) watchOnce(ctx context.Context, x *mcpExchange) (offered bool, e
 		if len(ev.Data) == 0 {
 			continue
 		}
-		// The GET stream carries no answer: the zero id matches none.
-		if _, err := x.match(ctx, ev.Data, mcp.ID{}); err != nil && !errors.Is(err, errNotTheAnswer) && !errors.Is(err, ErrServerRequestBlocked) {
+		// The GET stream carries no answer: the zero id matches none. A
+		// request of the server's (refused and audited by match) ends the
+		// stream: a server that asks again and again is asked back only
+		// after a pause, so it cannot flood the audit chain.
+		if _, err := x.match(ctx, ev.Data, mcp.ID{}); err != nil && !errors.Is(err, errNotTheAnswer) {
 			return true, err
 		}
 	}
@@ -226,7 +244,10 @@ func (x *mcpExchange) notified(msg *mcp.Message) {
 		if !ok {
 			return
 		}
-		total, _ := number(msg.Params["total"])
+		var total float64 // unknown, unless a finite number
+		if t, ok := number(msg.Params["total"]); ok {
+			total = t
+		}
 		text, _ := msg.Params["message"].(string)
 		x.progress(Progress{Progress: done, Total: total, Message: x.serverText(text)})
 	}
@@ -252,9 +273,9 @@ func number(v any) (float64, bool) {
 	switch n := v.(type) {
 	case json.Number:
 		f, err := n.Float64()
-		return f, err == nil
+		return f, err == nil && !math.IsInf(f, 0)
 	case float64:
-		return n, true
+		return n, !math.IsInf(n, 0) && !math.IsNaN(n)
 	}
 	return 0, false
 }

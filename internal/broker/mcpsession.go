@@ -68,7 +68,8 @@ func (m mcpSessionIDs) read(id, airlock, upstream string) (string, time.Time, bo
 	// given, or outlives its DELETE as a variant.
 	payload, err1 := idEncoding.DecodeString(p)
 	sum, err2 := idEncoding.DecodeString(s)
-	if err1 != nil || err2 != nil || len(payload) < 20 || !hmac.Equal(sum, m.mac(airlock, upstream, payload)) {
+	if err1 != nil || err2 != nil || len(payload) < 20 || idEncoding.EncodeToString(payload) != p || idEncoding.EncodeToString(sum) != s ||
+		!hmac.Equal(sum, m.mac(airlock, upstream, payload)) {
 		return "", time.Time{}, false
 	}
 	expires := time.Unix(int64(binary.BigEndian.Uint64(payload)), 0).Add(mcpSessionLife)

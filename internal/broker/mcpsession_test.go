@@ -42,3 +42,18 @@ func TestMCPSessionIDs(t *testing.T) {
 		t.Error("an expired id was accepted")
 	}
 }
+
+// An id has one spelling: line breaks (which the decoder would skip) and
+// a changed unused bit of the last character are refused.
+func TestMCPSessionIDsOneSpelling(t *testing.T) {
+	m := mcpSessionIDs{key: []byte("k1"), now: func() time.Time { return time.Unix(1_800_000_000, 0) }}
+	id := m.open("ses_a", "issues", "2025-11-25")
+	last := id[len(id)-1]
+	flipped := []byte(id)
+	flipped[len(flipped)-1] = map[bool]byte{true: last + 1, false: last - 1}[last != 'z' && last != '_']
+	for name, v := range map[string]string{"CRLF": id[:10] + "\r\n" + id[10:], "LF in the mac": id[:len(id)-4] + "\n" + id[len(id)-4:], "last character": string(flipped)} {
+		if _, _, ok := m.read(v, "ses_a", "issues"); ok {
+			t.Errorf("%s: another spelling of the id was accepted", name)
+		}
+	}
+}

@@ -33,6 +33,9 @@ func (s *Service) Joined(ctx context.Context, sessionID, join string) (approval.
 	key := joinKey(sessionID, join)
 	id, ok := s.joins.Load(key)
 	if !ok {
+		if !s.shared {
+			return approval.Action{}, false // the only broker: its index is whole
+		}
 		return s.pendingJoin(ctx, sessionID, join)
 	}
 	a, err := s.store.Action(ctx, id.(string))
@@ -44,18 +47,21 @@ func (s *Service) Joined(ctx context.Context, sessionID, join string) (approval.
 	return a, true
 }
 
-// pendingJoin finds in the store a pending action of session sessionID
-// held under join (by another replica, whose change has not reached this
-// one yet), and indexes it.
+// pendingJoin finds in the store an action of session sessionID held
+// under join by another replica whose change has not reached this one
+// yet, pending or executing (an executed one is joined once its change
+// arrives, within the feed's bound), and indexes it.
 func (s *Service) pendingJoin(ctx context.Context, sessionID, join string) (approval.Action, bool) {
-	pending, err := s.store.Actions(ctx, approval.Pending, 0)
-	if err != nil {
-		return approval.Action{}, false
-	}
-	for _, a := range pending {
-		if a.SessionID == sessionID && a.MCP != nil && a.MCP.Join == join && s.now().Before(a.ExpiresAt) {
-			s.index(a)
-			return a, true
+	for _, status := range []approval.Status{approval.Pending, approval.Executing} {
+		held, err := s.store.Actions(ctx, status, 0)
+		if err != nil {
+			return approval.Action{}, false
+		}
+		for _, a := range held {
+			if a.SessionID == sessionID && a.MCP != nil && a.MCP.Join == join && s.now().Before(a.ExpiresAt) {
+				s.index(a)
+				return a, true
+			}
 		}
 	}
 	return approval.Action{}, false

@@ -256,14 +256,18 @@ func (x *mcpExchange) parse(a *broker.Admitted) (*broker.Request, error) {
 // body; the session era's messages after initialize must name a session
 // of this Airlock session.
 func (x *mcpExchange) era(a *broker.Admitted, msg *mcp.Message) (string, error) {
-	if v, _ := msg.MetaVersion(); mcp.Stateless(v) || mcp.Stateless(x.r.Header.Get(mcp.HeaderProtocolVersion)) {
-		// Each header once: a reader in front of the broker that takes
-		// another of repeated values than the first would see another call.
-		if got := x.r.Header.Values(mcp.HeaderMethod); len(got) != 1 || got[0] != msg.Method {
+	// Each MCP header at most once: a reader in front of the broker that
+	// takes another of repeated values would see another era or session.
+	for _, name := range []string{mcp.HeaderProtocolVersion, mcp.HeaderSessionID, mcp.HeaderMethod, mcp.HeaderName} {
+		if len(x.r.Header.Values(name)) > 1 {
 			return "", errMCPHeader
 		}
-		names := x.r.Header.Values(mcp.HeaderName)
-		if want, named := msg.HeaderName(); named && (len(names) != 1 || names[0] != want) {
+	}
+	if v, _ := msg.MetaVersion(); mcp.Stateless(v) || mcp.Stateless(x.r.Header.Get(mcp.HeaderProtocolVersion)) {
+		if x.r.Header.Get(mcp.HeaderMethod) != msg.Method {
+			return "", errMCPHeader
+		}
+		if want, named := msg.HeaderName(); named && x.r.Header.Get(mcp.HeaderName) != want {
 			return "", errMCPHeader
 		}
 		return mcp.V20260728, nil
