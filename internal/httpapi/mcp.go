@@ -63,9 +63,10 @@ type mcpSession struct {
 	expires     time.Time
 }
 
-// maxEnded bounds the ended ids kept: past it, the oldest are forgotten
-// (an ended id is no credential: a request on it still needs its session
-// token).
+// maxEnded bounds the ended ids kept: at it, the expired are forgotten,
+// and if that is not a quarter, arbitrary others until it is (an ended id
+// is no credential: a request on it still needs its session token; the
+// walk happens once per quarter of the bound, not per DELETE).
 const maxEnded = 1 << 16
 
 // get is session id if it belongs to Airlock session airlock on upstream
@@ -93,7 +94,7 @@ func (m *mcpSessions) end(s *mcpSession) {
 	if len(m.ended) >= maxEnded {
 		now := time.Now()
 		for id, exp := range m.ended {
-			if now.After(exp) || len(m.ended) >= maxEnded {
+			if now.After(exp) || len(m.ended) > maxEnded*3/4 {
 				delete(m.ended, id)
 			}
 		}
