@@ -378,7 +378,7 @@ func initSession(t *testing.T, p *poster, upstream, token, version string) strin
 
 // The 2026-07-28 era's Mcp-Method and Mcp-Name headers must match the
 // body: missing or different, the message is refused 400 -32020 and
-// nothing is sent (repeated headers: attack_mcp_holes_test.go).
+// nothing is sent (repeated headers: attack_mcp_bounds_test.go).
 func TestAttackMCPStatelessHeaders(t *testing.T) {
 	env := startAttackMCP(t, "", "")
 	s := env.b.Session(brokertest.TrustedSession(attackGrant()))
