@@ -262,8 +262,8 @@ func TestMCPGetStreamBoundaries(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" {
-		t.Fatalf("GET stream: %d %s", resp.StatusCode, resp.Header.Get("Content-Type"))
+	if resp.StatusCode != 200 || resp.Header.Get("Content-Type") != "text/event-stream" || !strings.HasPrefix(resp.Header.Get("X-Airlock-Request-Id"), "req_") {
+		t.Fatalf("GET stream: %d %s, request id %q", resp.StatusCode, resp.Header.Get("Content-Type"), resp.Header.Get("X-Airlock-Request-Id"))
 	}
 	first, err := bufio.NewReader(resp.Body).ReadString('\n')
 	if err != nil || !strings.HasPrefix(first, ":") {

@@ -208,6 +208,9 @@ func (s *Server) mcpServe(w http.ResponseWriter, r *http.Request, name string, e
 
 // parse reads the admitted request's message (see readMCP).
 func (x *mcpExchange) parse(a *broker.Admitted) (*broker.Request, error) {
+	// Set now: a held call's, a progress's or the GET stream's answer
+	// starts before the outcome is written.
+	x.w.Header().Set("X-Airlock-Request-Id", a.RequestID())
 	switch x.r.Method {
 	case http.MethodDelete:
 		return x.deleteSession(a)
