@@ -1144,6 +1144,11 @@ func TestAttackMCPNotifySessionIDAcrossRestart(t *testing.T) {
 func TestAttackMCPNotifyReplicasGateRace(t *testing.T) {
 	up := startMCPUpstream(t)
 	a, b := startMCPReplicas(t, up, "approval: {mcp_wait: 0s}\n")
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("replica A:\n%s\nreplica B:\n%s", a.Logs.Bytes(), b.Logs.Bytes())
+		}
+	})
 	s, rev := gatedSession(t, a, "t-mcp-race")
 	call := `{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{` + statelessMeta + `,"name":"create_issue","arguments":{"title":"race","labels":["bug"]}}}`
 	hdr := statelessHeaders("tools/call", "create_issue")

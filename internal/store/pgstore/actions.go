@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/airlock-broker/airlock/internal/approval"
 	"github.com/airlock-broker/airlock/internal/changefeed"
@@ -103,10 +104,28 @@ func (s *PG) PutAction(ctx context.Context, a *approval.Action) error {
 	if err != nil {
 		return err
 	}
-	b := &pgx.Batch{} // every replica learns it (changes.go)
-	b.Queue(upsertAction, args...)
-	queueChange(b, changefeed.Action, a.ID)
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	return retried(func() error {
+		b := &pgx.Batch{} // every replica learns it (changes.go)
+		b.Queue(upsertAction, args...)
+		queueChange(b, changefeed.Action, a.ID)
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error { return tx.SendBatch(ctx, b).Close() })
+	})
+}
+
+// retried runs a transaction again when PostgreSQL aborted it to break a
+// deadlock (40P01) or for a serialization failure (40001), at most 5
+// times: writes of actions take the changes table's lock after their row
+// locks, in more than one order across replicas, and each such
+// transaction may run again from its start (it re-reads what it changes).
+func retried(run func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := run()
+		var pe *pgconn.PgError
+		if attempt < 5 && errors.As(err, &pe) && (pe.Code == "40P01" || pe.Code == "40001") {
+			continue
+		}
+		return err
+	}
 }
 
 // Action implements approval.ActionStore.
@@ -145,7 +164,13 @@ func (s *PG) Actions(ctx context.Context, status approval.Status, limit int) ([]
 // grant's count in the same transaction (usage.Store).
 func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Action) error) (approval.Action, error) {
 	var out approval.Action
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := retried(func() error { return s.updateAction(ctx, id, fn, &out) })
+	return out, err
+}
+
+// updateAction is one attempt of UpdateAction.
+func (s *PG) updateAction(ctx context.Context, id string, fn func(*approval.Action) error, out *approval.Action) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		a, err := scanAction(tx.QueryRow(ctx, `SELECT `+actionColumns+` FROM actions WHERE id = $1 FOR UPDATE`, id))
 		if errors.Is(err, pgx.ErrNoRows) {
 			return approval.ErrNotFound
@@ -174,10 +199,9 @@ func (s *PG) UpdateAction(ctx context.Context, id string, fn func(*approval.Acti
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
-		out = a
+		*out = a
 		return nil
 	})
-	return out, err
 }
 
 // leftUnsent reports whether an action that was pending and is now in
