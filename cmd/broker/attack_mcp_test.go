@@ -763,14 +763,7 @@ func TestAttackMCPGateRaces(t *testing.T) {
 
 	// Other arguments (one more label): an action of its own, which the
 	// executed one's result does not answer.
-	diff := make(chan *sdk.CallToolResult, 1)
-	go func() {
-		res, err := clients[0].CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "race", "labels": []any{"bug", "triage"}}})
-		if err != nil {
-			res = nil
-		}
-		diff <- res
-	}()
+	diff := callAsync(ctx, clients[0], "create_issue", map[string]any{"title": "race", "labels": []any{"bug", "triage"}})
 	idDiff := b.PendingAction(t, rev)
 	if idDiff == id {
 		t.Fatal("a call with other arguments joined the executed action")
@@ -782,21 +775,9 @@ func TestAttackMCPGateRaces(t *testing.T) {
 		t.Fatalf("the call with other arguments: %+v", res)
 	}
 	// Another gated session, same grant, same call: its own action.
-	op := b.NewToken("operator", "orchestrator-2")
-	r := b.Do("POST", b.Control+"/v1/sessions", op, map[string]any{"task_id": "t-mcp-gate-2", "isolation": "microvm", "grants": []any{issuesGrant(nil)}})
-	var s2 brokertest.Created
-	if err := json.Unmarshal(r.Body, &s2); err != nil || r.Status != 201 {
-		t.Fatalf("second session: %d %s", r.Status, r.Body)
-	}
+	s2, _ := gatedSession(t, b, "t-mcp-gate-2")
 	other := mcpClient(t, b, "issues", s2.Token, "")
-	done := make(chan *sdk.CallToolResult, 1)
-	go func() {
-		res, err := other.CallTool(ctx, &sdk.CallToolParams{Name: "create_issue", Arguments: args})
-		if err != nil {
-			res = nil
-		}
-		done <- res
-	}()
+	done := callAsync(ctx, other, "create_issue", args)
 	id2 := b.PendingAction(t, rev)
 	if id2 == id {
 		t.Fatal("another session's identical call joined this session's executed action")

@@ -231,14 +231,7 @@ func testMCPKill(t *testing.T, kill func(*brokertest.Proc, brokertest.Created) b
 		}
 	}()
 	cs := mcpClient(t, b, "issues", s.Token, "2025-11-25")
-	done := make(chan *sdk.CallToolResult, 1)
-	go func() {
-		res, err := cs.CallTool(context.Background(), &sdk.CallToolParams{Name: "create_issue", Arguments: map[string]any{"title": "killed"}})
-		if err != nil {
-			res = nil
-		}
-		done <- res
-	}()
+	done := callAsync(context.Background(), cs, "create_issue", map[string]any{"title": "killed"})
 	brokertest.Eventually(t, 10*time.Second, func() bool { // the call is held (no decision comes)
 		return bytes.Contains(b.AuditExport(), []byte(`"type":"action.pending"`))
 	})
@@ -297,4 +290,18 @@ func TestMCPGateFailsAHeldCallWhenItsToolChanges(t *testing.T) {
 			t.Errorf("/metrics has no %s", want)
 		}
 	}
+}
+
+// callAsync calls tool on cs in the background: its result, or nil for a
+// failed call.
+func callAsync(ctx context.Context, cs *sdk.ClientSession, tool string, args map[string]any) <-chan *sdk.CallToolResult {
+	done := make(chan *sdk.CallToolResult, 1)
+	go func() {
+		res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: tool, Arguments: args})
+		if err != nil {
+			res = nil
+		}
+		done <- res
+	}()
+	return done
 }

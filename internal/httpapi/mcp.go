@@ -7,8 +7,10 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-chi/chi/v5"
@@ -54,7 +56,8 @@ const mcpKeepAlive = 15 * time.Second
 type mcpSessions struct {
 	mu       sync.Mutex
 	ended    map[string]time.Time
-	inflight map[string]map[string]context.CancelFunc // by session id, then by JSON-RPC id
+	inflight map[string]map[string]context.CancelFunc // by session id, then by JSON-RPC id (or "listen N" for a GET stream)
+	listens  atomic.Uint64                            // numbers the GET streams' entries in inflight
 }
 
 // mcpSession is a door session a request is on.
@@ -319,7 +322,7 @@ func (x *mcpExchange) listenSession(a *broker.Admitted) (*broker.Request, error)
 	if !ok {
 		return nil, errMCPSession
 	}
-	x.untrack = x.s.mcp.track(sess, fmt.Sprintf("listen %p", x), x.cancel)
+	x.untrack = x.s.mcp.track(sess, "listen "+strconv.FormatUint(x.s.mcp.listens.Add(1), 10), x.cancel)
 	return &broker.Request{MCP: &broker.MCPRequest{Method: broker.MCPListen, Version: sess.version}}, nil
 }
 
